@@ -1,0 +1,127 @@
+// Offline choice of quantization parameters (scale, zero point) from float
+// ranges, and the reference quantize/dequantize of weight tensors. The math
+// is derived in docs/numerics.md; every function names its contract.
+#ifndef QUANTD_CORE_NUMERICS_QUANT_PARAMS_H_
+#define QUANTD_CORE_NUMERICS_QUANT_PARAMS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace quantd::numerics {
+
+// How values are quantized: the integer grid and how the range maps onto it.
+struct QuantSpec {
+  int bits = 8;            // 2..8.
+  bool is_signed = true;   // Stored as a signed type (int8/int4) or unsigned.
+  bool symmetric = true;   // Zero maps to the grid's centre.
+  bool narrow_range = true;  // Drop the grid's lowest value (int8: -128).
+};
+
+// The closed integer interval [quant_min, quant_max] values are stored in.
+struct QuantGrid {
+  int32_t quant_min = 0;
+  int32_t quant_max = 0;
+};
+
+// real = scale * (q - zero_point); scale > 0; zero_point inside the grid.
+struct QuantParams {
+  float scale = 1.0f;
+  int32_t zero_point = 0;
+};
+
+// Validates bits in [2, 8]. Signed grids are the unsigned ones shifted by
+// -2^(bits-1): int8 narrow = [-127, 127], full = [-128, 127]; uint8 narrow =
+// [1, 255], full = [0, 255].
+absl::StatusOr<QuantGrid> GridFor(const QuantSpec& spec);
+
+// TensorFlow's FakeQuantWithMinMaxVars range nudging, on the unsigned grid
+// [quant_min, quant_max] (see docs/numerics.md). Requires min <= 0 <= max is
+// NOT assumed: the nudged range always contains zero exactly.
+struct NudgedRange {
+  float nudged_min = 0.0f;
+  float nudged_max = 0.0f;
+  float scale = 1.0f;
+  int32_t nudged_zero_point = 0;  // On the unsigned grid.
+};
+NudgedRange Nudge(float min, float max, int32_t quant_min, int32_t quant_max);
+
+// FakeQuant(x) as TensorFlow's kernel computes it: clamp to the nudged range,
+// floor(... + 0.5) rounding (half away from zero within the range).
+float FakeQuant(float x, const NudgedRange& range);
+
+// Range collection of tf.contrib.quantize (quant_ops.py) for one batch:
+// asymmetric ranges are widened to include zero; symmetric ranges use the
+// `ratio` rule. Returns {range_min, range_max}.
+std::pair<float, float> AdjustRange(float batch_min, float batch_max,
+                                    int bits, bool symmetric,
+                                    bool narrow_range);
+
+// Scale and zero point for [min, max] on spec's grid. The range is first
+// widened to contain zero. Symmetric: zero point is the grid centre (0 when
+// signed) and scale = max(|min|, |max|) / ((quant_max - quant_min) / 2).
+// Asymmetric: TensorFlow's nudging (zero exactly representable). A range of
+// all zeros gives scale 1 (every value quantizes exactly to the zero point).
+// INVALID_ARGUMENT for non-finite ranges or bad bits.
+absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
+                                              const QuantSpec& spec);
+
+// ONNX QuantizeLinear on one value: round(x / scale) half to even, plus the
+// zero point, saturated to the grid.
+int32_t QuantizeValue(float x, const QuantParams& params,
+                      const QuantGrid& grid);
+
+// real = scale * (q - zero_point).
+inline float DequantizeValue(int32_t q, const QuantParams& params) {
+  return params.scale * static_cast<float>(q - params.zero_point);
+}
+
+// Splits a shape around a channel axis: element i of a row-major tensor has
+// channel (i / inner) % channels.
+struct ChannelLayout {
+  int64_t outer = 1;
+  int64_t channels = 1;
+  int64_t inner = 1;
+};
+// INVALID_ARGUMENT when axis is outside [-rank, rank).
+absl::StatusOr<ChannelLayout> LayoutFor(absl::Span<const int64_t> shape,
+                                        int axis);
+
+// A quantized tensor: one byte per value (int8 or uint8 bit pattern, ready
+// for TensorProto.raw_data), and one QuantParams per channel (a single entry
+// when per-tensor).
+struct QuantizedTensor {
+  std::string values;
+  std::vector<QuantParams> params;
+  int axis = -1;  // -1: per-tensor. Otherwise the non-negative channel axis.
+  QuantSpec spec;
+};
+
+// Quantizes `data` of `shape` with one scale per slice along `axis`, or per
+// tensor when axis is std::nullopt-like -1 with per_tensor = true. Each
+// channel's range is its own [min, max].
+absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
+                                               absl::Span<const int64_t> shape,
+                                               bool per_channel, int axis,
+                                               const QuantSpec& spec);
+
+// The float values a QuantizedTensor stands for (same shape as its source).
+std::vector<float> DequantizeTensor(const QuantizedTensor& q,
+                                    absl::Span<const int64_t> shape);
+
+// Error of `approx` against `reference`: mean squared error and
+// SQNR = 10*log10(sum(ref^2) / sum((ref - approx)^2)) in dB (+inf when the
+// error is exactly zero; 0 signal with nonzero error gives -inf).
+struct ErrorStats {
+  double mse = 0.0;
+  double sqnr_db = 0.0;
+};
+ErrorStats MeasureError(absl::Span<const float> reference,
+                        absl::Span<const float> approx);
+
+}  // namespace quantd::numerics
+
+#endif  // QUANTD_CORE_NUMERICS_QUANT_PARAMS_H_
