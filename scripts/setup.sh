@@ -10,7 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev prometheus-cpp-dev libonnx-dev libonnx-testdata
   libgtest-dev libgmock-dev
-  python3-torch python3-sklearn python3-numpy python3-onnx
+  python3-torch python3-torchvision python3-sklearn python3-numpy python3-onnx
   nodejs npm curl
 )
 
