@@ -1,0 +1,227 @@
+// End to end: a real quantd on free ports, driven by the real quantctl, with
+// the output checked by an independent runtime (ONNX Runtime for Node.js) and
+// by the ONNX checker.
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "quantd/v1/quantization_service.grpc.pb.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace quantd::testing {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kModel = SourcePath("examples/digits/model.onnx");
+const std::string kTestX = SourcePath("examples/digits/test_x.npy");
+const std::string kTestY = SourcePath("examples/digits/test_y.npy");
+
+// One server for the whole suite: starting it costs more than the calls.
+class QuantizeE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->ok()); }
+
+  CommandResult Quantctl(std::vector<std::string> args) {
+    args.insert(args.begin(), QUANTCTL_BIN);
+    args.push_back("--server=" + server_->target());
+    return RunCommand(args);
+  }
+
+  // Top-1 accuracy of `model` on the digits test set, in ONNX Runtime.
+  double OrtAccuracy(const std::string& model) {
+    CommandResult r = RunCommand(
+        {QUANTD_NODE_BIN, SourcePath("scripts/ort_eval.js"), "accuracy",
+         "--model", model, "--x", kTestX, "--y", kTestY},
+        {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::smatch m;
+    std::regex re("\"accuracy\":\\s*([0-9.eE+-]+)");
+    if (!std::regex_search(r.out, m, re)) {
+      ADD_FAILURE() << "no accuracy in: " << r.out << r.err;
+      return -1;
+    }
+    return std::stod(m[1]);
+  }
+
+  void ExpectServing() {
+    CommandResult r = Quantctl({"health"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+
+  static ServerProcess* server_;
+};
+
+ServerProcess* QuantizeE2eTest::server_ = nullptr;
+
+TEST_F(QuantizeE2eTest, DynamicRangeW8A8KeepsAccuracyAndShrinksTheModel) {
+  TempDir tmp;
+  const std::string out = tmp.File("digits_w8a8.onnx");
+  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
+                              "--output=" + out, "--method=dynamic_range",
+                              "--precision=w8a8", "--op_set=tf", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // --json prints one object with the summary and per-tensor reports.
+  EXPECT_THAT(r.out, StartsWith("{"));
+  EXPECT_THAT(r.out, HasSubstr("\"summary\""));
+  EXPECT_THAT(r.out, HasSubstr("\"tensors\""));
+  // The 144-element first conv weight is below the default minimum (1024).
+  EXPECT_THAT(r.out, HasSubstr("SKIP_TOO_FEW_ELEMENTS"));
+
+  const std::string input = ReadFileOrDie(kModel);
+  const std::string output = ReadFileOrDie(out);
+  ASSERT_FALSE(output.empty());
+  EXPECT_LE(output.size(), input.size() * 35 / 100)
+      << "output " << output.size() << " bytes, input " << input.size();
+
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(output));
+  EXPECT_NO_THROW(onnx::checker::check_model(model));
+  int dequantize = 0, dynamic_quantize = 0;
+  for (const auto& node : model.graph().node()) {
+    dequantize += node.op_type() == "DequantizeLinear";
+    dynamic_quantize += node.op_type() == "DynamicQuantizeLinear";
+  }
+  // Three weights (conv2, fc1, fc2) and their three activations.
+  EXPECT_EQ(dynamic_quantize, 3);
+  EXPECT_EQ(dequantize, 6);
+
+  const double float_acc = OrtAccuracy(kModel);
+  const double quant_acc = OrtAccuracy(out);
+  std::printf("digits top-1 in ONNX Runtime: float %.4f, DYNAMIC_RANGE W8A8 %.4f; size %zu -> %zu bytes (%.1f%%)\n",
+              float_acc, quant_acc, input.size(), output.size(),
+              100.0 * output.size() / input.size());
+  EXPECT_GT(float_acc, 0.9);
+  EXPECT_GE(quant_acc, float_acc - 0.01);
+}
+
+TEST_F(QuantizeE2eTest, NoMethodReturnsTheModelUnchanged) {
+  TempDir tmp;
+  const std::string out = tmp.File("same.onnx");
+  CommandResult r =
+      Quantctl({"quantize", "--model=" + kModel, "--output=" + out, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ContainsRegex("\"modelUnchanged\": *true"));
+  EXPECT_EQ(ReadFileOrDie(out), ReadFileOrDie(kModel));
+}
+
+TEST_F(QuantizeE2eTest, PrecisionFullReturnsTheModelUnchanged) {
+  TempDir tmp;
+  const std::string out = tmp.File("full.onnx");
+  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
+                              "--output=" + out, "--method=dynamic_range",
+                              "--precision=full", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ContainsRegex("\"modelUnchanged\": *true"));
+  EXPECT_EQ(ReadFileOrDie(out), ReadFileOrDie(kModel));
+}
+
+TEST_F(QuantizeE2eTest, GarbageBytesAreInvalidArgument) {
+  TempDir tmp;
+  WriteFileOrDie(tmp.File("garbage.onnx"), std::string(4096, '\xff'));
+  CommandResult r = Quantctl({"quantize", "--model=" + tmp.File("garbage.onnx"),
+                              "--output=" + tmp.File("out.onnx"),
+                              "--method=dynamic_range"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
+  EXPECT_FALSE(std::filesystem::exists(tmp.File("out.onnx")))
+      << "a failed call must not leave an output file";
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, TruncatedModelIsInvalidArgument) {
+  TempDir tmp;
+  std::string model = ReadFileOrDie(kModel);
+  WriteFileOrDie(tmp.File("cut.onnx"), model.substr(0, model.size() / 2));
+  CommandResult r = Quantctl({"quantize", "--model=" + tmp.File("cut.onnx"),
+                              "--output=" + tmp.File("out.onnx"),
+                              "--method=dynamic_range"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, OptionsFileThatDoesNotParseIsInvalidArgument) {
+  TempDir tmp;
+  WriteFileOrDie(tmp.File("bad.textproto"), "quantization_method { nope: 1 ");
+  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
+                              "--output=" + tmp.File("out.onnx"),
+                              "--options=" + tmp.File("bad.textproto")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, MethodUnspecifiedIsInvalidArgument) {
+  TempDir tmp;
+  WriteFileOrDie(tmp.File("unspecified.textproto"),
+                 "quantization_method { method: METHOD_UNSPECIFIED }\n");
+  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
+                              "--output=" + tmp.File("out.onnx"),
+                              "--options=" + tmp.File("unspecified.textproto")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
+  EXPECT_THAT(r.err, HasSubstr("METHOD_UNSPECIFIED"));
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, NotYetImplementedValuesAreUnimplementedByName) {
+  TempDir tmp;
+  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
+                              "--output=" + tmp.File("out.onnx"),
+                              "--method=dynamic_range", "--op_set=xla"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("UNIMPLEMENTED: "));
+  EXPECT_THAT(r.err, HasSubstr("XLA"));
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, EmptyStreamIsInvalidArgument) {
+  auto channel = grpc::CreateChannel(server_->target(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = quantd::v1::QuantizationService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Quantize(&ctx);
+  ASSERT_TRUE(stream->WritesDone());
+  quantd::v1::QuantizeResponse response;
+  while (stream->Read(&response)) {
+  }
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(status.error_message().empty());
+  ExpectServing();
+}
+
+TEST_F(QuantizeE2eTest, InfoListsCapabilities) {
+  CommandResult r = Quantctl({"info", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("DYNAMIC_RANGE"));
+  EXPECT_THAT(r.out, HasSubstr("MatMul"));
+}
+
+TEST_F(QuantizeE2eTest, MetricsCountCallsByCode) {
+  TempDir tmp;
+  WriteFileOrDie(tmp.File("garbage.onnx"), "not a model");
+  Quantctl({"quantize", "--model=" + tmp.File("garbage.onnx"),
+            "--output=" + tmp.File("out.onnx"), "--method=dynamic_range"});
+  const std::string metrics = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("quantd_requests_total"));
+  EXPECT_THAT(metrics, HasSubstr("code=\"INVALID_ARGUMENT\""));
+  EXPECT_THAT(metrics, HasSubstr("quantd_request_duration_seconds_bucket"));
+}
+
+}  // namespace
+}  // namespace quantd::testing
