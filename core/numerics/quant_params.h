@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,9 +16,9 @@ namespace quantd::numerics {
 
 // How values are quantized: the integer grid and how the range maps onto it.
 struct QuantSpec {
-  int bits = 8;            // 2..8.
-  bool is_signed = true;   // Stored as a signed type (int8/int4) or unsigned.
-  bool symmetric = true;   // Zero maps to the grid's centre.
+  int bits = 8;              // 2..8.
+  bool is_signed = true;     // Stored as a signed type (int8/int4) or unsigned.
+  bool symmetric = true;     // Zero maps to the grid's centre.
   bool narrow_range = true;  // Drop the grid's lowest value (int8: -128).
 };
 
@@ -39,8 +40,10 @@ struct QuantParams {
 absl::StatusOr<QuantGrid> GridFor(const QuantSpec& spec);
 
 // TensorFlow's FakeQuantWithMinMaxVars range nudging, on the unsigned grid
-// [quant_min, quant_max] (see docs/numerics.md). Requires min <= 0 <= max is
-// NOT assumed: the nudged range always contains zero exactly.
+// [quant_min, quant_max] (see docs/numerics.md). min <= 0 <= max is not
+// required: the nudged range always contains zero exactly. A degenerate range
+// (max <= min, e.g. all zeros) gives [0, 0] with scale 1 and zero point
+// quant_min, so FakeQuant returns 0 instead of dividing by zero.
 struct NudgedRange {
   float nudged_min = 0.0f;
   float nudged_max = 0.0f;
@@ -49,16 +52,16 @@ struct NudgedRange {
 };
 NudgedRange Nudge(float min, float max, int32_t quant_min, int32_t quant_max);
 
-// FakeQuant(x) as TensorFlow's kernel computes it: clamp to the nudged range,
-// floor(... + 0.5) rounding (half away from zero within the range).
+// FakeQuant(x) as TensorFlow's (tf.contrib-era) kernel computes it, in float:
+// floor((clamp(x, nudged_min, nudged_max) - nudged_min) / scale + 0.5) * scale
+// + nudged_min. Ties round up (toward +inf), unlike ONNX's half to even.
 float FakeQuant(float x, const NudgedRange& range);
 
 // Range collection of tf.contrib.quantize (quant_ops.py) for one batch:
 // asymmetric ranges are widened to include zero; symmetric ranges use the
 // `ratio` rule. Returns {range_min, range_max}.
-std::pair<float, float> AdjustRange(float batch_min, float batch_max,
-                                    int bits, bool symmetric,
-                                    bool narrow_range);
+std::pair<float, float> AdjustRange(float batch_min, float batch_max, int bits,
+                                    bool symmetric, bool narrow_range);
 
 // Scale and zero point for [min, max] on spec's grid. The range is first
 // widened to contain zero. Symmetric: zero point is the grid centre (0 when
@@ -70,7 +73,8 @@ absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
                                               const QuantSpec& spec);
 
 // ONNX QuantizeLinear on one value: round(x / scale) half to even, plus the
-// zero point, saturated to the grid.
+// zero point, saturated to the grid. NaN maps to the zero point. Assumes the
+// default FE_TONEAREST rounding mode.
 int32_t QuantizeValue(float x, const QuantParams& params,
                       const QuantGrid& grid);
 
@@ -100,21 +104,25 @@ struct QuantizedTensor {
   QuantSpec spec;
 };
 
-// Quantizes `data` of `shape` with one scale per slice along `axis`, or per
-// tensor when axis is std::nullopt-like -1 with per_tensor = true. Each
-// channel's range is its own [min, max].
+// Quantizes `data` of `shape` with ChooseQuantParams + QuantizeValue. With
+// per_channel, one QuantParams per slice along `axis` (may be negative), each
+// from that channel's own [min, max]; otherwise one entry and `axis` is
+// ignored. INVALID_ARGUMENT when the shape does not match data.size(), the
+// axis is bad, or data holds NaN or infinity.
 absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
                                                absl::Span<const int64_t> shape,
                                                bool per_channel, int axis,
                                                const QuantSpec& spec);
 
 // The float values a QuantizedTensor stands for (same shape as its source).
+// Empty when `shape` does not fit `q`.
 std::vector<float> DequantizeTensor(const QuantizedTensor& q,
                                     absl::Span<const int64_t> shape);
 
 // Error of `approx` against `reference`: mean squared error and
 // SQNR = 10*log10(sum(ref^2) / sum((ref - approx)^2)) in dB (+inf when the
-// error is exactly zero; 0 signal with nonzero error gives -inf).
+// error is exactly zero; 0 signal with nonzero error gives -inf). Sizes must
+// match; when they do not, both fields are NaN.
 struct ErrorStats {
   double mse = 0.0;
   double sqnr_db = 0.0;
