@@ -14,7 +14,8 @@ TEST(ThreadPoolTest, ParallelForVisitsEveryIndexOnce) {
   for (int64_t n : {0, 1, 2, 3, 17, 1000}) {
     std::vector<std::atomic<int>> hits(n);
     pool.ParallelFor(n, [&](int64_t i) { hits[i].fetch_add(1); });
-    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
   }
 }
 

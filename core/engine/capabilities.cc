@@ -1,0 +1,171 @@
+#include "core/engine/capabilities.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/engine/resolved_options.h"
+#include "core/graph/validate.h"
+
+namespace quantd {
+namespace {
+namespace tfq = tensorflow::quantization;
+
+constexpr Method kMethods[] = {Method::kStaticRange, Method::kDynamicRange};
+constexpr tfq::OpSet kOpSets[] = {tfq::TF, tfq::XLA, tfq::UNIFORM_QUANTIZED};
+constexpr tfq::QuantizationPrecision kPrecisions[] = {
+    tfq::PRECISION_FULL, tfq::PRECISION_W4A4, tfq::PRECISION_W4A8,
+    tfq::PRECISION_W8A8};
+
+// Below opset 11 the converter must lift the model first (see passes/).
+constexpr int64_t kMinInputOpset = 1;
+
+quantd::v1::Capability MakeCapability(Method method, tfq::OpSet op_set,
+                                      tfq::QuantizationPrecision precision) {
+  quantd::v1::Capability c;
+  c.set_method(MethodName(method));
+  c.set_op_set(op_set);
+  c.set_precision(precision);
+  if (precision == tfq::PRECISION_FULL) {
+    c.set_supported(true);
+    c.set_note("model returned unchanged (FULL = do not quantize)");
+  } else if (method == Method::kDynamicRange && op_set == tfq::TF &&
+             precision == tfq::PRECISION_W8A8) {
+    c.set_supported(true);
+    c.set_note(
+        "Conv/Gemm/MatMul weights stored INT8 (per-channel, symmetric, "
+        "narrow range) behind DequantizeLinear; activations quantized at run "
+        "time by DynamicQuantizeLinear -> DequantizeLinear (uint8)");
+  } else {
+    c.set_supported(false);
+    c.set_note("not implemented yet");
+  }
+  return c;
+}
+
+std::string SupportedList() {
+  std::vector<std::string> served;
+  for (const auto& c : CapabilityTable()) {
+    if (c.supported() && c.precision() != tfq::PRECISION_FULL) {
+      served.push_back(absl::StrCat(c.method(), " + ", OpSetName(c.op_set()),
+                                    " + ", PrecisionName(c.precision())));
+    }
+  }
+  return absl::StrCat(
+      "supported: ", absl::StrJoin(served, ", "),
+      " (op_set defaults to TF, precision to W8A8; PRECISION_FULL returns the "
+      "model unchanged with any method)");
+}
+
+absl::Status CheckMethod(const tfq::QuantizationOptions& options,
+                         Method method) {
+  const auto& m = options.quantization_method();
+  switch (method) {
+    case Method::kUnspecified:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantization_method is ",
+          m.has_method() ? "METHOD_UNSPECIFIED"
+                         : "EXPERIMENTAL_METHOD_UNSPECIFIED",
+          ", which is never valid; leave quantization_method unset to return "
+          "the model unchanged, or set experimental_method; ",
+          SupportedList()));
+    case Method::kUnknown:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantization_method has unknown value ",
+          m.has_method() ? static_cast<int>(m.method())
+                         : static_cast<int>(m.experimental_method()),
+          " (not in the QuantizationMethod enums)"));
+    default:
+      return absl::OkStatus();
+  }
+}
+
+absl::Status CheckEnums(const tfq::QuantizationOptions& options) {
+  if (!tfq::OpSet_IsValid(options.op_set())) {
+    return absl::InvalidArgumentError(absl::StrCat("op_set has unknown value ",
+                                                   options.op_set(),
+                                                   " (not in the OpSet enum)"));
+  }
+  if (!tfq::QuantizationPrecision_IsValid(options.quantization_precision())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantization_precision has unknown value ",
+                     options.quantization_precision(),
+                     " (not in the QuantizationPrecision enum)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<quantd::v1::Capability>& CapabilityTable() {
+  static const auto* table = [] {
+    auto* t = new std::vector<quantd::v1::Capability>();
+    for (Method m : kMethods) {
+      for (tfq::OpSet o : kOpSets) {
+        for (tfq::QuantizationPrecision p : kPrecisions) {
+          t->push_back(MakeCapability(m, o, p));
+        }
+      }
+    }
+    return t;
+  }();
+  return *table;
+}
+
+absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
+  const ResolvedOptions resolved = Resolve(options);
+  if (resolved.method == Method::kNone) return absl::OkStatus();
+  absl::Status s = CheckMethod(options, resolved.method);
+  if (s.ok()) s = CheckEnums(options);
+  if (!s.ok()) return s;
+  if (options.unit_wise_quantization_precision_size() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "unit_wise_quantization_precision (",
+        options.unit_wise_quantization_precision_size(),
+        " entries) is not implemented yet (planned: UNIT_NODE by node name, "
+        "UNIT_OP by op type); leave it empty to apply one precision to the "
+        "whole model"));
+  }
+  for (const auto& c : CapabilityTable()) {
+    if (c.method() == MethodName(resolved.method) &&
+        c.op_set() == resolved.op_set && c.precision() == resolved.precision) {
+      if (c.supported()) return absl::OkStatus();
+      break;
+    }
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("method ", MethodName(resolved.method), " with op_set ",
+                   OpSetName(resolved.op_set), " and precision ",
+                   PrecisionName(resolved.precision), " is not implemented; ",
+                   SupportedList()));
+}
+
+const std::vector<std::string>& QuantizableOpTypes() {
+  static const auto* types =
+      new std::vector<std::string>{"Conv", "Gemm", "MatMul"};
+  return *types;
+}
+
+void FillServerInfo(quantd::v1::ServerInfo* info) {
+  info->set_version(QUANTD_VERSION);
+  std::vector<std::string> methods;
+  for (const auto& c : CapabilityTable()) {
+    if (!c.supported() || c.precision() == tfq::PRECISION_FULL) continue;
+    if (std::find(methods.begin(), methods.end(), c.method()) ==
+        methods.end()) {
+      methods.push_back(c.method());
+    }
+    bool has_op_set = false;
+    for (int o : info->op_sets()) has_op_set |= o == c.op_set();
+    if (!has_op_set) info->add_op_sets(c.op_set());
+  }
+  for (const auto& m : methods) info->add_methods(m);
+  info->add_precisions(tfq::PRECISION_FULL);
+  info->add_precisions(tfq::PRECISION_W8A8);
+  for (const auto& t : QuantizableOpTypes()) info->add_quantizable_op_types(t);
+  for (const auto& c : CapabilityTable()) *info->add_capabilities() = c;
+  info->set_min_input_opset(kMinInputOpset);
+  info->set_max_checked_opset(graph::kMaxCheckedOpset);
+}
+
+}  // namespace quantd

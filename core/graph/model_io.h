@@ -1,0 +1,34 @@
+// Reading and writing serialized ONNX models, and the model-level facts
+// (opset) the rest of core asks about.
+#ifndef QUANTD_CORE_GRAPH_MODEL_IO_H_
+#define QUANTD_CORE_GRAPH_MODEL_IO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::graph {
+
+// Parses a serialized ModelProto of any size protobuf can represent (the
+// default 64 MiB total-bytes limit is lifted). INVALID_ARGUMENT for empty,
+// truncated or otherwise unparsable bytes, and for a parse that yields no
+// graph (almost any byte string is a valid empty message).
+absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes);
+
+// Serializes deterministically. INVALID_ARGUMENT when the model is over
+// protobuf's 2 GiB message limit.
+absl::StatusOr<std::string> SerializeModel(const onnx::ModelProto& model);
+
+// The version of the default ("" or "ai.onnx") domain in opset_import; 0 when
+// the model imports none.
+int64_t DefaultOpset(const onnx::ModelProto& model);
+
+// Sets the default-domain opset import (adding one when missing).
+void SetDefaultOpset(onnx::ModelProto* model, int64_t version);
+
+}  // namespace quantd::graph
+
+#endif  // QUANTD_CORE_GRAPH_MODEL_IO_H_

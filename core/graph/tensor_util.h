@@ -1,0 +1,54 @@
+// Reading and building ONNX TensorProtos (initializers, Constant values).
+#ifndef QUANTD_CORE_GRAPH_TENSOR_UTIL_H_
+#define QUANTD_CORE_GRAPH_TENSOR_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::graph {
+
+// Product of the dims (1 for a scalar). -1 when a dim is negative or the
+// product overflows.
+int64_t NumElements(const onnx::TensorProto& tensor);
+
+std::vector<int64_t> Dims(const onnx::TensorProto& tensor);
+
+// OK when the tensor's data (raw_data or the typed field) holds exactly
+// NumElements values; external data is not checked (it is not in the bytes).
+absl::Status CheckTensorSize(const onnx::TensorProto& tensor);
+
+// True when the values live outside the model bytes.
+bool HasExternalData(const onnx::TensorProto& tensor);
+
+// The values of a FLOAT tensor, from raw_data (little-endian) or float_data.
+// INVALID_ARGUMENT for another type, external data or a size mismatch.
+absl::StatusOr<std::vector<float>> ReadFloatTensor(
+    const onnx::TensorProto& tensor);
+
+// Bytes of the tensor's stored values (what it weighs in the model).
+uint64_t DataBytes(const onnx::TensorProto& tensor);
+
+// A FLOAT tensor with raw_data.
+onnx::TensorProto MakeFloatTensor(const std::string& name,
+                                  absl::Span<const int64_t> dims,
+                                  absl::Span<const float> values);
+
+// An INT8 (or UINT8) tensor whose raw_data is `bytes` (one byte per value,
+// the two's-complement bit pattern for INT8).
+onnx::TensorProto MakeByteTensor(const std::string& name,
+                                 onnx::TensorProto::DataType type,
+                                 absl::Span<const int64_t> dims,
+                                 std::string bytes);
+
+// Frees a tensor's value storage (all data fields), keeping name and dims.
+void ClearTensorData(onnx::TensorProto* tensor);
+
+}  // namespace quantd::graph
+
+#endif  // QUANTD_CORE_GRAPH_TENSOR_UTIL_H_

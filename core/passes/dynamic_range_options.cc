@@ -1,0 +1,100 @@
+#include "core/passes/dynamic_range_options.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace quantd::passes {
+namespace {
+
+using quantd::v1::QuantOpParams;
+
+// Names of the fields of `p` that are set, in field order.
+std::vector<std::string> SetFields(const QuantOpParams& p) {
+  std::vector<std::string> set;
+  if (p.has_bits()) set.push_back("bits");
+  if (p.has_symmetric()) set.push_back("symmetric");
+  if (p.has_narrow_range()) set.push_back("narrow_range");
+  if (p.has_per_channel()) set.push_back("per_channel");
+  if (p.has_moving_avg()) set.push_back("moving_avg");
+  if (p.has_ema_decay()) set.push_back("ema_decay");
+  if (p.has_init_min()) set.push_back("init_min");
+  if (p.has_init_max()) set.push_back("init_max");
+  if (p.has_quant_delay()) set.push_back("quant_delay");
+  if (p.has_producer_scope()) set.push_back("producer_scope");
+  if (p.has_consumer_scope()) set.push_back("consumer_scope");
+  return set;
+}
+
+absl::Status CheckNotForDynamicRange(const quantd::v1::QuantizeConfig& config) {
+  std::vector<std::string> act = SetFields(config.activation_params());
+  if (!act.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation_params.", absl::StrJoin(act, ", activation_params."),
+        " cannot be used with DYNAMIC_RANGE: it quantizes activations at run "
+        "time (DynamicQuantizeLinear computes each activation's range on "
+        "every inference), so there are no activation parameters to set"));
+  }
+  if (config.has_calibration() && config.calibration().ByteSizeLong() > 0) {
+    return absl::InvalidArgumentError(
+        "calibration cannot be used with DYNAMIC_RANGE: it quantizes "
+        "activations at run time, so calibrated ranges are not used (they "
+        "are for STATIC_RANGE)");
+  }
+  const QuantOpParams& w = config.weight_params();
+  std::vector<std::string> tracking;
+  if (w.has_moving_avg()) tracking.push_back("moving_avg");
+  if (w.has_ema_decay()) tracking.push_back("ema_decay");
+  if (w.has_init_min()) tracking.push_back("init_min");
+  if (w.has_init_max()) tracking.push_back("init_max");
+  if (w.has_quant_delay()) tracking.push_back("quant_delay");
+  if (!tracking.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_params.", absl::StrJoin(tracking, ", weight_params."),
+        " cannot be used with DYNAMIC_RANGE: weights are quantized once, "
+        "offline, from their values in the model (last value), so there is "
+        "no range tracking over steps"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
+    const quantd::v1::QuantizeConfig& config) {
+  absl::Status s = CheckNotForDynamicRange(config);
+  if (!s.ok()) return s;
+  DynamicRangeOptions options;
+  options.precision = config.options().quantization_precision() ==
+                              tensorflow::quantization::PRECISION_UNSPECIFIED
+                          ? tensorflow::quantization::PRECISION_W8A8
+                          : config.options().quantization_precision();
+  const int64_t min = config.options().min_num_elements_for_weights();
+  if (min < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_num_elements_for_weights is ", min,
+                     "; use 0 for the default (", kDefaultMinElementsForWeights,
+                     "), -1 for no minimum, or a positive count"));
+  }
+  options.min_num_elements =
+      min == 0 ? kDefaultMinElementsForWeights : (min == -1 ? 0 : min);
+
+  const QuantOpParams& w = config.weight_params();
+  WeightQuantOptions& weights = options.weights;
+  if (w.has_bits()) {
+    if (w.bits() < 2 || w.bits() > 8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight_params.bits is ", w.bits(), "; it must be in 2..8"));
+    }
+    weights.spec.bits = w.bits();
+  }
+  if (w.has_symmetric()) weights.spec.symmetric = w.symmetric();
+  if (w.has_narrow_range()) weights.spec.narrow_range = w.narrow_range();
+  if (w.has_per_channel()) weights.per_channel = w.per_channel();
+  weights.producer_scope = w.producer_scope();
+  weights.consumer_scope = w.consumer_scope();
+  return options;
+}
+
+}  // namespace quantd::passes

@@ -1,0 +1,250 @@
+// End-to-end tests of RunQuantize: bytes in, bytes + summary + events out.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/graph/model_io.h"
+#include "core/graph/validate.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+#include "tests/support/test_paths.h"
+
+namespace quantd {
+namespace {
+
+namespace tfq = tensorflow::quantization;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+quantd::v1::QuantizeConfig DynamicRange(int64_t min_elements = -1) {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_options()->mutable_quantization_method()->set_experimental_method(
+      tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.mutable_options()->set_min_num_elements_for_weights(min_elements);
+  return c;
+}
+
+struct Recorded {
+  std::vector<quantd::v1::Progress> progress;
+  std::vector<quantd::v1::TensorReport> reports;
+  QuantizeEvents events() {
+    return {
+        [this](const quantd::v1::Progress& p) { progress.push_back(p); },
+        [this](const quantd::v1::TensorReport& r) { reports.push_back(r); }};
+  }
+};
+
+absl::StatusOr<QuantizeResult> RunJob(const quantd::v1::QuantizeConfig& config,
+                                      std::string bytes,
+                                      Recorded* recorded = nullptr,
+                                      ThreadPool* pool = nullptr) {
+  CancellationToken cancel;
+  Recorded unused;
+  return RunQuantize(config, std::move(bytes),
+                     (recorded ? recorded : &unused)->events(), cancel, pool);
+}
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(RunQuantizeTest, NoMethodReturnsTheSameBytes) {
+  const std::string bytes = testing::ConvModel().Bytes();
+  absl::StatusOr<QuantizeResult> r =
+      RunJob(quantd::v1::QuantizeConfig(), bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, bytes);
+  EXPECT_TRUE(r->summary.model_unchanged());
+  EXPECT_THAT(r->summary.unchanged_reason(),
+              HasSubstr("no quantization_method"));
+  EXPECT_EQ(r->summary.input_bytes(), bytes.size());
+  EXPECT_EQ(r->summary.output_bytes(), bytes.size());
+  EXPECT_EQ(r->summary.input_opset(), 13);
+  EXPECT_EQ(r->summary.method(), "none");
+  EXPECT_THAT(r->summary.validations(),
+              ElementsAre(HasSubstr("onnx.checker"), HasSubstr("structural")));
+}
+
+TEST(RunQuantizeTest, FullPrecisionReturnsTheSameBytes) {
+  const std::string bytes = testing::ConvModel().Bytes();
+  quantd::v1::QuantizeConfig c = DynamicRange();
+  c.mutable_options()->set_quantization_precision(tfq::PRECISION_FULL);
+  absl::StatusOr<QuantizeResult> r = RunJob(c, bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, bytes);
+  EXPECT_TRUE(r->summary.model_unchanged());
+  EXPECT_THAT(r->summary.unchanged_reason(), HasSubstr("PRECISION_FULL"));
+}
+
+TEST(RunQuantizeTest, PassThroughStillValidates) {
+  EXPECT_EQ(RunJob(quantd::v1::QuantizeConfig(), "garbage").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunJob(quantd::v1::QuantizeConfig(), "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  testing::ModelBuilder b(13);
+  b.Input("x", {2}).Node("NoSuchOp", {"x"}, {"y"}).Output("y");
+  absl::Status s = RunJob(quantd::v1::QuantizeConfig(), b.Bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("onnx.checker"));
+}
+
+TEST(RunQuantizeTest, DynamicRangeConv) {
+  Recorded rec;
+  const std::string bytes = testing::ConvModel().Bytes();
+  absl::StatusOr<QuantizeResult> r = RunJob(DynamicRange(0), bytes, &rec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quantd::v1::QuantizeSummary& s = r->summary;
+  EXPECT_FALSE(s.model_unchanged());
+  EXPECT_EQ(s.quantized_tensors(), 1);
+  EXPECT_EQ(s.quantized_nodes(), 1);
+  EXPECT_EQ(s.skipped_tensors(), 0);
+  EXPECT_EQ(s.method(), "DYNAMIC_RANGE");
+  EXPECT_EQ(s.op_set(), "TF");
+  EXPECT_EQ(s.precision(), "PRECISION_W8A8");
+  EXPECT_EQ(s.input_bytes(), bytes.size());
+  EXPECT_EQ(s.output_bytes(), r->model.size());
+  EXPECT_LT(r->model.size(), bytes.size());
+  EXPECT_EQ(s.weight_bytes_before(), 1152u * 4);
+  EXPECT_EQ(s.weight_bytes_after(), 1152u + 16 * 5);
+  EXPECT_EQ(s.output_opset(), 13);
+  EXPECT_THAT(s.validations(),
+              ElementsAre(HasSubstr("input model: onnx.checker"),
+                          HasSubstr("input model: structural"),
+                          HasSubstr("output model: onnx.checker"),
+                          HasSubstr("output model: structural")));
+  std::vector<quantd::v1::Stage> stages;
+  for (const auto& d : s.stage_durations()) stages.push_back(d.stage());
+  EXPECT_THAT(stages,
+              ElementsAre(quantd::v1::STAGE_PARSE, quantd::v1::STAGE_VALIDATE,
+                          quantd::v1::STAGE_PLAN, quantd::v1::STAGE_QUANTIZE,
+                          quantd::v1::STAGE_SERIALIZE));
+  ASSERT_EQ(rec.reports.size(), 1u);
+  EXPECT_EQ(rec.reports[0].tensor_name(), "W");
+  bool quantize_progress = false;
+  for (const auto& p : rec.progress) {
+    quantize_progress |= p.stage() == quantd::v1::STAGE_QUANTIZE &&
+                         p.done() == 1 && p.total() == 1;
+  }
+  EXPECT_TRUE(quantize_progress);
+  // The output parses and passes the checker on its own.
+  absl::StatusOr<onnx::ModelProto> out = graph::ParseModel(r->model);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(graph::ValidateModel(*out, "output", nullptr).ok());
+}
+
+TEST(RunQuantizeTest, DefaultMinimumSkipsSmallWeights) {
+  absl::StatusOr<QuantizeResult> r =
+      RunJob(DynamicRange(0), testing::MatMulModel(16, 16).Bytes());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.quantized_tensors(), 0);
+  ASSERT_EQ(r->summary.skipped_size(), 1);
+  EXPECT_EQ(r->summary.skipped(0).reason(), quantd::v1::SKIP_TOO_FEW_ELEMENTS);
+}
+
+TEST(RunQuantizeTest, OptionErrorsComeBeforeParsing) {
+  quantd::v1::QuantizeConfig c = DynamicRange();
+  c.mutable_activation_params()->set_bits(8);
+  absl::Status s = RunJob(c, "not even a model").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("activation_params.bits"));
+
+  c = DynamicRange();
+  c.mutable_options()->set_op_set(tfq::XLA);
+  EXPECT_EQ(RunJob(c, "x").status().code(), absl::StatusCode::kUnimplemented);
+  c = DynamicRange();
+  c.mutable_options()->set_min_num_elements_for_weights(-5);
+  EXPECT_EQ(RunJob(c, "x").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RunQuantizeTest, Opset21ModelIsQuantizedWithStructuralChecks) {
+  testing::ModelBuilder b = testing::MatMulModel(64, 32, 21);
+  b.model().set_ir_version(10);
+  absl::StatusOr<QuantizeResult> r = RunJob(DynamicRange(), b.Bytes());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.quantized_tensors(), 1);
+  EXPECT_EQ(r->summary.output_opset(), 21);
+  EXPECT_THAT(r->summary.validations(),
+              ElementsAre(HasSubstr("opset 21"), HasSubstr("opset 21")));
+}
+
+TEST(RunQuantizeTest, CancelledJobReturnsCancelled) {
+  CancellationToken cancel;
+  QuantizeEvents events;
+  // Cancel as soon as the first tensor is reported: the job stops before
+  // the next stage.
+  events.on_tensor_report = [&](const quantd::v1::TensorReport&) {
+    cancel.Cancel();
+  };
+  absl::StatusOr<QuantizeResult> r = RunQuantize(
+      DynamicRange(), testing::ConvModel().Bytes(), events, cancel, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+
+  CancellationToken already;
+  already.Cancel();
+  r = RunQuantize(DynamicRange(), testing::ConvModel().Bytes(), {}, already,
+                  nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(Message(r.status()), HasSubstr("parse"));
+}
+
+TEST(RunQuantizeTest, Opset9ModelIsUpgradedAndSaysSo) {
+  testing::ModelBuilder b = testing::MatMulModel(64, 32, 9);
+  b.model().set_ir_version(4);
+  Recorded rec;
+  absl::StatusOr<QuantizeResult> r = RunJob(DynamicRange(), b.Bytes(), &rec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.input_opset(), 9);
+  EXPECT_EQ(r->summary.output_opset(), 13);
+  EXPECT_EQ(r->summary.quantized_tensors(), 1);
+  EXPECT_THAT(r->summary.validations(),
+              ::testing::Contains(HasSubstr("upgraded from 9 to 13")));
+  ASSERT_EQ(rec.reports.size(), 1u);
+  EXPECT_THAT(rec.reports[0].note(), HasSubstr("upgraded from 9 to 13"));
+}
+
+TEST(RunQuantizeTest, WithAPool) {
+  ThreadPool pool(2);
+  testing::ModelBuilder b(13);
+  b.Input("x", {2, 64});
+  for (int i = 0; i < 5; ++i) {
+    const std::string w = "W" + std::to_string(i);
+    b.Weight(w, {64, 64}, i)
+        .Node("MatMul", {i ? "y" + std::to_string(i - 1) : "x", w},
+              {"y" + std::to_string(i)});
+  }
+  b.Output("y4");
+  Recorded rec;
+  absl::StatusOr<QuantizeResult> r =
+      RunJob(DynamicRange(), b.Bytes(), &rec, &pool);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.quantized_tensors(), 5);
+  ASSERT_EQ(rec.reports.size(), 5u);
+  EXPECT_EQ(rec.reports[4].tensor_name(), "W4");
+}
+
+TEST(RunQuantizeTest, DigitsExample) {
+  const std::string path = testing::SourcePath("examples/digits/model.onnx");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not there yet";
+  absl::StatusOr<QuantizeResult> r =
+      RunJob(DynamicRange(-1), testing::ReadFileOrDie(path));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->summary.quantized_tensors(), 0);
+  EXPECT_LT(r->summary.weight_bytes_after(), r->summary.weight_bytes_before());
+}
+
+TEST(RunQuantizeTest, OnnxBackendConvModel) {
+  // Its weight is a graph input, so it is reported, not quantized.
+  const std::string path =
+      "/usr/include/onnx/backend/test/data/node/test_conv_with_strides_padding/"
+      "model.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing";
+  absl::StatusOr<QuantizeResult> r =
+      RunJob(DynamicRange(-1), testing::ReadFileOrDie(path));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.quantized_tensors(), 0);
+  ASSERT_EQ(r->summary.skipped_size(), 1);
+  EXPECT_EQ(r->summary.skipped(0).reason(), quantd::v1::SKIP_NOT_CONSTANT);
+}
+
+}  // namespace
+}  // namespace quantd

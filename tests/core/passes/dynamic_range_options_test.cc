@@ -1,0 +1,108 @@
+#include "core/passes/dynamic_range_options.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quantd::passes {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<DynamicRangeOptions> ResolveWith(
+    const std::function<void(quantd::v1::QuantizeConfig*)>& edit) {
+  quantd::v1::QuantizeConfig config;
+  edit(&config);
+  return ResolveDynamicRangeOptions(config);
+}
+
+std::string Message(const absl::StatusOr<DynamicRangeOptions>& o) {
+  return std::string(o.status().message());
+}
+
+TEST(DynamicRangeOptionsTest, Defaults) {
+  auto o = ResolveWith([](auto*) {});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->min_num_elements, 1024);
+  EXPECT_EQ(o->weights.spec.bits, 8);
+  EXPECT_TRUE(o->weights.spec.is_signed);
+  EXPECT_TRUE(o->weights.spec.symmetric);
+  EXPECT_TRUE(o->weights.spec.narrow_range);
+  EXPECT_TRUE(o->weights.per_channel);
+  EXPECT_EQ(o->precision, tensorflow::quantization::PRECISION_W8A8);
+}
+
+TEST(DynamicRangeOptionsTest, MinNumElements) {
+  auto set = [](int64_t v) {
+    return ResolveWith([v](auto* c) {
+      c->mutable_options()->set_min_num_elements_for_weights(v);
+    });
+  };
+  EXPECT_EQ(set(0)->min_num_elements, 1024);
+  EXPECT_EQ(set(-1)->min_num_elements, 0);
+  EXPECT_EQ(set(10)->min_num_elements, 10);
+  auto bad = set(-5);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(bad), HasSubstr("min_num_elements_for_weights is -5"));
+}
+
+TEST(DynamicRangeOptionsTest, WeightOverrides) {
+  auto o = ResolveWith([](auto* c) {
+    auto* w = c->mutable_weight_params();
+    w->set_bits(4);
+    w->set_symmetric(false);
+    w->set_narrow_range(false);
+    w->set_per_channel(false);
+    w->set_producer_scope("enc/");
+    w->set_consumer_scope("enc/block");
+  });
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->weights.spec.bits, 4);
+  EXPECT_FALSE(o->weights.spec.symmetric);
+  EXPECT_FALSE(o->weights.spec.narrow_range);
+  EXPECT_FALSE(o->weights.per_channel);
+  EXPECT_EQ(o->weights.producer_scope, "enc/");
+  EXPECT_EQ(o->weights.consumer_scope, "enc/block");
+}
+
+TEST(DynamicRangeOptionsTest, BitsOutOfRange) {
+  for (int bits : {0, 1, 9, 16}) {
+    auto o = ResolveWith(
+        [bits](auto* c) { c->mutable_weight_params()->set_bits(bits); });
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bits;
+    EXPECT_THAT(Message(o), HasSubstr("weight_params.bits"));
+  }
+}
+
+TEST(DynamicRangeOptionsTest, RangeTrackingOnWeightsIsRefusedByName) {
+  auto o = ResolveWith([](auto* c) {
+    c->mutable_weight_params()->set_ema_decay(0.99f);
+    c->mutable_weight_params()->set_quant_delay(10);
+  });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(o), HasSubstr("weight_params.ema_decay"));
+  EXPECT_THAT(Message(o), HasSubstr("weight_params.quant_delay"));
+  EXPECT_THAT(Message(o), HasSubstr("offline"));
+}
+
+TEST(DynamicRangeOptionsTest, ActivationParamsAreRefusedByName) {
+  auto o = ResolveWith(
+      [](auto* c) { c->mutable_activation_params()->set_narrow_range(true); });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(o), HasSubstr("activation_params.narrow_range"));
+  EXPECT_THAT(Message(o), HasSubstr("run time"));
+}
+
+TEST(DynamicRangeOptionsTest, CalibrationIsRefused) {
+  auto o = ResolveWith([](auto* c) {
+    c->mutable_calibration()->add_ranges()->set_tensor_name("x");
+  });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(o), HasSubstr("calibration"));
+  // An empty calibration message is as good as none.
+  EXPECT_TRUE(ResolveWith([](auto* c) { c->mutable_calibration(); }).ok());
+}
+
+}  // namespace
+}  // namespace quantd::passes

@@ -1,0 +1,559 @@
+#include "core/passes/dynamic_range_pass.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/engine/thread_pool.h"
+#include "core/graph/model_io.h"
+#include "core/graph/tensor_util.h"
+#include "core/graph/validate.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+
+namespace quantd::passes {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ModelBuilder;
+using testing::Wave;
+
+std::vector<const onnx::NodeProto*> NodesOf(const onnx::ModelProto& m,
+                                            const std::string& op) {
+  std::vector<const onnx::NodeProto*> out;
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() == op) out.push_back(&n);
+  }
+  return out;
+}
+
+const onnx::NodeProto* NodeNamed(const onnx::ModelProto& m,
+                                 const std::string& name) {
+  for (const auto& n : m.graph().node()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+const onnx::TensorProto* Init(const onnx::ModelProto& m,
+                              const std::string& name) {
+  for (const auto& t : m.graph().initializer()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+int64_t AxisOf(const onnx::NodeProto& n) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "axis") return a.i();
+  }
+  return -100;  // No axis attribute.
+}
+
+// The weight `name` as the DequantizeLinear producing it computes it,
+// written out independently of numerics:: (q - zp) * scale along the axis.
+struct Dequantized {
+  std::vector<float> values;
+  std::vector<int8_t> q;
+  int64_t axis = -100;
+  std::vector<int64_t> scale_dims;
+};
+Dequantized DequantizeInModel(const onnx::ModelProto& m,
+                              const std::string& name) {
+  Dequantized out;
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() != "DequantizeLinear" || n.output(0) != name) continue;
+    const onnx::TensorProto* q = Init(m, n.input(0));
+    const onnx::TensorProto* s = Init(m, n.input(1));
+    const onnx::TensorProto* z = Init(m, n.input(2));
+    EXPECT_TRUE(q && s && z);
+    if (!(q && s && z)) return out;
+    EXPECT_EQ(q->data_type(), onnx::TensorProto::INT8);
+    EXPECT_EQ(z->data_type(), onnx::TensorProto::INT8);
+    out.axis = AxisOf(n);
+    out.scale_dims = graph::Dims(*s);
+    std::vector<float> scales = *graph::ReadFloatTensor(*s);
+    const std::string& raw = q->raw_data();
+    int64_t inner = 1, channels = 1;
+    if (out.axis >= 0) {
+      channels = q->dims(out.axis);
+      for (int d = out.axis + 1; d < q->dims_size(); ++d) inner *= q->dims(d);
+    }
+    for (size_t i = 0; i < raw.size(); ++i) {
+      const int64_t c = (static_cast<int64_t>(i) / inner) % channels;
+      const int8_t qv = static_cast<int8_t>(raw[i]);
+      const int8_t zp = static_cast<int8_t>(z->raw_data()[c]);
+      out.q.push_back(qv);
+      out.values.push_back(scales[c] * static_cast<float>(qv - zp));
+    }
+  }
+  return out;
+}
+
+class PassTest : public ::testing::Test {
+ protected:
+  PassTest() { options_.min_num_elements = 0; }
+
+  // Runs the pass on `m` in place and checks the result is a valid model.
+  PassStats Run(onnx::ModelProto* m) {
+    PassHooks hooks;
+    hooks.on_report = [this](const quantd::v1::TensorReport& r) {
+      reports_.push_back(r);
+    };
+    absl::StatusOr<PassStats> stats = RunDynamicRangePass(options_, hooks, m);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    absl::Status valid = graph::ValidateModel(*m, "output", nullptr);
+    EXPECT_TRUE(valid.ok()) << valid;
+    return stats.ok() ? *stats : PassStats();
+  }
+
+  // Every dequantized value is within half a step of the original.
+  void ExpectClose(const onnx::ModelProto& m, const std::string& name,
+                   const std::vector<float>& original) {
+    Dequantized d = DequantizeInModel(m, name);
+    ASSERT_EQ(d.values.size(), original.size());
+    const float max_abs = std::abs(*std::max_element(
+        original.begin(), original.end(),
+        [](float a, float b) { return std::abs(a) < std::abs(b); }));
+    for (size_t i = 0; i < original.size(); ++i) {
+      ASSERT_NEAR(d.values[i], original[i], max_abs / 127.0f / 2.0f * 1.001f)
+          << "at element " << i;
+    }
+  }
+
+  DynamicRangeOptions options_;
+  std::vector<quantd::v1::TensorReport> reports_;
+};
+
+TEST_F(PassTest, ConvWeightPerChannelOnAxis0) {
+  onnx::ModelProto m = testing::ConvModel(8, 16).Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(stats.quantized_nodes, 1);
+  // Bias is input 2, not a candidate; W's float initializer is gone.
+  EXPECT_EQ(Init(m, "W"), nullptr);
+  ASSERT_NE(Init(m, "W_quantized"), nullptr);
+  EXPECT_THAT(graph::Dims(*Init(m, "W_quantized")), ElementsAre(16, 8, 3, 3));
+  Dequantized d = DequantizeInModel(m, "W");
+  EXPECT_EQ(d.axis, 0);
+  EXPECT_THAT(d.scale_dims, ElementsAre(16));
+  ExpectClose(m, "W", Wave(16 * 8 * 9, 1));
+  // Each channel uses the full symmetric narrow range.
+  EXPECT_EQ(*std::max_element(d.q.begin(), d.q.end()), 127);
+  EXPECT_GE(*std::min_element(d.q.begin(), d.q.end()), -127);
+
+  // Activation: x -> DynamicQuantizeLinear -> DequantizeLinear -> Conv.
+  auto dql = NodesOf(m, "DynamicQuantizeLinear");
+  ASSERT_EQ(dql.size(), 1u);
+  EXPECT_EQ(dql[0]->input(0), "x");
+  const onnx::NodeProto* conv = NodeNamed(m, "conv0");
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->input(0), "x_dequantized");
+  EXPECT_EQ(conv->input(1), "W");
+  EXPECT_EQ(conv->input(2), "bias");
+
+  ASSERT_EQ(reports_.size(), 1u);
+  const auto& r = reports_[0];
+  EXPECT_EQ(r.node_name(), "conv0");
+  EXPECT_EQ(r.op_type(), "Conv");
+  EXPECT_EQ(r.tensor_name(), "W");
+  EXPECT_EQ(r.num_elements(), 1152);
+  EXPECT_TRUE(r.scheme().per_channel());
+  EXPECT_EQ(r.scheme().axis(), 0);
+  EXPECT_EQ(r.scheme().quant_min(), -127);
+  EXPECT_EQ(r.scheme().quant_max(), 127);
+  EXPECT_EQ(r.scheme().storage_type(), "INT8");
+  EXPECT_LT(r.scale_min(), r.scale_max());
+  EXPECT_GT(r.sqnr_db(), 35.0);
+  EXPECT_GT(r.mse(), 0.0);
+  EXPECT_EQ(stats.weight_bytes_before, 1152u * 4);
+  EXPECT_EQ(stats.weight_bytes_after, 1152u + 16 * 4 + 16);
+}
+
+TEST_F(PassTest, GemmAxisFollowsTransB) {
+  for (int trans_b : {0, 1}) {
+    ModelBuilder b(13);
+    b.Input("x", {2, 64})
+        .Weight("B", trans_b ? std::vector<int64_t>{32, 64}
+                             : std::vector<int64_t>{64, 32})
+        .Weight("C", {32}, 3)
+        .Node("Gemm", {"x", "B", "C"}, {"y"}, "gemm")
+        .Attr("transB", trans_b)
+        .Output("y", {2, 32});
+    onnx::ModelProto m = b.Build();
+    Run(&m);
+    Dequantized d = DequantizeInModel(m, "B");
+    EXPECT_EQ(d.axis, trans_b ? 0 : 1) << "transB=" << trans_b;
+    EXPECT_THAT(d.scale_dims, ElementsAre(32));
+    ExpectClose(m, "B", Wave(2048, 1));
+    EXPECT_NE(Init(m, "C"), nullptr);  // The bias stays float.
+  }
+}
+
+TEST_F(PassTest, MatMulAxisIsLastOfBAndRank1IsPerTensor) {
+  struct Case {
+    std::vector<int64_t> x, w;
+    int64_t axis;
+    std::vector<int64_t> scale_dims;
+  };
+  for (const Case& c : {Case{{2, 64}, {64, 32}, 1, {32}},
+                        Case{{4, 2, 64}, {4, 64, 32}, 2, {32}},
+                        Case{{2, 64}, {64}, -100, {}}}) {
+    ModelBuilder b(13);
+    b.Input("x", c.x).Weight("W", c.w).Node("MatMul", {"x", "W"}, {"y"}, "mm");
+    b.Output("y");
+    onnx::ModelProto m = b.Build();
+    Run(&m);
+    Dequantized d = DequantizeInModel(m, "W");
+    EXPECT_EQ(d.axis, c.axis) << "rank " << c.w.size();
+    EXPECT_EQ(d.scale_dims, c.scale_dims) << "rank " << c.w.size();
+    ExpectClose(m, "W", Wave(testing::Product(c.w), 1));
+  }
+}
+
+TEST_F(PassTest, SharedWeightGetsOneDequantizeLinear) {
+  ModelBuilder b(13);
+  b.Input("x1", {2, 64}).Input("x2", {2, 64}).Weight("W", {64, 32});
+  b.Node("MatMul", {"x1", "W"}, {"y1"}, "mm1");
+  b.Node("MatMul", {"x2", "W"}, {"y2"}, "mm2");
+  b.Output("y1").Output("y2");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(stats.quantized_nodes, 2);
+  // One weight DQ (output W) plus one DQ per activation.
+  int weight_dq = 0;
+  for (auto* n : NodesOf(m, "DequantizeLinear"))
+    weight_dq += n->output(0) == "W";
+  EXPECT_EQ(weight_dq, 1);
+  EXPECT_EQ(NodeNamed(m, "mm1")->input(1), "W");
+  EXPECT_EQ(NodeNamed(m, "mm2")->input(1), "W");
+  EXPECT_EQ(NodesOf(m, "DynamicQuantizeLinear").size(), 2u);
+}
+
+TEST_F(PassTest, WeightSharedWithUnsupportedConsumerIsSkipped) {
+  ModelBuilder b(13);
+  b.Input("x", {64, 64}).Weight("W", {64, 64});
+  b.Node("MatMul", {"x", "W"}, {"y1"}, "mm");
+  b.Node("Add", {"x", "W"}, {"y2"}, "add");
+  b.Output("y1").Output("y2");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 0);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].reason(),
+            quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER);
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("Add 'add'"));
+  EXPECT_NE(Init(m, "W"), nullptr);
+  EXPECT_TRUE(NodesOf(m, "DynamicQuantizeLinear").empty());
+}
+
+TEST_F(PassTest, ConsumersDisagreeingOnAxisAreSkipped) {
+  // Gemm transB=1 wants axis 0, MatMul wants axis 1 of the same [64, 64].
+  ModelBuilder b(13);
+  b.Input("x", {2, 64}).Weight("W", {64, 64});
+  b.Node("Gemm", {"x", "W"}, {"y1"}, "gemm").Attr("transB", 1);
+  b.Node("MatMul", {"x", "W"}, {"y2"}, "mm");
+  b.Output("y1").Output("y2");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].reason(),
+            quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER);
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("axis"));
+  // Per tensor there is nothing to disagree on.
+  options_.weights.per_channel = false;
+  m = b.Build();
+  stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(DequantizeInModel(m, "W").axis, -100);
+}
+
+TEST_F(PassTest, SharedActivationGetsOneDynamicQuantizeLinear) {
+  ModelBuilder b(13);
+  b.Input("in", {2, 64}).Weight("W1", {64, 32}, 1).Weight("W2", {64, 32}, 2);
+  b.Node("Relu", {"in"}, {"x"}, "relu");
+  b.Node("MatMul", {"x", "W1"}, {"y1"}, "mm1");
+  b.Node("MatMul", {"x", "W2"}, {"y2"}, "mm2");
+  b.Node("Neg", {"x"}, {"y3"}, "neg");
+  b.Output("y1").Output("y2").Output("y3");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 2);
+  auto dql = NodesOf(m, "DynamicQuantizeLinear");
+  ASSERT_EQ(dql.size(), 1u);
+  EXPECT_EQ(dql[0]->input(0), "x");
+  EXPECT_EQ(NodeNamed(m, "mm1")->input(0), "x_dequantized");
+  EXPECT_EQ(NodeNamed(m, "mm2")->input(0), "x_dequantized");
+  EXPECT_EQ(NodeNamed(m, "neg")->input(0), "x");  // Not quantized: stays float.
+  // The pair comes right after Relu (topological order is also validated).
+  int relu = -1, dq = -1;
+  for (int i = 0; i < m.graph().node_size(); ++i) {
+    if (m.graph().node(i).name() == "relu") relu = i;
+    if (m.graph().node(i).op_type() == "DynamicQuantizeLinear") dq = i;
+  }
+  EXPECT_EQ(dq, relu + 1);
+}
+
+TEST_F(PassTest, RunningTwiceDoesNotQuantizeAgain) {
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  Run(&m);
+  const int nodes = m.graph().node_size();
+  PassStats again = Run(&m);
+  EXPECT_EQ(again.quantized_tensors, 0);
+  EXPECT_EQ(m.graph().node_size(), nodes);
+  ASSERT_EQ(again.skipped.size(), 1u);
+  EXPECT_EQ(again.skipped[0].reason(), quantd::v1::SKIP_NOT_CONSTANT);
+}
+
+TEST_F(PassTest, MinNumElements) {
+  // options_.min_num_elements is already resolved (0 = none) here; the
+  // request-level values 0/-1/-5 are covered by the options test.
+  options_.min_num_elements = 1024;
+  onnx::ModelProto m = testing::MatMulModel(16, 16).Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 0);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].reason(), quantd::v1::SKIP_TOO_FEW_ELEMENTS);
+  EXPECT_EQ(stats.skipped[0].num_elements(), 256);
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("256"));
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("1024"));
+  options_.min_num_elements = 256;
+  m = testing::MatMulModel(16, 16).Build();
+  EXPECT_EQ(Run(&m).quantized_tensors, 1);
+}
+
+TEST_F(PassTest, ConstantNodeWeight) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 64}).ConstantWeight("W", {64, 32}, 5);
+  b.Node("MatMul", {"x", "W"}, {"y"}, "mm").Output("y");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_TRUE(NodesOf(m, "Constant").empty());
+  EXPECT_EQ(DequantizeInModel(m, "W").axis, 1);
+  ExpectClose(m, "W", Wave(64 * 32, 5));
+}
+
+TEST_F(PassTest, InitializerThatIsAlsoAnInputIsNotConstant) {
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  auto* in = m.mutable_graph()->add_input();
+  *in = m.graph().input(0);
+  in->set_name("W");
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 0);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].reason(), quantd::v1::SKIP_NOT_CONSTANT);
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("graph input"));
+}
+
+TEST_F(PassTest, BeforeIr4InitializersListedAsInputsAreConstant) {
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  m.set_ir_version(3);
+  auto* in = m.mutable_graph()->add_input();
+  *in = m.graph().input(0);
+  in->set_name("W");
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->Clear();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  for (const auto& i : m.graph().input()) EXPECT_NE(i.name(), "W");
+}
+
+TEST_F(PassTest, Opset11ModelIsUpgradedTo13) {
+  onnx::ModelProto m = testing::ConvModel(8, 16, 11).Build();
+  m.set_ir_version(6);
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(graph::DefaultOpset(m), 13);
+  EXPECT_THAT(stats.opset_note, HasSubstr("upgraded from 11 to 13"));
+  EXPECT_EQ(DequantizeInModel(m, "W").axis, 0);
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_THAT(reports_[0].note(), HasSubstr("upgraded"));
+}
+
+TEST_F(PassTest, NonFloatWeightIsSkipped) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 4}, onnx::TensorProto::INT32);
+  onnx::TensorProto w;
+  w.set_name("W");
+  w.set_data_type(onnx::TensorProto::INT32);
+  w.add_dims(4);
+  w.add_dims(2);
+  for (int i = 0; i < 8; ++i) w.add_int32_data(i);
+  *b.model().mutable_graph()->add_initializer() = w;
+  b.Node("MatMul", {"x", "W"}, {"y"}, "mm")
+      .Output("y", {}, onnx::TensorProto::INT32);
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].reason(), quantd::v1::SKIP_NOT_FLOAT);
+}
+
+TEST_F(PassTest, FourBitWeightsUseSevenLevelsEachSide) {
+  options_.weights.spec.bits = 4;
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  Run(&m);
+  Dequantized d = DequantizeInModel(m, "W");
+  EXPECT_EQ(*std::max_element(d.q.begin(), d.q.end()), 7);
+  EXPECT_EQ(*std::min_element(d.q.begin(), d.q.end()), -7);
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_EQ(reports_[0].scheme().bits(), 4);
+  EXPECT_EQ(reports_[0].scheme().quant_min(), -7);
+  EXPECT_EQ(reports_[0].scheme().quant_max(), 7);
+}
+
+TEST_F(PassTest, FullRangeAsymmetricWeights) {
+  options_.weights.spec.narrow_range = false;
+  options_.weights.spec.symmetric = false;
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  Run(&m);
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_EQ(reports_[0].scheme().quant_min(), -128);
+  EXPECT_FALSE(reports_[0].scheme().symmetric());
+  Dequantized d = DequantizeInModel(m, "W");
+  EXPECT_EQ(*std::min_element(d.q.begin(), d.q.end()), -128);
+}
+
+TEST_F(PassTest, ScopesFilterWeights) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 64})
+      .Weight("enc/W", {64, 32}, 1)
+      .Weight("dec/W", {64, 32}, 2);
+  b.Node("MatMul", {"x", "enc/W"}, {"y1"}, "enc/mm");
+  b.Node("MatMul", {"x", "dec/W"}, {"y2"}, "dec/mm");
+  b.Output("y1").Output("y2");
+  options_.weights.producer_scope = "enc/";
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].tensor_name(), "dec/W");
+  EXPECT_EQ(stats.skipped[0].reason(), quantd::v1::SKIP_OUT_OF_SCOPE);
+
+  options_.weights.producer_scope = "";
+  options_.weights.consumer_scope = "dec/";
+  m = b.Build();
+  stats = Run(&m);
+  ASSERT_EQ(stats.skipped.size(), 1u);
+  EXPECT_EQ(stats.skipped[0].tensor_name(), "enc/W");
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("consumer_scope"));
+}
+
+TEST_F(PassTest, NanWeightIsInvalidArgument) {
+  ModelBuilder b(13);
+  std::vector<float> w = Wave(64 * 32);
+  w[7] = std::nanf("");
+  b.Input("x", {2, 64}).Initializer("W", {64, 32}, w);
+  b.Node("MatMul", {"x", "W"}, {"y"}).Output("y");
+  onnx::ModelProto m = b.Build();
+  absl::StatusOr<PassStats> s = RunDynamicRangePass(options_, {}, &m);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("'W'"));
+}
+
+TEST_F(PassTest, CancellationStopsBetweenTensors) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 64});
+  for (int i = 0; i < 4; ++i) {
+    const std::string w = "W" + std::to_string(i);
+    b.Weight(w, {64, 64}, i)
+        .Node("MatMul", {i ? "y" + std::to_string(i - 1) : "x", w},
+              {"y" + std::to_string(i)});
+  }
+  b.Output("y3");
+  onnx::ModelProto m = b.Build();
+  PassHooks hooks;
+  int reports = 0;
+  hooks.on_report = [&](const quantd::v1::TensorReport&) { ++reports; };
+  hooks.check_cancelled = [&] {
+    return reports >= 2 ? absl::CancelledError("stop") : absl::OkStatus();
+  };
+  absl::StatusOr<PassStats> s = RunDynamicRangePass(options_, hooks, &m);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(reports, 2);
+}
+
+TEST_F(PassTest, ParallelRunMatchesSerialRun) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 64});
+  for (int i = 0; i < 7; ++i) {
+    const std::string w = "W" + std::to_string(i);
+    b.Weight(w, {64, 64}, i)
+        .Node("MatMul", {i ? "y" + std::to_string(i - 1) : "x", w},
+              {"y" + std::to_string(i)});
+  }
+  b.Output("y6");
+  onnx::ModelProto serial = b.Build();
+  Run(&serial);
+  onnx::ModelProto parallel = b.Build();
+  ThreadPool pool(3);
+  PassHooks hooks;
+  std::vector<std::string> order;
+  hooks.on_report = [&](const quantd::v1::TensorReport& r) {
+    order.push_back(r.tensor_name());
+  };
+  hooks.parallel_for = [&](int64_t n, const std::function<void(int64_t)>& fn) {
+    pool.ParallelFor(n, fn);
+  };
+  hooks.group_size = 4;
+  ASSERT_TRUE(RunDynamicRangePass(options_, hooks, &parallel).ok());
+  EXPECT_THAT(order, ElementsAre("W0", "W1", "W2", "W3", "W4", "W5", "W6"));
+  EXPECT_EQ(*graph::SerializeModel(serial), *graph::SerializeModel(parallel));
+}
+
+}  // namespace
+}  // namespace quantd::passes
+
+namespace quantd::passes {
+namespace {
+
+// A model the version converter cannot convert: a custom-domain node.
+onnx::ModelProto WithCustomOp(int64_t opset) {
+  ModelBuilder b = testing::MatMulModel(64, 32, opset);
+  b.model().set_ir_version(6);
+  auto* op = b.model().add_opset_import();
+  op->set_domain("com.example");
+  op->set_version(1);
+  b.Node("Custom", {"y"}, {"z"}, "custom");
+  b.model().mutable_graph()->mutable_node(1)->set_domain("com.example");
+  b.Output("z");
+  return b.Build();
+}
+
+TEST_F(PassTest, Opset11FallsBackToPerTensorWhenTheConverterFails) {
+  onnx::ModelProto m = WithCustomOp(11);
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(graph::DefaultOpset(m), 11);
+  EXPECT_THAT(stats.opset_note, HasSubstr("per-tensor"));
+  EXPECT_EQ(DequantizeInModel(m, "W").axis, -100);
+  EXPECT_THAT(DequantizeInModel(m, "W").scale_dims, ElementsAre());
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_FALSE(reports_[0].scheme().per_channel());
+  EXPECT_THAT(reports_[0].note(), HasSubstr("per-tensor"));
+}
+
+TEST_F(PassTest, Opset10IsFailedPreconditionWhenTheConverterFails) {
+  onnx::ModelProto m = WithCustomOp(10);
+  absl::StatusOr<PassStats> s = RunDynamicRangePass(options_, {}, &m);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("opset is 10"));
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("DynamicQuantizeLinear"));
+}
+
+TEST_F(PassTest, Opset9MatMulIsUpgraded) {
+  onnx::ModelProto m = testing::MatMulModel(64, 32, 9).Build();
+  m.set_ir_version(4);
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 1);
+  EXPECT_EQ(graph::DefaultOpset(m), 13);
+  EXPECT_GE(m.ir_version(), 7);
+  ExpectClose(m, "W", Wave(64 * 32, 1));
+}
+
+}  // namespace
+}  // namespace quantd::passes
