@@ -1,1 +1,383 @@
-int main() { return 1; }  // placeholder, replaced by the client work
+// quantctl: the command-line client of quantd, on top of the C++ SDK.
+//
+//   quantctl quantize --server=T --model=IN --output=OUT [--options=F]
+//                     [--method=..] [--precision=..] [--op_set=..] [--json]
+//   quantctl info --server=T [--json]
+//   quantctl health --server=T
+//
+// Exit codes: 0 success, 1 the call (or a file) failed, 2 usage. Errors go to
+// stderr as "<GRPC_CODE>: <message>".
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "client/file_util.h"
+#include "client/quantctl_options.h"
+#include "client/quantd_client.h"
+#include "google/protobuf/util/json_util.h"
+
+ABSL_FLAG(std::string, server, "", "quantd target, e.g. localhost:50051.");
+ABSL_FLAG(std::string, model, "", "Input ONNX model.");
+ABSL_FLAG(std::string, output, "", "Where to write the quantized model.");
+ABSL_FLAG(std::string, options, "",
+          "QuantizationOptions in protobuf text format.");
+ABSL_FLAG(std::string, method, "", "dynamic_range | static_range.");
+ABSL_FLAG(std::string, precision, "", "w8a8 | w4a8 | w4a4 | full.");
+ABSL_FLAG(std::string, op_set, "", "tf | xla | uniform_quantized.");
+ABSL_FLAG(bool, json, false, "Print one JSON object on stdout.");
+ABSL_FLAG(double, timeout, 0, "Deadline of the call in seconds; 0: none.");
+
+namespace {
+
+using quantd::client::Client;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  quantctl quantize --server=T --model=IN --output=OUT [--options=F]\n"
+    "                    [--method=dynamic_range|static_range]\n"
+    "                    [--precision=w8a8|w4a8|w4a4|full]\n"
+    "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
+    "                    [--timeout=SECONDS]\n"
+    "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
+    "  quantctl health --server=T [--timeout=SECONDS]\n";
+
+int UsageError(absl::string_view message) {
+  absl::FPrintF(stderr, "INVALID_ARGUMENT: %s\n%s", message, kUsage);
+  return kExitUsage;
+}
+
+int Fail(const absl::Status& status) {
+  absl::FPrintF(stderr, "%s: %s\n", absl::StatusCodeToString(status.code()),
+                status.message());
+  return kExitFailure;
+}
+
+// The flags each command takes; anything else is a usage error.
+const std::map<std::string, std::set<std::string>>& CommandFlags() {
+  static const auto* flags = new std::map<std::string, std::set<std::string>>{
+      {"quantize",
+       {"server", "model", "output", "options", "method", "precision", "op_set",
+        "json", "timeout"}},
+      {"info", {"server", "json", "timeout"}},
+      {"health", {"server", "timeout"}},
+  };
+  return *flags;
+}
+
+// Sets the flags from `--name=value`, `--name value` and `--[no]bool`. Our
+// own loop rather than absl::ParseCommandLine, which exits with 1 on a bad
+// flag where we promise 2, and knows nothing of commands.
+absl::Status ParseFlags(const std::vector<std::string>& args,
+                        const std::set<std::string>& allowed) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (!absl::StartsWith(arg, "-")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    arg = absl::StripPrefix(absl::StripPrefix(arg, "-"), "-");
+    std::string name(arg.substr(0, arg.find('=')));
+    std::string value;
+    const bool has_value = arg.find('=') != absl::string_view::npos;
+    if (has_value) value = std::string(arg.substr(arg.find('=') + 1));
+    absl::CommandLineFlag* flag =
+        allowed.count(name) ? absl::FindCommandLineFlag(name) : nullptr;
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no") &&
+        allowed.count(name.substr(2))) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      if (flag != nullptr && flag->IsOfType<bool>()) {
+        value = "false";
+      } else {
+        flag = nullptr;
+      }
+    } else if (flag != nullptr && !has_value) {
+      if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value"));
+      }
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '", args[i], "' for this command"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Client::Options> ClientOptions() {
+  Client::Options options;
+  options.target = absl::GetFlag(FLAGS_server);
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("--server is required");
+  }
+  const double timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout < 0 || std::isnan(timeout)) {
+    return absl::InvalidArgumentError("--timeout must be >= 0 seconds");
+  }
+  if (timeout > 0) options.deadline = absl::Seconds(timeout);
+  return options;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  // Scripts can rely on every field being there, zeros included.
+  options.always_print_primitive_fields = true;
+  std::string json;
+  // Only fails for an Any of an unknown type; our messages have none.
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+// "STAGE_RECEIVE" -> "receive".
+std::string StageName(quantd::v1::Stage stage) {
+  return absl::AsciiStrToLower(
+      absl::StripPrefix(quantd::v1::Stage_Name(stage), "STAGE_"));
+}
+
+void PrintProgress(const quantd::v1::Progress& progress) {
+  // \r and "erase line": one status line that keeps being rewritten.
+  absl::FPrintF(stderr, "\r\033[K[%s] %d/%d %s", StageName(progress.stage()),
+                progress.done(), progress.total(), progress.message());
+}
+
+// Left-aligned columns, two spaces apart, widths from the widest cell.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c],
+                      c + 1 == row.size()
+                          ? ""
+                          : std::string(widths[c] - row[c].size() + 2, ' '));
+    }
+    absl::PrintF("%s\n", line);
+  }
+}
+
+std::string SchemeText(const quantd::v1::QuantScheme& scheme) {
+  std::string text =
+      absl::StrCat(scheme.bits(), "b ", scheme.symmetric() ? "sym" : "asym");
+  if (scheme.narrow_range()) absl::StrAppend(&text, " narrow");
+  absl::StrAppend(&text, scheme.per_channel()
+                             ? absl::StrCat(" per-ch(", scheme.axis(), ")")
+                             : " per-tensor");
+  if (!scheme.storage_type().empty()) {
+    absl::StrAppend(&text, " ", scheme.storage_type());
+  }
+  return text;
+}
+
+std::string ScaleRange(const quantd::v1::TensorReport& report) {
+  if (report.scale_min() == report.scale_max()) {
+    return absl::StrFormat("%.4g", report.scale_min());
+  }
+  return absl::StrFormat("%.4g..%.4g", report.scale_min(), report.scale_max());
+}
+
+void PrintReports(const std::vector<quantd::v1::TensorReport>& reports) {
+  if (reports.empty()) return;
+  std::vector<std::vector<std::string>> rows = {{"NODE", "OP", "TENSOR",
+                                                 "ELEMENTS", "SCHEME", "SCALE",
+                                                 "MSE", "SQNR_DB"}};
+  for (const quantd::v1::TensorReport& r : reports) {
+    rows.push_back({r.node_name(), r.op_type(), r.tensor_name(),
+                    absl::StrCat(r.num_elements()), SchemeText(r.scheme()),
+                    ScaleRange(r), absl::StrFormat("%.3g", r.mse()),
+                    std::isinf(r.sqnr_db())
+                        ? std::string("inf")
+                        : absl::StrFormat("%.1f", r.sqnr_db())});
+  }
+  PrintTable(rows);
+  absl::PrintF("\n");
+}
+
+void PrintSummary(const quantd::v1::QuantizeSummary& s) {
+  const double ratio =
+      s.output_bytes() == 0
+          ? 0.0
+          : static_cast<double>(s.input_bytes()) / s.output_bytes();
+  absl::PrintF(
+      "model:      %d -> %d bytes (in/out ratio %.2f), opset %d -> %d\n",
+      s.input_bytes(), s.output_bytes(), ratio, s.input_opset(),
+      s.output_opset());
+  absl::PrintF("options:    method=%s op_set=%s precision=%s\n", s.method(),
+               s.op_set(), s.precision());
+  if (s.model_unchanged()) {
+    absl::PrintF("unchanged:  %s\n", s.unchanged_reason());
+  }
+  absl::PrintF("quantized:  %d tensors, %d nodes; weights %d -> %d bytes\n",
+               s.quantized_tensors(), s.quantized_nodes(),
+               s.weight_bytes_before(), s.weight_bytes_after());
+  absl::PrintF("skipped:    %d tensors\n", s.skipped_tensors());
+  for (const quantd::v1::SkippedTensor& t : s.skipped()) {
+    absl::PrintF("  %s (%s %s, %d elements): %s%s\n", t.tensor_name(),
+                 t.op_type(), t.node_name(), t.num_elements(),
+                 quantd::v1::SkipReason_Name(t.reason()),
+                 t.detail().empty() ? "" : absl::StrCat(": ", t.detail()));
+  }
+  std::vector<std::string> stages;
+  for (const quantd::v1::StageDuration& d : s.stage_durations()) {
+    stages.push_back(
+        absl::StrFormat("%s %.3fs", StageName(d.stage()), d.seconds()));
+  }
+  absl::PrintF("stages:     %s\n", absl::StrJoin(stages, ", "));
+  for (const std::string& v : s.validations()) {
+    absl::PrintF("validated:  %s\n", v);
+  }
+}
+
+int RunQuantize() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  const std::string output_path = absl::GetFlag(FLAGS_output);
+  if (model_path.empty() || output_path.empty()) {
+    return UsageError("quantize needs --model and --output");
+  }
+  absl::StatusOr<Client::Options> client_options = ClientOptions();
+  if (!client_options.ok())
+    return UsageError(client_options.status().message());
+
+  quantd::client::QuantctlOptionFlags option_flags;
+  option_flags.options_file = absl::GetFlag(FLAGS_options);
+  option_flags.method = absl::GetFlag(FLAGS_method);
+  option_flags.precision = absl::GetFlag(FLAGS_precision);
+  option_flags.op_set = absl::GetFlag(FLAGS_op_set);
+  absl::StatusOr<tensorflow::quantization::QuantizationOptions> options =
+      quantd::client::BuildQuantizationOptions(option_flags);
+  if (!options.ok()) return Fail(options.status());
+
+  absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
+  if (!model.ok()) return Fail(model.status());
+
+  quantd::v1::QuantizeConfig config;
+  *config.mutable_options() = std::move(*options);
+  quantd::client::QuantizeCallbacks callbacks;
+  const bool show_progress = isatty(STDERR_FILENO) != 0;
+  if (show_progress) callbacks.on_progress = PrintProgress;
+
+  Client client(*client_options);
+  absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
+      client.Quantize(std::move(config), *model, callbacks);
+  if (show_progress) absl::FPrintF(stderr, "\r\033[K");
+  if (!outcome.ok()) return Fail(outcome.status());
+  if (absl::Status status =
+          quantd::client::WriteFileAtomically(output_path, outcome->model);
+      !status.ok()) {
+    return Fail(status);
+  }
+
+  if (absl::GetFlag(FLAGS_json)) {
+    std::vector<std::string> tensors;
+    for (const quantd::v1::TensorReport& r : outcome->reports) {
+      tensors.push_back(ToJson(r));
+    }
+    absl::PrintF("{\"summary\":%s,\"tensors\":[%s]}\n",
+                 ToJson(outcome->summary), absl::StrJoin(tensors, ","));
+    return 0;
+  }
+  PrintReports(outcome->reports);
+  PrintSummary(outcome->summary);
+  absl::PrintF("wrote:      %s\n", output_path);
+  return 0;
+}
+
+int RunInfo() {
+  absl::StatusOr<Client::Options> client_options = ClientOptions();
+  if (!client_options.ok())
+    return UsageError(client_options.status().message());
+  Client client(*client_options);
+  absl::StatusOr<quantd::v1::ServerInfo> info = client.GetServerInfo();
+  if (!info.ok()) return Fail(info.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    absl::PrintF("%s\n", ToJson(*info));
+    return 0;
+  }
+  absl::PrintF("version:       %s\n", info->version());
+  absl::PrintF("methods:       %s\n", absl::StrJoin(info->methods(), ", "));
+  absl::PrintF("op types:      %s\n",
+               absl::StrJoin(info->quantizable_op_types(), ", "));
+  absl::PrintF("input opsets:  >= %d (checker knows <= %d)\n",
+               info->min_input_opset(), info->max_checked_opset());
+  absl::PrintF(
+      "limits:        model %d bytes, message %d bytes, chunk %d "
+      "bytes\n",
+      info->limits().max_model_bytes(), info->limits().max_message_bytes(),
+      info->limits().model_chunk_bytes());
+  absl::PrintF("core threads:  %d\n\n", info->core_threads());
+  std::vector<std::vector<std::string>> rows = {
+      {"METHOD", "OP_SET", "PRECISION", "SUPPORTED", "NOTE"}};
+  for (const quantd::v1::Capability& c : info->capabilities()) {
+    rows.push_back(
+        {c.method(), tensorflow::quantization::OpSet_Name(c.op_set()),
+         tensorflow::quantization::QuantizationPrecision_Name(c.precision()),
+         c.supported() ? "yes" : "no", c.note()});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+int RunHealth() {
+  absl::StatusOr<Client::Options> client_options = ClientOptions();
+  if (!client_options.ok())
+    return UsageError(client_options.status().message());
+  Client client(*client_options);
+  absl::StatusOr<quantd::client::ServingStatus> status = client.Health();
+  if (!status.ok()) return Fail(status.status());
+  absl::PrintF("%s\n", quantd::client::ServingStatusName(*status));
+  return *status == quantd::client::ServingStatus::kServing ? 0 : kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return UsageError("missing command");
+  const std::string command = argv[1];
+  if (command == "help" || command == "--help" || command == "-h") {
+    absl::PrintF("%s", kUsage);
+    return 0;
+  }
+  const auto it = CommandFlags().find(command);
+  if (it == CommandFlags().end()) {
+    return UsageError(absl::StrCat("unknown command '", command, "'"));
+  }
+  if (absl::Status status = ParseFlags(
+          std::vector<std::string>(argv + 2, argv + argc), it->second);
+      !status.ok()) {
+    return UsageError(status.message());
+  }
+  if (command == "quantize") return RunQuantize();
+  if (command == "info") return RunInfo();
+  return RunHealth();
+}

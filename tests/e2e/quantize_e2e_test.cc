@@ -33,7 +33,10 @@ class QuantizeE2eTest : public ::testing::Test {
     delete server_;
     server_ = nullptr;
   }
-  void SetUp() override { ASSERT_TRUE(server_->ok()); }
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << "quantd did not start; it printed: "
+                               << server_->startup_output();
+  }
 
   CommandResult Quantctl(std::vector<std::string> args) {
     args.insert(args.begin(), QUANTCTL_BIN);

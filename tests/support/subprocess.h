@@ -1,9 +1,11 @@
-// Runs the real binaries (quantd, quantctl, node) from tests.
+// Runs the real binaries (quantd, quantctl, node) from tests and benchmarks.
+// No GoogleTest assertions here: callers decide what a failure means.
 #ifndef QUANTD_TESTS_SUPPORT_SUBPROCESS_H_
 #define QUANTD_TESTS_SUPPORT_SUBPROCESS_H_
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,12 +25,17 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 // A quantd server started on free ports for one test; killed on destruction.
 class ServerProcess {
  public:
-  // Starts QUANTD_SERVER_BIN with --port=0 --metrics_port=0 plus `extra`
-  // flags, and waits for its "listening on" line.
-  explicit ServerProcess(const std::vector<std::string>& extra = {});
+  // Starts `binary` (default: QUANTD_SERVER_BIN) with --port=0
+  // --metrics_port=0 plus `extra` flags, and waits (up to 30 s) for its
+  // "listening on" line. ok() tells whether it came up.
+  explicit ServerProcess(const std::vector<std::string>& extra = {},
+                         const std::string& binary = QUANTD_SERVER_BIN);
   ~ServerProcess();
 
   bool ok() const { return port_ > 0; }
+  // What the server printed before it was ready (or before it failed).
+  const std::string& startup_output() const { return startup_output_; }
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -39,6 +46,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = -1;
   int metrics_port_ = -1;
+  std::string startup_output_;
 };
 
 // A fresh temporary directory, removed with its contents on destruction.
@@ -57,6 +65,12 @@ void WriteFileOrDie(const std::string& path, const std::string& contents);
 
 // GET http://127.0.0.1:port/path; returns the body ("" on failure).
 std::string HttpGet(int port, const std::string& path);
+
+// A field of /proc/<pid>/status in bytes (e.g. "VmRSS", "VmHWM"); -1 if
+// unreadable.
+int64_t ProcStatusBytes(pid_t pid, const std::string& field);
+// Resets the peak resident set size (VmHWM) of `pid` to its current RSS.
+bool ResetPeakRss(pid_t pid);
 
 }  // namespace quantd::testing
 

@@ -1,0 +1,56 @@
+// The gRPC face of the core engine: QuantizationService on the callback API.
+// Receives a model, runs it on the core pool (never on gRPC threads), and
+// streams events, the output model and a summary back.
+#ifndef QUANTD_SERVER_QUANTIZATION_SERVICE_H_
+#define QUANTD_SERVER_QUANTIZATION_SERVICE_H_
+
+#include <cstdint>
+
+#include "core/engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "quantd/v1/quantization_service.grpc.pb.h"
+#include "server/metrics.h"
+
+namespace quantd::server {
+
+class QuantizationServiceImpl final
+    : public quantd::v1::QuantizationService::CallbackService {
+ public:
+  struct Options {
+    // Largest model a client may declare; bigger ones are refused
+    // (RESOURCE_EXHAUSTED) before any chunk is read.
+    uint64_t max_model_bytes = uint64_t{1} << 30;
+    // Size of the output model chunks we send.
+    uint64_t model_chunk_bytes = uint64_t{1} << 20;
+    // The transport's message limit, enforced by the Server; reported in
+    // GetServerInfo so clients can size their chunks.
+    uint64_t max_message_bytes = uint64_t{16} << 20;
+  };
+
+  // `engine` and `metrics` must outlive every call, including the core jobs
+  // of calls the client abandoned (see Server::Shutdown).
+  QuantizationServiceImpl(Engine* engine, Metrics* metrics,
+                          const Options& options);
+
+  grpc::ServerBidiReactor<quantd::v1::QuantizeRequest,
+                          quantd::v1::QuantizeResponse>*
+  Quantize(grpc::CallbackServerContext* context) override;
+
+  grpc::ServerBidiReactor<quantd::v1::CalibrateRequest,
+                          quantd::v1::CalibrateResponse>*
+  Calibrate(grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const quantd::v1::GetServerInfoRequest* request,
+      quantd::v1::ServerInfo* response) override;
+
+ private:
+  Engine* const engine_;
+  Metrics* const metrics_;
+  const Options options_;
+};
+
+}  // namespace quantd::server
+
+#endif  // QUANTD_SERVER_QUANTIZATION_SERVICE_H_

@@ -1,0 +1,130 @@
+#include "server/server.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace quantd::server {
+namespace {
+
+constexpr char kServiceName[] = "quantd.v1.QuantizationService";
+
+// Slack for a message's own framing on top of a chunk's bytes.
+constexpr uint64_t kMessageOverheadBytes = 64 << 10;
+
+// Keepalive, agreed with the client SDK (client/quantd_client.cc): clients
+// ping every 30 s, so accepting pings every 10 s leaves room and still stops
+// a misbehaving client from flooding us.
+constexpr int kMinClientPingIntervalMs = 10 * 1000;
+
+std::string HostPort(const std::string& host, int port) {
+  // An IPv6 literal needs brackets before the port.
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+Server::Server(Options options) : options_(std::move(options)) {}
+
+Server::~Server() { Shutdown(absl::Now()); }
+
+absl::Status Server::Start() {
+  const Options::Limits& limits = options_.limits;
+  if (limits.model_chunk_bytes == 0 || limits.max_message_bytes <= 0 ||
+      limits.model_chunk_bytes + kMessageOverheadBytes >
+          static_cast<uint64_t>(limits.max_message_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.model_chunk_bytes (", limits.model_chunk_bytes,
+                     ") must be > 0 and fit in limits.max_message_bytes (",
+                     limits.max_message_bytes, ") with ", kMessageOverheadBytes,
+                     " bytes to spare"));
+  }
+
+  Metrics::Options metrics_options;
+  if (options_.metrics.enabled) {
+    metrics_options.bind_address =
+        HostPort(options_.metrics.host, options_.metrics.port);
+  } else {
+    metrics_options.bind_address.clear();
+  }
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(metrics_options);
+  if (!metrics.ok()) return metrics.status();
+  metrics_ = std::move(*metrics);
+
+  Engine::Options engine_options;
+  engine_options.threads = options_.core.threads;
+  engine_ = std::make_unique<Engine>(engine_options);
+
+  QuantizationServiceImpl::Options service_options;
+  service_options.max_model_bytes = limits.max_model_bytes;
+  service_options.model_chunk_bytes = limits.model_chunk_bytes;
+  service_options.max_message_bytes = limits.max_message_bytes;
+  service_ = std::make_unique<QuantizationServiceImpl>(
+      engine_.get(), metrics_.get(), service_options);
+
+  // Both are process-wide switches that take effect for servers built
+  // after them.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(HostPort(options_.listen.host, options_.listen.port),
+                           grpc::InsecureServerCredentials(), &selected_port_);
+  builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
+  builder.SetMaxSendMessageSize(limits.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      kMinClientPingIntervalMs);
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || selected_port_ == 0) {
+    grpc_server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ",
+                     HostPort(options_.listen.host, options_.listen.port)));
+  }
+  grpc::HealthCheckServiceInterface* health =
+      grpc_server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
+
+int Server::metrics_port() const {
+  return metrics_ == nullptr ? 0 : metrics_->port();
+}
+
+int Server::core_threads() const {
+  return engine_ == nullptr ? 0 : engine_->threads();
+}
+
+void Server::Wait() {
+  if (grpc_server_ == nullptr) return;
+  grpc_server_->Wait();
+  shutdown_done_.WaitForNotification();
+}
+
+void Server::Shutdown(absl::Time deadline) {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_ || grpc_server_ == nullptr) return;
+  shut_down_ = true;
+  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  // Returns once every call has finished (calls still running at the
+  // deadline are cancelled, which also cancels their core jobs).
+  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  // A cancelled call finishes without waiting for its job, and the job's
+  // done callback still uses the service and the metrics: wait for the jobs
+  // (destroying the engine drains its pool) before anything else goes.
+  engine_.reset();
+  shutdown_done_.Notify();
+}
+
+}  // namespace quantd::server

@@ -1,0 +1,87 @@
+// The quantd server: the core engine, QuantizationService, health, reflection
+// and metrics, wired together and started on a port.
+#ifndef QUANTD_SERVER_SERVER_H_
+#define QUANTD_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "server/metrics.h"
+#include "server/quantization_service.h"
+
+namespace quantd::server {
+
+class Server {
+ public:
+  struct Options {
+    struct Listen {
+      std::string host = "0.0.0.0";
+      int port = 50051;  // 0: pick a free port (see selected_port()).
+    } listen;
+    struct MetricsEndpoint {
+      bool enabled = true;
+      std::string host = "0.0.0.0";
+      int port = 9464;  // 0: pick a free port (see metrics_port()).
+    } metrics;
+    struct Core {
+      int threads = 0;  // 0: one per hardware thread.
+    } core;
+    struct Limits {
+      uint64_t max_model_bytes = uint64_t{1} << 30;
+      uint64_t model_chunk_bytes = uint64_t{1} << 20;
+      // Largest gRPC message either way: a model chunk plus framing, with
+      // room for clients that send bigger chunks. Deliberately far from
+      // INT_MAX so one message cannot pin gigabytes.
+      int max_message_bytes = 16 << 20;
+    } limits;
+  };
+
+  explicit Server(Options options);
+  // Shuts down (with no grace period) if still running.
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Builds and starts everything. UNAVAILABLE when a port cannot be bound,
+  // INVALID_ARGUMENT for inconsistent options.
+  absl::Status Start();
+
+  // The gRPC port, once started (the chosen one when port 0 was asked for).
+  int selected_port() const { return selected_port_; }
+  // The metrics port, once started; 0 when metrics are disabled.
+  int metrics_port() const;
+  int core_threads() const;
+
+  // Blocks until Shutdown (called from another thread) has completed.
+  void Wait();
+
+  // Health goes NOT_SERVING (so load balancers stop sending calls), new calls
+  // are refused, running calls get until `deadline` to finish and are then
+  // cancelled; core jobs are then waited for. Safe to call more than once and
+  // from any thread.
+  void Shutdown(absl::Time deadline);
+
+ private:
+  const Options options_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<QuantizationServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int selected_port_ = 0;
+
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Notification shutdown_done_;
+};
+
+}  // namespace quantd::server
+
+#endif  // QUANTD_SERVER_SERVER_H_

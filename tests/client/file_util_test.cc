@@ -1,0 +1,81 @@
+#include "client/file_util.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quantd::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileUtilTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::path(::testing::TempDir()) /
+        ("file_util_" +
+         std::string(
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Every file in the directory, so stray temp files show up.
+  std::vector<std::string> Files() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(FileUtilTest, WritesThenReadsBackBinaryData) {
+  const std::string data("a\0b\xff", 4);
+  const std::string path = (dir_ / "out.onnx").string();
+  ASSERT_TRUE(WriteFileAtomically(path, data).ok());
+  absl::StatusOr<std::string> read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, data);
+  EXPECT_THAT(Files(), ::testing::ElementsAre("out.onnx"));
+}
+
+TEST_F(FileUtilTest, ReplacesAnExistingFile) {
+  const std::string path = (dir_ / "out.onnx").string();
+  ASSERT_TRUE(WriteFileAtomically(path, "old contents").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "new").ok());
+  EXPECT_EQ(*ReadFile(path), "new");
+}
+
+TEST_F(FileUtilTest, FailedWriteLeavesNothingBehind) {
+  // The target is a directory: the final rename fails.
+  const fs::path target = dir_ / "taken";
+  fs::create_directories(target / "inside");
+  const absl::Status status = WriteFileAtomically(target.string(), "data");
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr(target.string()));
+  EXPECT_THAT(Files(), ::testing::ElementsAre("taken"));
+}
+
+TEST_F(FileUtilTest, MissingDirectoryIsAnError) {
+  const absl::Status status =
+      WriteFileAtomically((dir_ / "no" / "such" / "out").string(), "data");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(FileUtilTest, ReadingAMissingFileIsNotFound) {
+  absl::StatusOr<std::string> read = ReadFile((dir_ / "absent").string());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace quantd::client
