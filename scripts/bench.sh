@@ -11,5 +11,6 @@ BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$BUILD_DIR/bench"
 resnet="$BUILD_DIR/bench/resnet18.onnx"
 [[ -f "$resnet" ]] || /usr/bin/python3 scripts/make_resnet18.py "$resnet" >/dev/null
+# quantd logs one line per call to stderr; keep the table readable.
 "$BUILD_DIR/bench/quantize_bench" --models="examples/digits/model.onnx,$resnet" \
-  --repeats="${REPEATS:-5}" "$@"
+  --repeats="${REPEATS:-5}" "$@" 2>"$BUILD_DIR/bench/bench.log" || { cat "$BUILD_DIR/bench/bench.log"; exit 1; }
