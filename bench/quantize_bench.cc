@@ -62,7 +62,8 @@ bool Measure(const std::string& model, const quantd::v1::QuantizeConfig& config,
   quantd::client::Client client(client_options);
   std::vector<double> seconds;
   for (int i = 0; i <= absl::GetFlag(FLAGS_repeats); ++i) {
-    const int64_t idle = quantd::testing::ProcStatusBytes(server.pid(), "VmRSS");
+    const int64_t idle =
+        quantd::testing::ProcStatusBytes(server.pid(), "VmRSS");
     quantd::testing::ResetPeakRss(server.pid());
     auto start = std::chrono::steady_clock::now();
     auto outcome = client.Quantize(config, model);
@@ -94,7 +95,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
   if (paths.empty() || absl::GetFlag(FLAGS_repeats) < 1) {
-    std::fprintf(stderr, "usage: quantize_bench --models=A.onnx,B.onnx [--repeats=N]\n");
+    std::fprintf(
+        stderr, "usage: quantize_bench --models=A.onnx,B.onnx [--repeats=N]\n");
     return 2;
   }
   std::printf(
@@ -110,14 +112,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double mb = 1e6;
-    std::printf("| %s | %.1f | %.3f | %.3f | %.2f | %.1f | %d | %.1f | %.1f | %.2f |\n",
-                path.substr(path.find_last_of('/') + 1).c_str(),
-                model.size() / mb, pass.median_seconds, quant.median_seconds,
-                quant.median_seconds / pass.median_seconds,
-                quant.output_bytes / mb, quant.quantized_tensors,
-                pass.first_call_peak_bytes / mb,
-                quant.first_call_peak_bytes / mb,
-                quant.first_call_peak_bytes / static_cast<double>(model.size()));
+    std::printf(
+        "| %s | %.1f | %.3f | %.3f | %.2f | %.1f | %d | %.1f | %.1f | %.2f |\n",
+        path.substr(path.find_last_of('/') + 1).c_str(), model.size() / mb,
+        pass.median_seconds, quant.median_seconds,
+        quant.median_seconds / pass.median_seconds, quant.output_bytes / mb,
+        quant.quantized_tensors, pass.first_call_peak_bytes / mb,
+        quant.first_call_peak_bytes / mb,
+        quant.first_call_peak_bytes / static_cast<double>(model.size()));
     std::fflush(stdout);
   }
   return 0;

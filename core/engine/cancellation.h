@@ -12,12 +12,14 @@ namespace quantd {
 class CancellationToken {
  public:
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
-  bool IsCancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  bool IsCancelled() const {
+    return cancelled_.load(std::memory_order_relaxed);
+  }
   // OK, or CANCELLED naming `where` (the stage the job was in).
   absl::Status Check(const char* where) const {
-    return IsCancelled() ? absl::CancelledError(
-                               std::string("cancelled during ") + where)
-                         : absl::OkStatus();
+    return IsCancelled()
+               ? absl::CancelledError(std::string("cancelled during ") + where)
+               : absl::OkStatus();
   }
 
  private:

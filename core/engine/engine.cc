@@ -20,8 +20,9 @@ void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,
   // std::function needs a copyable callable; the model bytes can be large,
   // so they travel in a shared_ptr and are moved out exactly once.
   auto bytes = std::make_shared<std::string>(std::move(model_bytes));
-  pool_->Schedule([config = std::move(config), bytes, events = std::move(events),
-                   cancel = std::move(cancel), done = std::move(done), pool] {
+  pool_->Schedule([config = std::move(config), bytes,
+                   events = std::move(events), cancel = std::move(cancel),
+                   done = std::move(done), pool] {
     absl::StatusOr<QuantizeResult> result =
         cancel->IsCancelled()
             ? absl::StatusOr<QuantizeResult>(cancel->Check("queue"))

@@ -34,8 +34,8 @@ class QuantizeE2eTest : public ::testing::Test {
     server_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_TRUE(server_->ok()) << "quantd did not start; it printed: "
-                               << server_->startup_output();
+    ASSERT_TRUE(server_->ok())
+        << "quantd did not start; it printed: " << server_->startup_output();
   }
 
   CommandResult Quantctl(std::vector<std::string> args) {
@@ -46,10 +46,10 @@ class QuantizeE2eTest : public ::testing::Test {
 
   // Top-1 accuracy of `model` on the digits test set, in ONNX Runtime.
   double OrtAccuracy(const std::string& model) {
-    CommandResult r = RunCommand(
-        {QUANTD_NODE_BIN, SourcePath("scripts/ort_eval.js"), "accuracy",
-         "--model", model, "--x", kTestX, "--y", kTestY},
-        {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
+    CommandResult r =
+        RunCommand({QUANTD_NODE_BIN, SourcePath("scripts/ort_eval.js"),
+                    "accuracy", "--model", model, "--x", kTestX, "--y", kTestY},
+                   {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::smatch m;
     std::regex re("\"accuracy\":\\s*([0-9.eE+-]+)");
@@ -105,9 +105,11 @@ TEST_F(QuantizeE2eTest, DynamicRangeW8A8KeepsAccuracyAndShrinksTheModel) {
 
   const double float_acc = OrtAccuracy(kModel);
   const double quant_acc = OrtAccuracy(out);
-  std::printf("digits top-1 in ONNX Runtime: float %.4f, DYNAMIC_RANGE W8A8 %.4f; size %zu -> %zu bytes (%.1f%%)\n",
-              float_acc, quant_acc, input.size(), output.size(),
-              100.0 * output.size() / input.size());
+  std::printf(
+      "digits top-1 in ONNX Runtime: float %.4f, DYNAMIC_RANGE W8A8 %.4f; size "
+      "%zu -> %zu bytes (%.1f%%)\n",
+      float_acc, quant_acc, input.size(), output.size(),
+      100.0 * output.size() / input.size());
   EXPECT_GT(float_acc, 0.9);
   EXPECT_GE(quant_acc, float_acc - 0.01);
 }
@@ -125,9 +127,9 @@ TEST_F(QuantizeE2eTest, NoMethodReturnsTheModelUnchanged) {
 TEST_F(QuantizeE2eTest, PrecisionFullReturnsTheModelUnchanged) {
   TempDir tmp;
   const std::string out = tmp.File("full.onnx");
-  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
-                              "--output=" + out, "--method=dynamic_range",
-                              "--precision=full", "--json"});
+  CommandResult r =
+      Quantctl({"quantize", "--model=" + kModel, "--output=" + out,
+                "--method=dynamic_range", "--precision=full", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, ContainsRegex("\"modelUnchanged\": *true"));
   EXPECT_EQ(ReadFileOrDie(out), ReadFileOrDie(kModel));
@@ -136,9 +138,9 @@ TEST_F(QuantizeE2eTest, PrecisionFullReturnsTheModelUnchanged) {
 TEST_F(QuantizeE2eTest, GarbageBytesAreInvalidArgument) {
   TempDir tmp;
   WriteFileOrDie(tmp.File("garbage.onnx"), std::string(4096, '\xff'));
-  CommandResult r = Quantctl({"quantize", "--model=" + tmp.File("garbage.onnx"),
-                              "--output=" + tmp.File("out.onnx"),
-                              "--method=dynamic_range"});
+  CommandResult r =
+      Quantctl({"quantize", "--model=" + tmp.File("garbage.onnx"),
+                "--output=" + tmp.File("out.onnx"), "--method=dynamic_range"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
   EXPECT_FALSE(std::filesystem::exists(tmp.File("out.onnx")))
@@ -150,9 +152,9 @@ TEST_F(QuantizeE2eTest, TruncatedModelIsInvalidArgument) {
   TempDir tmp;
   std::string model = ReadFileOrDie(kModel);
   WriteFileOrDie(tmp.File("cut.onnx"), model.substr(0, model.size() / 2));
-  CommandResult r = Quantctl({"quantize", "--model=" + tmp.File("cut.onnx"),
-                              "--output=" + tmp.File("out.onnx"),
-                              "--method=dynamic_range"});
+  CommandResult r =
+      Quantctl({"quantize", "--model=" + tmp.File("cut.onnx"),
+                "--output=" + tmp.File("out.onnx"), "--method=dynamic_range"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
   ExpectServing();
@@ -173,9 +175,9 @@ TEST_F(QuantizeE2eTest, MethodUnspecifiedIsInvalidArgument) {
   TempDir tmp;
   WriteFileOrDie(tmp.File("unspecified.textproto"),
                  "quantization_method { method: METHOD_UNSPECIFIED }\n");
-  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
-                              "--output=" + tmp.File("out.onnx"),
-                              "--options=" + tmp.File("unspecified.textproto")});
+  CommandResult r = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + tmp.File("out.onnx"),
+       "--options=" + tmp.File("unspecified.textproto")});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, StartsWith("INVALID_ARGUMENT: "));
   EXPECT_THAT(r.err, HasSubstr("METHOD_UNSPECIFIED"));

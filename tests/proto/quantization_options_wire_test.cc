@@ -39,8 +39,8 @@ TEST(QuantizationOptionsWireTest, HandWrittenBytesDecodeAndReencode) {
   //   min_num_elements_for_weights (5): -1  (int64: ten-byte varint)
   // }
   std::string method = {Tag(2, 0), 2};
-  std::string unit = {Tag(1, 0), 1, Tag(2, 2), 1, 'f', Tag(3, 2), 5,
-                      'c',       'o', 'n',      'v', '1', Tag(5, 0), 1};
+  std::string unit = {Tag(1, 0), 1,   Tag(2, 2), 1,   'f', Tag(3, 2), 5,
+                      'c',       'o', 'n',       'v', '1', Tag(5, 0), 1};
   std::string wire;
   wire += Tag(1, 2);
   wire += static_cast<char>(method.size());
@@ -50,8 +50,8 @@ TEST(QuantizationOptionsWireTest, HandWrittenBytesDecodeAndReencode) {
   wire += Tag(4, 2);
   wire += static_cast<char>(unit.size());
   wire += unit;
-  wire += Bytes({Tag(5, 0), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                 0xff, 0x01});
+  wire += Bytes(
+      {Tag(5, 0), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01});
 
   QuantizationOptions options;
   ASSERT_TRUE(options.ParseFromString(wire));

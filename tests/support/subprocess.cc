@@ -95,8 +95,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra,
                              const std::string& binary) {
   int out_pipe[2];
   if (pipe(out_pipe) != 0) return;
-  std::vector<std::string> args = {binary, "--port=0",
-                                   "--metrics_port=0", "--host=127.0.0.1"};
+  std::vector<std::string> args = {binary, "--port=0", "--metrics_port=0",
+                                   "--host=127.0.0.1"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> cargs = CStrings(args);
   pid_ = fork();
@@ -110,7 +110,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra,
   close(out_pipe[1]);
   // Wait (bounded) for "quantd listening on HOST:PORT (metrics on :MPORT".
   std::string text;
-  const std::regex re("listening on [^ ]*:([0-9]+) \\(metrics on [^ ]*:([0-9]+)");
+  const std::regex re(
+      "listening on [^ ]*:([0-9]+) \\(metrics on [^ ]*:([0-9]+)");
   std::smatch m;
   pollfd fd = {out_pipe[0], POLLIN, 0};
   for (int waited_ms = 0; waited_ms < 30000;) {
@@ -156,7 +157,8 @@ int ServerProcess::Terminate() {
 }
 
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "quantd-test-XXXXXX").string();
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "quantd-test-XXXXXX").string();
   char* dir = mkdtemp(tmpl.data());
   if (dir == nullptr) std::perror("mkdtemp");
   path_ = tmpl;
@@ -200,8 +202,9 @@ std::string HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string body;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    std::string req = "GET " + path +
-                      " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    std::string req =
+        "GET " + path +
+        " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[65536];
       ssize_t n;
