@@ -3,11 +3,15 @@
 #ifndef QUANTD_CORE_ENGINE_ENGINE_H_
 #define QUANTD_CORE_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/engine/batch_queue.h"
 #include "core/engine/cancellation.h"
 #include "core/engine/thread_pool.h"
 #include "quantd/v1/quantization_service.pb.h"
@@ -29,11 +33,24 @@ struct QuantizeResult {
 // One Quantize job, start to end, on the calling thread. Takes ownership of
 // the model bytes so it can free them as soon as they are parsed. `pool` (may
 // be null) is used for per-tensor parallelism; the calling thread takes part,
-// so calling this from a pool thread cannot deadlock.
+// so calling this from a pool thread cannot deadlock. For STATIC_RANGE,
+// `calibration_batches` (may be null) streams calibration batches that follow
+// the model in the same call; otherwise config.calibration must hold ranges.
 absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
-    ThreadPool* pool);
+    ThreadPool* pool, BatchQueue* calibration_batches = nullptr);
+
+struct CalibrateEvents {
+  std::function<void(const quantd::v1::Progress&)> on_progress;
+};
+
+// One Calibrate job: parse and check the model, then observe every batch
+// popped from `batches` until it is closed, and return the ranges.
+absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
+    const quantd::v1::CalibrateConfig& config, std::string model_bytes,
+    BatchQueue* batches, const CalibrateEvents& events,
+    const CancellationToken& cancel, ThreadPool* pool);
 
 class Engine {
  public:
@@ -47,17 +64,41 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   using QuantizeDone = std::function<void(absl::StatusOr<QuantizeResult>)>;
-  // Runs RunQuantize on the pool. `done` is called exactly once, on a pool
-  // thread, after the last event.
-  void SubmitQuantize(quantd::v1::QuantizeConfig config,
-                      std::string model_bytes, QuantizeEvents events,
-                      std::shared_ptr<const CancellationToken> cancel,
-                      QuantizeDone done);
+  // Runs RunQuantize. `done` is called exactly once, after the last event.
+  // Without calibration batches the job runs on the pool. A job fed by
+  // `calibration_batches` may wait on its client, so it runs on a thread of
+  // its own (its heavy work still fans out over the pool): a slow client
+  // never holds a pool thread.
+  void SubmitQuantize(
+      quantd::v1::QuantizeConfig config, std::string model_bytes,
+      QuantizeEvents events, std::shared_ptr<const CancellationToken> cancel,
+      QuantizeDone done,
+      std::shared_ptr<BatchQueue> calibration_batches = nullptr);
+
+  using CalibrateDone =
+      std::function<void(absl::StatusOr<quantd::v1::CalibrationResult>)>;
+  // Runs RunCalibrate on a thread of its own (it waits on `batches`);
+  // `done` is called exactly once.
+  void SubmitCalibrate(quantd::v1::CalibrateConfig config,
+                       std::string model_bytes,
+                       std::shared_ptr<BatchQueue> batches,
+                       CalibrateEvents events,
+                       std::shared_ptr<const CancellationToken> cancel,
+                       CalibrateDone done);
 
   int threads() const;
 
  private:
+  // Starts `job` on a dedicated thread, joined by the destructor.
+  void RunOnOwnThread(std::function<void()> job);
+
   std::unique_ptr<ThreadPool> pool_;
+  absl::Mutex threads_mu_;
+  struct JobThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  std::vector<JobThread> job_threads_ ABSL_GUARDED_BY(threads_mu_);
 };
 
 }  // namespace quantd

@@ -220,7 +220,10 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
 absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
-    ThreadPool* pool) {
+    ThreadPool* pool, BatchQueue* calibration_batches) {
+  // STATIC_RANGE (the only user of calibration batches) is refused by
+  // CheckSupported until the calibration work lands.
+  (void)calibration_batches;
   return QuantizeJob(config, events, cancel, pool).Run(std::move(model_bytes));
 }
 
