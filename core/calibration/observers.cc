@@ -1,0 +1,517 @@
+#include "core/calibration/observers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/calibration/histogram.h"
+#include "core/numerics/quant_params.h"
+
+namespace quantd::calibration {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Folds n values into [mn, mx] with four independent accumulators (one pass,
+// no loop-carried dependency on a single register). NaN never wins a
+// comparison, so it is flagged separately.
+void FoldMinMax(const float* p, int64_t n, float& mn, float& mx, bool& nan) {
+  float mn0 = mn, mn1 = mn, mn2 = mn, mn3 = mn;
+  float mx0 = mx, mx1 = mx, mx2 = mx, mx3 = mx;
+  int bad = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float a = p[i], b = p[i + 1], c = p[i + 2], d = p[i + 3];
+    mn0 = a < mn0 ? a : mn0;
+    mn1 = b < mn1 ? b : mn1;
+    mn2 = c < mn2 ? c : mn2;
+    mn3 = d < mn3 ? d : mn3;
+    mx0 = a > mx0 ? a : mx0;
+    mx1 = b > mx1 ? b : mx1;
+    mx2 = c > mx2 ? c : mx2;
+    mx3 = d > mx3 ? d : mx3;
+    bad |= (a != a) | (b != b) | (c != c) | (d != d);
+  }
+  for (; i < n; ++i) {
+    const float a = p[i];
+    mn0 = a < mn0 ? a : mn0;
+    mx0 = a > mx0 ? a : mx0;
+    bad |= (a != a);
+  }
+  mn = std::min(std::min(mn0, mn1), std::min(mn2, mn3));
+  mx = std::max(std::max(mx0, mx1), std::max(mx2, mx3));
+  nan = nan || bad != 0;
+}
+
+std::pair<float, float> Adjust(const ObserverConfig& c, float mn, float mx) {
+  return numerics::AdjustRange(mn, mx, c.bits, c.symmetric, c.narrow_range);
+}
+
+// ---------------------------------------------------------------------------
+// last_value: tf.contrib LastValueQuantize.
+
+class LastValueObserver final : public Observer {
+ public:
+  explicit LastValueObserver(const ObserverConfig& c) : Observer(c) {}
+
+ private:
+  void Init(int num_slots) override {
+    min_.assign(num_slots, 0.0f);
+    max_.assign(num_slots, 0.0f);
+  }
+  void Update(const Batch& batch) override {
+    for (size_t s = 0; s < min_.size(); ++s) {
+      std::tie(min_[s], max_[s]) =
+          Adjust(config_, batch.slot_min[s], batch.slot_max[s]);
+    }
+  }
+  std::pair<float, float> SlotRange(int slot) const override {
+    return {min_[slot], max_[slot]};
+  }
+  size_t SlotBytes() const override {
+    return (min_.capacity() + max_.capacity()) * sizeof(float);
+  }
+
+  std::vector<float> min_, max_;
+};
+
+// ---------------------------------------------------------------------------
+// min_max: running extremes over all batches, adjusted when reported.
+
+class MinMaxObserver final : public Observer {
+ public:
+  explicit MinMaxObserver(const ObserverConfig& c) : Observer(c) {}
+
+ private:
+  void Init(int num_slots) override {
+    min_.assign(num_slots, kInf);
+    max_.assign(num_slots, -kInf);
+  }
+  void Update(const Batch& batch) override {
+    for (size_t s = 0; s < min_.size(); ++s) {
+      min_[s] = std::min(min_[s], batch.slot_min[s]);
+      max_[s] = std::max(max_[s], batch.slot_max[s]);
+    }
+  }
+  std::pair<float, float> SlotRange(int slot) const override {
+    return Adjust(config_, min_[slot], max_[slot]);
+  }
+  size_t SlotBytes() const override {
+    return (min_.capacity() + max_.capacity()) * sizeof(float);
+  }
+
+  std::vector<float> min_, max_;
+};
+
+// ---------------------------------------------------------------------------
+// moving_average: tf.contrib MovingAvgQuantize, i.e. AdjustRange per batch
+// then assign_moving_average(zero_debias=True) as TF 1.15 computes it, in
+// float32 op for op:
+//   biased -= (biased - value) * d;  step += 1;
+//   var = biased / (1 - pow(1 - d, step))      with d = float(1 - decay).
+
+class MovingAverageObserver final : public Observer {
+ public:
+  explicit MovingAverageObserver(const ObserverConfig& c)
+      : Observer(c), d_(static_cast<float>(1.0 - c.ema_decay)) {}
+
+ private:
+  void Init(int num_slots) override {
+    biased_min_.assign(num_slots, 0.0f);
+    biased_max_.assign(num_slots, 0.0f);
+    min_.assign(num_slots, config_.init_min);
+    max_.assign(num_slots, config_.init_max);
+  }
+  void Update(const Batch& batch) override {
+    const size_t slots = min_.size();
+    if (config_.zero_debias) {
+      step_ += 1.0f;
+      const float bias_factor = 1.0f - std::pow(1.0f - d_, step_);
+      for (size_t s = 0; s < slots; ++s) {
+        const auto [rmin, rmax] =
+            Adjust(config_, batch.slot_min[s], batch.slot_max[s]);
+        biased_min_[s] = biased_min_[s] - (biased_min_[s] - rmin) * d_;
+        biased_max_[s] = biased_max_[s] - (biased_max_[s] - rmax) * d_;
+        min_[s] = biased_min_[s] / bias_factor;
+        max_[s] = biased_max_[s] / bias_factor;
+      }
+      return;
+    }
+    // torch's MovingAverageMinMaxObserver: the first batch sets the range.
+    const bool first = step_ == 0.0f;
+    step_ += 1.0f;
+    for (size_t s = 0; s < slots; ++s) {
+      const auto [rmin, rmax] =
+          Adjust(config_, batch.slot_min[s], batch.slot_max[s]);
+      min_[s] = first ? rmin : min_[s] - (min_[s] - rmin) * d_;
+      max_[s] = first ? rmax : max_[s] - (max_[s] - rmax) * d_;
+    }
+  }
+  std::pair<float, float> SlotRange(int slot) const override {
+    return {min_[slot], max_[slot]};
+  }
+  size_t SlotBytes() const override {
+    return (biased_min_.capacity() + biased_max_.capacity() + min_.capacity() +
+            max_.capacity()) *
+           sizeof(float);
+  }
+
+  const float d_;      // 1 - decay, as TF casts it to the variable's float32.
+  float step_ = 0.0f;  // TF's local_step is a float32 variable too.
+  std::vector<float> biased_min_, biased_max_, min_, max_;
+};
+
+// ---------------------------------------------------------------------------
+// percentile / mse / entropy: one StreamingHistogram per slot, over the
+// signed values or (entropy; symmetric percentile/mse) their magnitudes.
+
+class HistogramObserver final : public Observer {
+ public:
+  enum class Kind { kPercentile, kMse, kEntropy };
+
+  HistogramObserver(const ObserverConfig& c, Kind kind)
+      : Observer(c),
+        kind_(kind),
+        magnitude_(kind == Kind::kEntropy || c.symmetric) {}
+
+ private:
+  void Init(int num_slots) override {
+    hists_.assign(num_slots, StreamingHistogram(config_.num_bins));
+    min_.assign(num_slots, kInf);
+    max_.assign(num_slots, -kInf);
+  }
+
+  void Update(const Batch& batch) override {
+    const size_t slots = hists_.size();
+    for (size_t s = 0; s < slots; ++s) {
+      const float mn = batch.slot_min[s];
+      const float mx = batch.slot_max[s];
+      min_[s] = std::min(min_[s], mn);
+      max_[s] = std::max(max_[s], mx);
+      if (magnitude_) {
+        hists_[s].Extend(0.0f, std::max(std::fabs(mn), std::fabs(mx)));
+      } else {
+        hists_[s].Extend(mn, mx);
+      }
+    }
+    Bin(hists_[0], batch.data.data(), static_cast<int64_t>(batch.data.size()));
+    if (slots == 1) return;
+    const numerics::ChannelLayout& l = batch.layout;
+    const float* p = batch.data.data();
+    for (int64_t o = 0; o < l.outer; ++o) {
+      for (int64_t c = 0; c < l.channels; ++c) {
+        Bin(hists_[1 + c], p, l.inner);
+        p += l.inner;
+      }
+    }
+  }
+
+  void Bin(StreamingHistogram& h, const float* p, int64_t n) const {
+    if (magnitude_) {
+      h.AddAbs(p, n);
+    } else {
+      h.Add(p, n);
+    }
+  }
+
+  std::pair<float, float> SlotRange(int slot) const override {
+    const StreamingHistogram& h = hists_[slot];
+    const double mn = min_[slot];
+    const double mx = max_[slot];
+    double lo = mn;
+    double hi = mx;
+    if (magnitude_) {
+      double t = 0.0;
+      switch (kind_) {
+        case Kind::kPercentile:
+          t = HistogramQuantile(h, config_.percentile / 100.0);
+          break;
+        case Kind::kMse:
+          t = MseThreshold(h, (1 << (config_.bits - 1)) - 1);
+          break;
+        case Kind::kEntropy:
+          t = EntropyThreshold(h, config_.num_quantized_bins);
+          break;
+      }
+      lo = std::max(-t, mn);
+      hi = std::min(t, mx);
+    } else if (kind_ == Kind::kPercentile) {
+      lo = std::max(HistogramQuantile(h, (100.0 - config_.percentile) / 100.0),
+                    mn);
+      hi = std::min(HistogramQuantile(h, config_.percentile / 100.0), mx);
+    } else {  // kMse
+      const int steps =
+          (1 << config_.bits) - 1 - (config_.narrow_range ? 1 : 0);
+      const auto [a, b] = MseRange(h, steps);
+      lo = std::max(a, mn);
+      hi = std::min(b, mx);
+    }
+    return Adjust(config_, static_cast<float>(lo), static_cast<float>(hi));
+  }
+
+  size_t SlotBytes() const override {
+    size_t bytes = hists_.capacity() * sizeof(StreamingHistogram) +
+                   (min_.capacity() + max_.capacity()) * sizeof(float);
+    for (const StreamingHistogram& h : hists_) bytes += 2 * h.StateBytes();
+    return bytes;
+  }
+
+  const Kind kind_;
+  const bool magnitude_;
+  std::vector<StreamingHistogram> hists_;
+  std::vector<float> min_, max_;  // Observed extremes, for clamping.
+};
+
+// The double a user meant by a float proto field: the shortest decimal that
+// rounds to the float (0.999f -> 0.999), so that 1 - decay matches what
+// Python computes before TF casts it to float32.
+double ShortestDecimal(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Observer
+
+absl::Status Observer::Observe(absl::Span<const float> data,
+                               absl::Span<const int64_t> shape) {
+  int64_t size = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape [", absl::StrJoin(shape, ", "), "] has a negative dimension"));
+    }
+    size *= d;
+  }
+  if (size != static_cast<int64_t>(data.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] holds ", size,
+                     " values but the batch has ", data.size()));
+  }
+  numerics::ChannelLayout layout{1, 1, size};
+  int axis = -1;
+  if (config_.per_channel) {
+    absl::StatusOr<numerics::ChannelLayout> l =
+        numerics::LayoutFor(shape, config_.axis);
+    if (!l.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("per-channel axis: ", l.status().message()));
+    }
+    layout = *l;
+    const int rank = static_cast<int>(shape.size());
+    axis = config_.axis < 0 ? config_.axis + rank : config_.axis;
+  }
+  if (data.empty()) return absl::OkStatus();
+
+  absl::MutexLock lock(&mu_);
+  if (config_.per_channel && channels_ >= 0 && layout.channels != channels_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "per-channel axis ", config_.axis, " has ", layout.channels,
+        " channels but earlier batches had ", channels_));
+  }
+  const size_t slots = config_.per_channel ? 1 + layout.channels : 1;
+  if (slot_min_.size() != slots) {  // First batch only.
+    slot_min_.resize(slots);
+    slot_max_.resize(slots);
+  }
+  bool nan = false;
+  if (slots == 1) {
+    slot_min_[0] = kInf;
+    slot_max_[0] = -kInf;
+    FoldMinMax(data.data(), size, slot_min_[0], slot_max_[0], nan);
+  } else {
+    std::fill(slot_min_.begin(), slot_min_.end(), kInf);
+    std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
+    const float* p = data.data();
+    for (int64_t o = 0; o < layout.outer; ++o) {
+      for (int64_t c = 0; c < layout.channels; ++c) {
+        FoldMinMax(p, layout.inner, slot_min_[1 + c], slot_max_[1 + c], nan);
+        p += layout.inner;
+      }
+    }
+    for (size_t s = 1; s < slots; ++s) {
+      slot_min_[0] = std::min(slot_min_[0], slot_min_[s]);
+      slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);
+    }
+  }
+  if (nan || !std::isfinite(slot_min_[0]) || !std::isfinite(slot_max_[0])) {
+    return absl::InvalidArgumentError("batch holds NaN or infinity");
+  }
+  if (channels_ < 0) {
+    channels_ = layout.channels;
+    axis_ = axis;
+    Init(static_cast<int>(slots));
+  }
+  Update(Batch{data, layout, slot_min_, slot_max_});
+  ++batch_count_;
+  return absl::OkStatus();
+}
+
+ObserverResult Observer::Result() const {
+  absl::MutexLock lock(&mu_);
+  ObserverResult r;
+  r.batch_count = batch_count_;
+  r.quantize_active = batch_count_ >= config_.quant_delay;
+  if (batch_count_ == 0) {
+    r.min = config_.init_min;
+    r.max = config_.init_max;
+    return r;
+  }
+  std::tie(r.min, r.max) = SlotRange(0);
+  if (config_.per_channel) {
+    r.axis = axis_;
+    r.channel_min.resize(channels_);
+    r.channel_max.resize(channels_);
+    for (int64_t c = 0; c < channels_; ++c) {
+      std::tie(r.channel_min[c], r.channel_max[c]) =
+          SlotRange(static_cast<int>(1 + c));
+    }
+  }
+  return r;
+}
+
+int64_t Observer::batch_count() const {
+  absl::MutexLock lock(&mu_);
+  return batch_count_;
+}
+
+bool Observer::quantize_active() const {
+  absl::MutexLock lock(&mu_);
+  return batch_count_ >= config_.quant_delay;
+}
+
+size_t Observer::StateBytes() const {
+  absl::MutexLock lock(&mu_);
+  return (slot_min_.capacity() + slot_max_.capacity()) * sizeof(float) +
+         SlotBytes();
+}
+
+// ---------------------------------------------------------------------------
+// Factory and proto mapping
+
+absl::Status ValidateObserverConfig(const ObserverConfig& c) {
+  const bool known =
+      std::find_if(std::begin(kObserverMethods), std::end(kObserverMethods),
+                   [&](const char* m) { return c.method == m; }) !=
+      std::end(kObserverMethods);
+  if (!known) {
+    return Bad("method", absl::StrCat("unknown observer method '", c.method,
+                                      "'; accepted: ",
+                                      absl::StrJoin(kObserverMethods, ", ")));
+  }
+  if (c.bits < 2 || c.bits > 8) {
+    return Bad("bits", absl::StrCat("must be in [2, 8], got ", c.bits));
+  }
+  if (!std::isfinite(c.init_min) || !std::isfinite(c.init_max) ||
+      c.init_min > c.init_max) {
+    return Bad("init_min/init_max",
+               absl::StrCat("must be finite with init_min <= init_max, got [",
+                            c.init_min, ", ", c.init_max, "]"));
+  }
+  if (c.quant_delay < 0) {
+    return Bad("quant_delay",
+               absl::StrCat("must be >= 0, got ", c.quant_delay));
+  }
+  if (c.method == "moving_average" &&
+      !(c.ema_decay >= 0.0 && c.ema_decay < 1.0)) {
+    return Bad("ema_decay",
+               absl::StrCat("must be in [0, 1), got ", c.ema_decay));
+  }
+  const bool histogram =
+      c.method == "percentile" || c.method == "mse" || c.method == "entropy";
+  if (histogram && (c.num_bins < 16 || c.num_bins > (1 << 20))) {
+    return Bad("num_bins",
+               absl::StrCat("must be in [16, 1048576], got ", c.num_bins));
+  }
+  if (c.method == "percentile" &&
+      !(c.percentile >= 50.0 && c.percentile <= 100.0)) {
+    return Bad("percentile",
+               absl::StrCat("must be in [50, 100], got ", c.percentile));
+  }
+  if (c.method == "entropy" &&
+      (c.num_quantized_bins < 2 || c.num_quantized_bins > c.num_bins)) {
+    return Bad("num_quantized_bins",
+               absl::StrCat("must be in [2, num_bins = ", c.num_bins, "], got ",
+                            c.num_quantized_bins));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
+    const ObserverConfig& config) {
+  if (absl::Status s = ValidateObserverConfig(config); !s.ok()) return s;
+  using Kind = HistogramObserver::Kind;
+  const std::string& m = config.method;
+  if (m == "last_value") return std::make_unique<LastValueObserver>(config);
+  if (m == "min_max") return std::make_unique<MinMaxObserver>(config);
+  if (m == "moving_average") {
+    return std::make_unique<MovingAverageObserver>(config);
+  }
+  if (m == "percentile") {
+    return std::make_unique<HistogramObserver>(config, Kind::kPercentile);
+  }
+  if (m == "mse")
+    return std::make_unique<HistogramObserver>(config, Kind::kMse);
+  return std::make_unique<HistogramObserver>(config, Kind::kEntropy);
+}
+
+ObserverConfig ObserverConfigFromProto(const quantd::v1::CalibrateConfig& p) {
+  ObserverConfig c;
+  const quantd::v1::QuantOpParams& a = p.activation_params();
+  if (!p.method().empty()) {
+    c.method = p.method();
+  } else if (a.has_moving_avg()) {
+    c.method = a.moving_avg() ? "moving_average" : "last_value";
+  }
+  if (a.has_bits()) c.bits = a.bits();
+  if (a.has_symmetric()) c.symmetric = a.symmetric();
+  if (a.has_narrow_range()) c.narrow_range = a.narrow_range();
+  if (a.has_ema_decay()) c.ema_decay = ShortestDecimal(a.ema_decay());
+  if (a.has_init_min()) c.init_min = a.init_min();
+  if (a.has_init_max()) c.init_max = a.init_max();
+  if (a.has_quant_delay()) c.quant_delay = a.quant_delay();
+  if (p.has_percentile()) c.percentile = p.percentile();
+  if (p.has_num_bins()) c.num_bins = p.num_bins();
+  c.per_channel = p.per_channel();
+  c.axis = 1;
+  return c;
+}
+
+void ToTensorRange(const ObserverResult& result, const std::string& tensor_name,
+                   quantd::v1::TensorRange* out) {
+  out->Clear();
+  out->set_tensor_name(tensor_name);
+  out->set_min(result.min);
+  out->set_max(result.max);
+  if (result.axis >= 0) {
+    out->set_axis(result.axis);
+    out->mutable_channel_min()->Add(result.channel_min.begin(),
+                                    result.channel_min.end());
+    out->mutable_channel_max()->Add(result.channel_max.begin(),
+                                    result.channel_max.end());
+  }
+}
+
+}  // namespace quantd::calibration

@@ -1,0 +1,169 @@
+// Calibration observers: streaming range collectors that see every batch of
+// one activation tensor and report its quantization range (TensorRange).
+// Formulas and the function implementing each: docs/numerics.md,
+// "Calibration observers".
+#ifndef QUANTD_CORE_CALIBRATION_OBSERVERS_H_
+#define QUANTD_CORE_CALIBRATION_OBSERVERS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "core/numerics/quant_params.h"
+#include "quantd/v1/quantization_service.pb.h"
+
+namespace quantd::calibration {
+
+// Accepted ObserverConfig::method names.
+//   "last_value"     tf.contrib LastValueQuantize: each batch's range
+//                    replaces the previous one.
+//   "min_max"        running min/max over all batches (TF quantizer's
+//                    MIN_MAX, ORT's MinMax, torch's MinMaxObserver).
+//   "moving_average" tf.contrib MovingAvgQuantize: zero-debiased EMA.
+//   "percentile"     histogram percentile (ORT Percentile / TF
+//                    HISTOGRAM_PERCENTILE).
+//   "mse"            histogram expected-MSE search (TF
+//                    HISTOGRAM_MSE_BRUTEFORCE idea).
+//   "entropy"        KL-divergence threshold (TensorRT / ORT Entropy).
+inline constexpr const char* kObserverMethods[] = {
+    "last_value", "min_max", "moving_average", "percentile", "mse", "entropy"};
+
+struct ObserverConfig {
+  std::string method = "min_max";
+  int bits = 8;  // 2..8.
+  // Ranges go through numerics::AdjustRange(bits, symmetric, narrow_range):
+  // asymmetric ranges include 0, symmetric ones follow tf.contrib's ratio.
+  // For percentile and mse, symmetric also switches to a magnitude
+  // histogram and a threshold T (range [-T, T] clamped to the data).
+  bool symmetric = false;
+  bool narrow_range = false;
+  // moving_average: EMA decay, double so that 1 - decay is computed as
+  // Python computes it before TF casts it to float32.
+  double ema_decay = 0.999;
+  // moving_average: true = tf.contrib (zero-debiased). false = torch's
+  // MovingAverageMinMaxObserver: the first batch sets the range, then a
+  // plain EMA with weight 1 - ema_decay.
+  bool zero_debias = true;
+  // Range reported before any batch (tf.contrib's variable initialisers;
+  // Quantize() uses 0 / 6 for activations).
+  float init_min = 0.0f;
+  float init_max = 6.0f;
+  // tf.contrib quant_delay: batch t (1-based) is quantized iff t >=
+  // quant_delay, so quant_delay - 1 batches pass unquantized. 0 = no delay.
+  int64_t quant_delay = 0;
+  double percentile = 99.999;    // percentile: in (0, 100].
+  int num_bins = 2048;           // percentile, mse, entropy: >= 16.
+  int num_quantized_bins = 128;  // entropy: in [2, num_bins].
+  // Also collect one range per slice along `axis` (may be negative). NCHW
+  // activations: 1; tf.contrib (channels last): -1.
+  bool per_channel = false;
+  int axis = 1;
+};
+
+// What an observer reports; maps onto quantd.v1.TensorRange.
+struct ObserverResult {
+  float min = 0.0f;
+  float max = 0.0f;
+  int axis = -1;  // Non-negative channel axis when per-channel, else -1.
+  std::vector<float> channel_min;
+  std::vector<float> channel_max;
+  int64_t batch_count = 0;
+  // False while tf.contrib would still pass the tensor through unquantized
+  // (quant_delay); the ranges are valid either way.
+  bool quantize_active = true;
+};
+
+// One observer per tensor. Observe and Result are thread-safe: an internal
+// mutex serialises them, so concurrent Observe calls on one observer are
+// applied one after the other in an unspecified order (which matters for
+// last_value and moving_average: feed a tensor's batches from one thread to
+// keep their order). Memory is fixed per tensor whatever the number of
+// batches: per slot (the tensor, and each channel when per-channel) a few
+// floats, or one num_bins histogram for the histogram methods.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+
+  // Takes one batch of `shape` (row-major). INVALID_ARGUMENT when the shape
+  // does not match data.size(), the axis is outside the shape, the channel
+  // count differs from earlier batches, or data holds NaN or infinity; the
+  // state is then unchanged. An empty batch is ignored (not counted).
+  absl::Status Observe(absl::Span<const float> data,
+                       absl::Span<const int64_t> shape)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The range(s) so far. Before any batch: [init_min, init_max], no channels.
+  ObserverResult Result() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  int64_t batch_count() const ABSL_LOCKS_EXCLUDED(mu_);
+  // batch_count() >= quant_delay (tf.contrib's activate_quant on the last
+  // batch seen).
+  bool quantize_active() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Heap bytes of the observer's state (capacities); stops growing after the
+  // first batch.
+  size_t StateBytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  const ObserverConfig& config() const { return config_; }
+
+ protected:
+  explicit Observer(ObserverConfig config) : config_(std::move(config)) {}
+
+  // One batch, validated. Slot 0 is the whole tensor, slot 1 + c channel c
+  // (per-channel only). slot_min/slot_max hold each slot's raw extremes.
+  struct Batch {
+    absl::Span<const float> data;
+    numerics::ChannelLayout layout;  // {1, 1, size} when per-tensor.
+    absl::Span<const float> slot_min;
+    absl::Span<const float> slot_max;
+  };
+  // Called once, before the first Update, with the number of slots.
+  virtual void Init(int num_slots) = 0;
+  virtual void Update(const Batch& batch) = 0;
+  // Final range of a slot (after AdjustRange) once at least one batch was
+  // seen.
+  virtual std::pair<float, float> SlotRange(int slot) const = 0;
+  virtual size_t SlotBytes() const = 0;
+
+  const ObserverConfig config_;
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t channels_ ABSL_GUARDED_BY(mu_) = -1;  // -1 until the first batch.
+  int axis_ ABSL_GUARDED_BY(mu_) = -1;
+  // Per-batch scratch, reused (sized on the first batch).
+  std::vector<float> slot_min_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> slot_max_ ABSL_GUARDED_BY(mu_);
+};
+
+// INVALID_ARGUMENT naming the field and value when the config is bad (an
+// unknown method lists the accepted names).
+absl::Status ValidateObserverConfig(const ObserverConfig& config);
+
+absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
+    const ObserverConfig& config);
+
+// The observer config a CalibrateConfig asks for: method, percentile,
+// num_bins, per_channel (axis 1, NCHW) and the activation QuantOpParams
+// (bits, symmetric, narrow_range, ema_decay, init_min/max, quant_delay;
+// moving_avg selects "moving_average" when the method is empty). Unset
+// fields keep ObserverConfig's defaults. Not validated.
+ObserverConfig ObserverConfigFromProto(
+    const quantd::v1::CalibrateConfig& proto);
+
+// Fills a TensorRange (channel fields only when per-channel).
+void ToTensorRange(const ObserverResult& result, const std::string& tensor_name,
+                   quantd::v1::TensorRange* out);
+
+}  // namespace quantd::calibration
+
+#endif  // QUANTD_CORE_CALIBRATION_OBSERVERS_H_
