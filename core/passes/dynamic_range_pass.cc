@@ -6,11 +6,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
-#include "core/graph/model_io.h"
-#include "core/graph/tensor_util.h"
 #include "core/graph/unique_names.h"
-#include "core/numerics/quant_params.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/weight_plan.h"
 
@@ -18,147 +16,6 @@ namespace quantd::passes {
 namespace {
 
 using onnx::NodeProto;
-using onnx::TensorProto;
-
-// Names of what one quantized weight adds to the graph. The DequantizeLinear
-// output keeps the weight's own name, so every reader (and any subgraph)
-// sees the dequantized weight without being rewritten.
-struct WeightNames {
-  std::string values, scale, zero_point, node;
-};
-
-struct QuantizedWeight {
-  absl::Status status;
-  TensorProto values, scale, zero_point;
-  quantd::v1::TensorReport report;
-  uint64_t bytes_before = 0;
-};
-
-NodeProto MakeNode(const std::string& op, const std::string& name,
-                   std::vector<std::string> inputs,
-                   std::vector<std::string> outputs) {
-  NodeProto node;
-  node.set_op_type(op);
-  node.set_name(name);
-  for (auto& in : inputs) node.add_input(std::move(in));
-  for (auto& out : outputs) node.add_output(std::move(out));
-  return node;
-}
-
-NodeProto WeightDequantizeNode(const WeightPlan& plan,
-                               const WeightNames& names) {
-  NodeProto node =
-      MakeNode("DequantizeLinear", names.node,
-               {names.values, names.scale, names.zero_point}, {plan.tensor});
-  if (plan.axis >= 0) {
-    onnx::AttributeProto* axis = node.add_attribute();
-    axis->set_name("axis");
-    axis->set_type(onnx::AttributeProto::INT);
-    axis->set_i(plan.axis);
-  }
-  return node;
-}
-
-quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
-                                    const WeightPlan& plan,
-                                    const DynamicRangeOptions& options,
-                                    const numerics::QuantizedTensor& q) {
-  quantd::v1::TensorReport r;
-  const NodeProto& consumer = graph.node(plan.consumers.front());
-  r.set_node_name(consumer.name());
-  r.set_op_type(consumer.op_type());
-  r.set_tensor_name(plan.tensor);
-  r.set_precision(options.precision);
-  r.set_num_elements(plan.num_elements);
-  quantd::v1::QuantScheme* s = r.mutable_scheme();
-  s->set_bits(q.spec.bits);
-  s->set_symmetric(q.spec.symmetric);
-  s->set_narrow_range(q.spec.narrow_range);
-  s->set_per_channel(q.axis >= 0);
-  s->set_axis(std::max(q.axis, 0));
-  s->set_storage_type("INT8");
-  absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(q.spec);
-  if (grid.ok()) {
-    s->set_quant_min(grid->quant_min);
-    s->set_quant_max(grid->quant_max);
-  }
-  auto [lo, hi] = std::minmax_element(
-      q.params.begin(), q.params.end(),
-      [](const auto& a, const auto& b) { return a.scale < b.scale; });
-  r.set_scale_min(lo->scale);
-  r.set_scale_max(hi->scale);
-  return r;
-}
-
-// Scale and zero point initializers: [C] when per channel, scalars else.
-void MakeParamTensors(const numerics::QuantizedTensor& q,
-                      const WeightNames& names, QuantizedWeight* out) {
-  std::vector<float> scales;
-  std::string zero_points;
-  for (const auto& p : q.params) {
-    scales.push_back(p.scale);
-    zero_points.push_back(static_cast<char>(static_cast<int8_t>(p.zero_point)));
-  }
-  std::vector<int64_t> dims;
-  if (q.axis >= 0) dims.push_back(static_cast<int64_t>(q.params.size()));
-  out->scale = graph::MakeFloatTensor(names.scale, dims, scales);
-  out->zero_point = graph::MakeByteTensor(names.zero_point, TensorProto::INT8,
-                                          dims, std::move(zero_points));
-}
-
-// Quantizes one weight; runs concurrently with others (touches only its own
-// tensor). The float values are freed from the model first thing.
-QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
-                               const WeightPlan& plan, TensorProto* tensor,
-                               const WeightNames& names,
-                               const DynamicRangeOptions& options) {
-  QuantizedWeight out;
-  absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
-  if (!values.ok()) {
-    out.status = values.status();
-    return out;
-  }
-  out.bytes_before = graph::DataBytes(*tensor);
-  graph::ClearTensorData(tensor);
-  absl::StatusOr<numerics::QuantizedTensor> q = numerics::QuantizeTensor(
-      *values, plan.dims, plan.axis >= 0, plan.axis, options.weights.spec);
-  if (!q.ok()) {
-    out.status = absl::InvalidArgumentError(absl::StrCat(
-        "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
-    return out;
-  }
-  out.report = MakeReport(graph, plan, options, *q);
-  {
-    std::vector<float> approx = numerics::DequantizeTensor(*q, plan.dims);
-    numerics::ErrorStats err = numerics::MeasureError(*values, approx);
-    out.report.set_mse(err.mse);
-    out.report.set_sqnr_db(err.sqnr_db);
-  }
-  std::vector<float>().swap(*values);
-  MakeParamTensors(*q, names, &out);
-  out.values = graph::MakeByteTensor(names.values, TensorProto::INT8, plan.dims,
-                                     std::move(q->values));
-  return out;
-}
-
-// Before IR version 4 every initializer must also be a graph input.
-void AddInitializer(TensorProto tensor, bool also_input,
-                    onnx::GraphProto* graph) {
-  if (also_input) {
-    onnx::ValueInfoProto* input = graph->add_input();
-    input->set_name(tensor.name());
-    auto* type = input->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(tensor.data_type());
-    auto* shape = type->mutable_shape();
-    for (int64_t d : tensor.dims()) shape->add_dim()->set_dim_value(d);
-  }
-  *graph->add_initializer() = std::move(tensor);
-}
-
-uint64_t NewBytes(const QuantizedWeight& w) {
-  return graph::DataBytes(w.values) + graph::DataBytes(w.scale) +
-         graph::DataBytes(w.zero_point);
-}
 
 class DynamicRangePass {
  public:
@@ -179,7 +36,6 @@ class DynamicRangePass {
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
   void Rewrite();
-  void RemoveFloatInitializers();
   // Emits DynamicQuantizeLinear -> DequantizeLinear for `tensor` into
   // `nodes` and returns the dequantized name.
   std::string AddActivationQdq(
@@ -239,52 +95,15 @@ absl::Status DynamicRangePass::PrepareOpset() {
 
 absl::Status DynamicRangePass::QuantizeWeights() {
   names_ = std::make_unique<graph::UniqueNames>(*graph_);
-  for (const WeightPlan& w : plan_.weights) {
-    weight_names_.push_back({names_->Make(w.tensor + "_quantized"),
-                             names_->Make(w.tensor + "_scale"),
-                             names_->Make(w.tensor + "_zero_point"),
-                             names_->Make(w.tensor + "_DequantizeLinear")});
-  }
+  weight_names_ = MakeWeightNames(plan_.weights, names_.get());
   const int64_t total = static_cast<int64_t>(plan_.weights.size());
-  const int64_t group = std::max(1, hooks_.group_size);
-  std::vector<TensorProto*> tensors;
-  for (const WeightPlan& w : plan_.weights) {
-    tensors.push_back(WeightTensor(graph_, w));
-  }
-  for (int64_t begin = 0; begin < total; begin += group) {
-    if (hooks_.check_cancelled) {
-      absl::Status s = hooks_.check_cancelled();
-      if (!s.ok()) return s;
-    }
-    const int64_t n = std::min(group, total - begin);
-    std::vector<QuantizedWeight> done(n);
-    auto work = [&](int64_t i) {
-      const int64_t k = begin + i;
-      done[i] = QuantizeWeight(*graph_, plan_.weights[k], tensors[k],
-                               weight_names_[k], options_);
-    };
-    if (hooks_.parallel_for && n > 1) {
-      hooks_.parallel_for(n, work);
-    } else {
-      for (int64_t i = 0; i < n; ++i) work(i);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      QuantizedWeight& w = done[i];
-      if (!w.status.ok()) return w.status;
-      stats_.weight_bytes_before += w.bytes_before;
-      stats_.weight_bytes_after += NewBytes(w);
-      if (!stats_.opset_note.empty()) w.report.set_note(stats_.opset_note);
-      // Adding to the graph only here, on one thread: RepeatedPtrField is
-      // not safe to grow concurrently.
-      const bool also_input = model_->ir_version() < 4;
-      AddInitializer(std::move(w.values), also_input, graph_);
-      AddInitializer(std::move(w.scale), also_input, graph_);
-      AddInitializer(std::move(w.zero_point), also_input, graph_);
-      ++stats_.quantized_tensors;
-      if (hooks_.on_report) hooks_.on_report(w.report);
-      if (hooks_.on_progress) hooks_.on_progress(begin + i + 1, total);
-    }
-  }
+  absl::StatusOr<QuantizedWeights> done =
+      QuantizePlannedWeights(plan_.weights, weight_names_, options_, hooks_,
+                             stats_.opset_note, 0, total, model_);
+  if (!done.ok()) return done.status();
+  stats_.quantized_tensors = done->quantized;
+  stats_.weight_bytes_before = done->bytes_before;
+  stats_.weight_bytes_after = done->bytes_after;
   return absl::OkStatus();
 }
 
@@ -295,12 +114,12 @@ std::string DynamicRangePass::AddActivationQdq(
   const std::string scale = names_->Make(tensor + "_scale");
   const std::string zp = names_->Make(tensor + "_zero_point");
   const std::string dq = names_->Make(tensor + "_dequantized");
-  *nodes->Add() = MakeNode("DynamicQuantizeLinear",
-                           names_->Make(tensor + "_DynamicQuantizeLinear"),
-                           {tensor}, {q, scale, zp});
-  *nodes->Add() =
-      MakeNode("DequantizeLinear", names_->Make(tensor + "_DequantizeLinear"),
-               {q, scale, zp}, {dq});
+  *nodes->Add() = graph::MakeNode(
+      "DynamicQuantizeLinear", names_->Make(tensor + "_DynamicQuantizeLinear"),
+      {tensor}, {q, scale, zp});
+  *nodes->Add() = graph::MakeNode("DequantizeLinear",
+                                  names_->Make(tensor + "_DequantizeLinear"),
+                                  {q, scale, zp}, {dq});
   return dq;
 }
 
@@ -368,29 +187,7 @@ void DynamicRangePass::Rewrite() {
       if (!out.empty()) add_activation(out);
     }
   }
-  RemoveFloatInitializers();
-}
-
-// Drops the (already emptied) float initializers of quantized weights, and
-// their graph-input entries (IR < 4 lists every initializer as an input).
-void DynamicRangePass::RemoveFloatInitializers() {
-  absl::flat_hash_set<std::string> gone;
-  for (const WeightPlan& w : plan_.weights) {
-    if (w.initializer >= 0) gone.insert(w.tensor);
-  }
-  auto* inits = graph_->mutable_initializer();
-  inits->erase(std::remove_if(inits->begin(), inits->end(),
-                              [&](const TensorProto& t) {
-                                return gone.contains(t.name()) &&
-                                       t.data_type() == TensorProto::FLOAT;
-                              }),
-               inits->end());
-  auto* inputs = graph_->mutable_input();
-  inputs->erase(std::remove_if(inputs->begin(), inputs->end(),
-                               [&](const onnx::ValueInfoProto& v) {
-                                 return gone.contains(v.name());
-                               }),
-                inputs->end());
+  RemoveQuantizedInitializers(plan_.weights, graph_);
 }
 
 }  // namespace

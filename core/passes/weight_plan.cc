@@ -1,11 +1,14 @@
 #include "core/passes/weight_plan.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 
 namespace quantd::passes {
@@ -274,6 +277,189 @@ onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,
     if (a.name() == "value" && a.has_t()) return a.mutable_t();
   }
   return nullptr;
+}
+
+namespace {
+
+using onnx::TensorProto;
+
+struct QuantizedWeight {
+  absl::Status status;
+  TensorProto values, scale, zero_point;
+  quantd::v1::TensorReport report;
+  uint64_t bytes_before = 0;
+  std::vector<numerics::QuantParams> params;
+};
+
+quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
+                                    const WeightPlan& plan,
+                                    const DynamicRangeOptions& options,
+                                    const numerics::QuantizedTensor& q) {
+  quantd::v1::TensorReport r;
+  const onnx::NodeProto& consumer = graph.node(plan.consumers.front());
+  r.set_node_name(consumer.name());
+  r.set_op_type(consumer.op_type());
+  r.set_tensor_name(plan.tensor);
+  r.set_precision(options.precision);
+  r.set_num_elements(plan.num_elements);
+  quantd::v1::QuantScheme* s = r.mutable_scheme();
+  s->set_bits(q.spec.bits);
+  s->set_symmetric(q.spec.symmetric);
+  s->set_narrow_range(q.spec.narrow_range);
+  s->set_per_channel(q.axis >= 0);
+  s->set_axis(std::max(q.axis, 0));
+  s->set_storage_type("INT8");
+  absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(q.spec);
+  if (grid.ok()) {
+    s->set_quant_min(grid->quant_min);
+    s->set_quant_max(grid->quant_max);
+  }
+  auto [lo, hi] = std::minmax_element(
+      q.params.begin(), q.params.end(),
+      [](const auto& a, const auto& b) { return a.scale < b.scale; });
+  r.set_scale_min(lo->scale);
+  r.set_scale_max(hi->scale);
+  return r;
+}
+
+// Scale and zero point initializers: [C] when per channel, scalars else.
+void MakeParamTensors(const numerics::QuantizedTensor& q,
+                      const WeightNames& names, QuantizedWeight* out) {
+  std::vector<float> scales;
+  std::string zero_points;
+  for (const auto& p : q.params) {
+    scales.push_back(p.scale);
+    zero_points.push_back(static_cast<char>(static_cast<int8_t>(p.zero_point)));
+  }
+  std::vector<int64_t> dims;
+  if (q.axis >= 0) dims.push_back(static_cast<int64_t>(q.params.size()));
+  out->scale = graph::MakeFloatTensor(names.scale, dims, scales);
+  out->zero_point = graph::MakeByteTensor(names.zero_point, TensorProto::INT8,
+                                          dims, std::move(zero_points));
+}
+
+// Quantizes one weight; runs concurrently with others (touches only its own
+// tensor). The float values are freed from the model first thing.
+QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
+                               const WeightPlan& plan, TensorProto* tensor,
+                               const WeightNames& names,
+                               const DynamicRangeOptions& options) {
+  QuantizedWeight out;
+  absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
+  if (!values.ok()) {
+    out.status = values.status();
+    return out;
+  }
+  out.bytes_before = graph::DataBytes(*tensor);
+  graph::ClearTensorData(tensor);
+  absl::StatusOr<numerics::QuantizedTensor> q = numerics::QuantizeTensor(
+      *values, plan.dims, plan.axis >= 0, plan.axis, options.weights.spec);
+  if (!q.ok()) {
+    out.status = absl::InvalidArgumentError(absl::StrCat(
+        "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
+    return out;
+  }
+  out.report = MakeReport(graph, plan, options, *q);
+  {
+    std::vector<float> approx = numerics::DequantizeTensor(*q, plan.dims);
+    numerics::ErrorStats err = numerics::MeasureError(*values, approx);
+    out.report.set_mse(err.mse);
+    out.report.set_sqnr_db(err.sqnr_db);
+  }
+  std::vector<float>().swap(*values);
+  MakeParamTensors(*q, names, &out);
+  out.params = q->params;
+  out.values = graph::MakeByteTensor(names.values, TensorProto::INT8, plan.dims,
+                                     std::move(q->values));
+  return out;
+}
+
+uint64_t NewBytes(const QuantizedWeight& w) {
+  return graph::DataBytes(w.values) + graph::DataBytes(w.scale) +
+         graph::DataBytes(w.zero_point);
+}
+
+}  // namespace
+
+std::vector<WeightNames> MakeWeightNames(const std::vector<WeightPlan>& weights,
+                                         graph::UniqueNames* names) {
+  std::vector<WeightNames> out;
+  for (const WeightPlan& w : weights) {
+    out.push_back({names->Make(w.tensor + "_quantized"),
+                   names->Make(w.tensor + "_scale"),
+                   names->Make(w.tensor + "_zero_point"),
+                   names->Make(w.tensor + "_DequantizeLinear")});
+  }
+  return out;
+}
+
+onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
+                                     const WeightNames& names) {
+  onnx::NodeProto node = graph::MakeNode(
+      "DequantizeLinear", names.node,
+      {names.values, names.scale, names.zero_point}, {plan.tensor});
+  if (plan.axis >= 0) graph::SetIntAttribute(&node, "axis", plan.axis);
+  return node;
+}
+
+absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
+    const std::vector<WeightPlan>& weights,
+    const std::vector<WeightNames>& names, const DynamicRangeOptions& options,
+    const PassHooks& hooks, const std::string& note, int64_t progress_offset,
+    int64_t progress_total, onnx::ModelProto* model) {
+  onnx::GraphProto* graph = model->mutable_graph();
+  QuantizedWeights result;
+  const int64_t total = static_cast<int64_t>(weights.size());
+  const int64_t group = std::max(1, hooks.group_size);
+  std::vector<TensorProto*> tensors;
+  for (const WeightPlan& w : weights) tensors.push_back(WeightTensor(graph, w));
+  for (int64_t begin = 0; begin < total; begin += group) {
+    if (hooks.check_cancelled) {
+      absl::Status s = hooks.check_cancelled();
+      if (!s.ok()) return s;
+    }
+    const int64_t n = std::min(group, total - begin);
+    std::vector<QuantizedWeight> done(n);
+    auto work = [&](int64_t i) {
+      const int64_t k = begin + i;
+      done[i] =
+          QuantizeWeight(*graph, weights[k], tensors[k], names[k], options);
+    };
+    if (hooks.parallel_for && n > 1) {
+      hooks.parallel_for(n, work);
+    } else {
+      for (int64_t i = 0; i < n; ++i) work(i);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      QuantizedWeight& w = done[i];
+      if (!w.status.ok()) return w.status;
+      result.bytes_before += w.bytes_before;
+      result.bytes_after += NewBytes(w);
+      result.params.push_back(std::move(w.params));
+      if (!note.empty()) w.report.set_note(note);
+      // Adding to the graph only here, on one thread: RepeatedPtrField is
+      // not safe to grow concurrently.
+      const bool also_input = model->ir_version() < 4;
+      graph::AddInitializer(std::move(w.values), also_input, graph);
+      graph::AddInitializer(std::move(w.scale), also_input, graph);
+      graph::AddInitializer(std::move(w.zero_point), also_input, graph);
+      ++result.quantized;
+      if (hooks.on_report) hooks.on_report(w.report);
+      if (hooks.on_progress) {
+        hooks.on_progress(progress_offset + begin + i + 1, progress_total);
+      }
+    }
+  }
+  return result;
+}
+
+void RemoveQuantizedInitializers(const std::vector<WeightPlan>& weights,
+                                 onnx::GraphProto* graph) {
+  absl::flat_hash_set<std::string> gone;
+  for (const WeightPlan& w : weights) {
+    if (w.initializer >= 0) gone.insert(w.tensor);
+  }
+  graph::RemoveInitializers(gone, TensorProto::FLOAT, graph);
 }
 
 }  // namespace quantd::passes

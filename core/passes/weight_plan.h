@@ -1,5 +1,7 @@
-// Which constant weights of a model the weight pass quantizes, on which
-// channel axis, and why the others stay float.
+// Which constant weights of a model the weight passes quantize, on which
+// channel axis, and why the others stay float; and quantizing the planned
+// weights into INT8 initializers behind one DequantizeLinear each (shared by
+// the DYNAMIC_RANGE and STATIC_RANGE passes).
 #ifndef QUANTD_CORE_PASSES_WEIGHT_PLAN_H_
 #define QUANTD_CORE_PASSES_WEIGHT_PLAN_H_
 
@@ -7,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/graph/graph_index.h"
+#include "core/graph/unique_names.h"
+#include "core/numerics/quant_params.h"
 #include "core/passes/dynamic_range_options.h"
+#include "core/passes/dynamic_range_pass.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -46,6 +52,50 @@ WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
 // The float TensorProto a planned weight's values live in.
 onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,
                                 const WeightPlan& plan);
+
+// Names of what one quantized weight adds to the graph. The DequantizeLinear
+// output keeps the weight's own name, so every reader (and any subgraph)
+// sees the dequantized weight without being rewritten.
+struct WeightNames {
+  std::string values, scale, zero_point, node;
+};
+std::vector<WeightNames> MakeWeightNames(const std::vector<WeightPlan>& weights,
+                                         graph::UniqueNames* names);
+
+// DequantizeLinear(values, scale, zero_point) -> plan.tensor, with `axis`
+// when the plan is per channel.
+onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
+                                     const WeightNames& names);
+
+struct QuantizedWeights {
+  int quantized = 0;
+  uint64_t bytes_before = 0;  // Float bytes of the quantized weights.
+  uint64_t bytes_after = 0;   // Their int8 values, scales, zero points.
+  // Per planned weight (same order), its scale and zero point per channel
+  // (one entry when per tensor).
+  std::vector<std::vector<numerics::QuantParams>> params;
+};
+
+// Quantizes every planned weight of `model`'s graph: in groups of
+// hooks.group_size run through hooks.parallel_for, polling
+// hooks.check_cancelled before each group, freeing each float tensor's values
+// as it goes. Adds the values, scales and zero points as initializers (named
+// by `names`), and, in plan order on the calling thread, calls
+// hooks.on_report (with `note` set when not empty) and
+// hooks.on_progress(progress_offset + k + 1, progress_total). Adds no nodes
+// and removes nothing: the caller places WeightDequantizeNode()s and then
+// drops the emptied float initializers (RemoveQuantizedInitializers).
+// INVALID_ARGUMENT for a weight that cannot be quantized (NaN).
+absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
+    const std::vector<WeightPlan>& weights,
+    const std::vector<WeightNames>& names, const DynamicRangeOptions& options,
+    const PassHooks& hooks, const std::string& note, int64_t progress_offset,
+    int64_t progress_total, onnx::ModelProto* model);
+
+// Drops the (already emptied) float initializers of quantized weights, and
+// their graph-input entries (IR < 4 lists every initializer as an input).
+void RemoveQuantizedInitializers(const std::vector<WeightPlan>& weights,
+                                 onnx::GraphProto* graph);
 
 }  // namespace quantd::passes
 

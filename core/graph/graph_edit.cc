@@ -1,0 +1,85 @@
+#include "core/graph/graph_edit.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace quantd::graph {
+
+onnx::NodeProto MakeNode(const std::string& op, const std::string& name,
+                         std::vector<std::string> inputs,
+                         std::vector<std::string> outputs) {
+  onnx::NodeProto node;
+  node.set_op_type(op);
+  node.set_name(name);
+  for (auto& in : inputs) node.add_input(std::move(in));
+  for (auto& out : outputs) node.add_output(std::move(out));
+  return node;
+}
+
+void SetIntAttribute(onnx::NodeProto* node, const std::string& name,
+                     int64_t value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
+void AddInitializer(onnx::TensorProto tensor, bool also_input,
+                    onnx::GraphProto* graph) {
+  if (also_input) {
+    onnx::ValueInfoProto* input = graph->add_input();
+    input->set_name(tensor.name());
+    auto* type = input->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(tensor.data_type());
+    auto* shape = type->mutable_shape();
+    for (int64_t d : tensor.dims()) shape->add_dim()->set_dim_value(d);
+  }
+  *graph->add_initializer() = std::move(tensor);
+}
+
+void RemoveInitializers(const absl::flat_hash_set<std::string>& names,
+                        int32_t data_type, onnx::GraphProto* graph) {
+  if (names.empty()) return;
+  auto* inits = graph->mutable_initializer();
+  inits->erase(std::remove_if(inits->begin(), inits->end(),
+                              [&](const onnx::TensorProto& t) {
+                                return names.contains(t.name()) &&
+                                       t.data_type() == data_type;
+                              }),
+               inits->end());
+  auto* inputs = graph->mutable_input();
+  inputs->erase(std::remove_if(inputs->begin(), inputs->end(),
+                               [&](const onnx::ValueInfoProto& v) {
+                                 return names.contains(v.name());
+                               }),
+                inputs->end());
+}
+
+onnx::NodeProto* InsertNode(onnx::NodeProto node, int position,
+                            onnx::GraphProto* graph) {
+  auto* nodes = graph->mutable_node();
+  position = std::clamp(position, 0, nodes->size());
+  *nodes->Add() = std::move(node);
+  // SwapElements swaps pointers: the NodeProto objects stay where they are.
+  for (int i = nodes->size() - 1; i > position; --i) {
+    nodes->SwapElements(i, i - 1);
+  }
+  return nodes->Mutable(position);
+}
+
+onnx::TensorProto MakeInt32Tensor(const std::string& name,
+                                  absl::Span<const int64_t> dims,
+                                  absl::Span<const int32_t> values) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::INT32);
+  for (int64_t d : dims) t.add_dims(d);
+  std::string raw(values.size() * sizeof(int32_t), '\0');
+  // Little-endian hosts only, like MakeFloatTensor.
+  if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
+  t.set_raw_data(std::move(raw));
+  return t;
+}
+
+}  // namespace quantd::graph

@@ -1,0 +1,671 @@
+#include "core/passes/static_range_pass.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/graph/graph_edit.h"
+#include "core/graph/graph_index.h"
+#include "core/graph/tensor_util.h"
+#include "core/graph/unique_names.h"
+#include "core/numerics/quant_params.h"
+#include "core/passes/opset_upgrade.h"
+#include "core/passes/static_range_quant_point.h"
+#include "core/passes/weight_plan.h"
+
+namespace quantd::passes {
+namespace {
+
+using onnx::NodeProto;
+using onnx::TensorProto;
+using quantd::v1::SkippedTensor;
+using quantd::v1::SkipReason;
+
+bool IsDefaultDomain(const NodeProto& node) {
+  return node.domain().empty() || node.domain() == "ai.onnx";
+}
+
+bool IsQuantizableOp(const NodeProto& node) {
+  return IsDefaultDomain(node) &&
+         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
+          node.op_type() == "MatMul");
+}
+
+int64_t IntAttr(const NodeProto& node, const char* name, int64_t dflt) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return a.i();
+  }
+  return dflt;
+}
+
+// An activation quantization point to insert.
+struct ActivationPlan {
+  std::string tensor;
+  // The node named in the report: the first quantizable reader, else the
+  // first reader.
+  std::string node_name, op_type;
+};
+
+// A bias to store as INT32.
+struct BiasPlan {
+  std::string tensor;
+  std::string input;  // Input 0 of the node: its scale is the input scale.
+  int weight = -1;    // Index into the weight plan.
+  std::string node_name, op_type;
+};
+
+SkippedTensor MakeSkip(const std::string& tensor, const NodeProto& node,
+                       int64_t num_elements, SkipReason reason,
+                       std::string detail) {
+  SkippedTensor s;
+  s.set_tensor_name(tensor);
+  s.set_node_name(node.name());
+  s.set_op_type(node.op_type());
+  s.set_num_elements(num_elements);
+  s.set_reason(reason);
+  s.set_detail(std::move(detail));
+  return s;
+}
+
+std::string StorageType(const numerics::QuantSpec& spec) {
+  return spec.is_signed ? "INT8" : "UINT8";
+}
+
+class StaticRangePass {
+ public:
+  StaticRangePass(const StaticRangeOptions& options,
+                  const ActivationRanges& ranges, const PassHooks& hooks,
+                  onnx::ModelProto* model)
+      : options_(options),
+        weight_options_(options.WeightOptions()),
+        ranges_(ranges),
+        hooks_(hooks),
+        model_(model),
+        graph_(model->mutable_graph()) {}
+
+  absl::StatusOr<StaticRangeStats> Run();
+
+ private:
+  absl::Status CheckRangeNames() const;
+  // Plans weights, activations and biases on the current graph; fails when
+  // an activation to quantize has no range.
+  absl::Status Plan();
+  void PlanActivations(const graph::GraphIndex& index);
+  void AddCandidate(const graph::GraphIndex& index, const std::string& tensor,
+                    int node, absl::flat_hash_set<std::string>* seen);
+  void PlanBiases(const graph::GraphIndex& index);
+  absl::Status PrepareOpset();
+  absl::Status QuantizeWeights();
+  void PlaceWeightNodes();
+  absl::Status QuantizeActivations();
+  absl::Status QuantizeBiases();
+  absl::Status QuantizeBias(const BiasPlan& bias);
+  void Progress() {
+    ++done_;
+    if (hooks_.on_progress) hooks_.on_progress(done_, total_);
+  }
+  int64_t Total() const {
+    return static_cast<int64_t>(weights_.weights.size() + activations_.size() +
+                                biases_.size());
+  }
+  void Finish();
+
+  const StaticRangeOptions& options_;
+  const DynamicRangeOptions weight_options_;
+  const ActivationRanges& ranges_;
+  const PassHooks& hooks_;
+  onnx::ModelProto* model_;
+  onnx::GraphProto* graph_;
+  int64_t ir_version_ = 0;
+
+  WeightPlanResult weights_;
+  std::vector<ActivationPlan> activations_;
+  std::vector<BiasPlan> biases_;
+  std::vector<SkippedTensor> skipped_;  // Activations and biases.
+
+  std::unique_ptr<graph::UniqueNames> names_;
+  std::vector<WeightNames> weight_names_;
+  QuantizedWeights quantized_weights_;
+  // Activation tensor -> the parameters of its inserted point.
+  absl::flat_hash_map<std::string, numerics::QuantParams> activation_params_;
+  int64_t done_ = 0;
+  int64_t total_ = 0;
+  StaticRangeStats stats_;
+};
+
+absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
+  ir_version_ = model_->ir_version();
+  absl::Status s = CheckRangeNames();
+  if (!s.ok()) return s;
+  s = Plan();
+  if (!s.ok()) return s;
+  if (Total() > 0) {
+    s = PrepareOpset();
+    if (!s.ok()) return s;
+  }
+  total_ = Total();
+  if (hooks_.on_planned) hooks_.on_planned(total_);
+  if (total_ > 0) {
+    names_ = std::make_unique<graph::UniqueNames>(*graph_);
+    s = QuantizeWeights();
+    if (!s.ok()) return s;
+    PlaceWeightNodes();
+    s = QuantizeActivations();
+    if (!s.ok()) return s;
+    s = QuantizeBiases();
+    if (!s.ok()) return s;
+  }
+  Finish();
+  return std::move(stats_);
+}
+
+// Every named range must be a tensor of the main graph: a name that is not
+// is a calibration of another model (or a typo), and silently ignoring it
+// would hide that.
+absl::Status StaticRangePass::CheckRangeNames() const {
+  absl::flat_hash_set<std::string> known;
+  for (const auto& v : graph_->input()) known.insert(v.name());
+  for (const auto& t : graph_->initializer()) known.insert(t.name());
+  for (const auto& n : graph_->node()) {
+    for (const auto& out : n.output()) known.insert(out);
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [name, range] : ranges_) {
+    if (!known.contains(name)) unknown.push_back(name);
+  }
+  if (unknown.empty()) return absl::OkStatus();
+  std::sort(unknown.begin(), unknown.end());
+  return absl::InvalidArgumentError(
+      absl::StrCat("calibration names ", unknown.size(),
+                   " tensor(s) the model does not have: '",
+                   absl::StrJoin(unknown, "', '"), "'"));
+}
+
+absl::Status StaticRangePass::Plan() {
+  activations_.clear();
+  biases_.clear();
+  skipped_.clear();
+  const graph::GraphIndex index(*graph_);
+  weights_ = PlanWeights(*graph_, index, weight_options_, ir_version_);
+  PlanActivations(index);
+  std::vector<std::string> missing;
+  for (const ActivationPlan& a : activations_) {
+    if (!ranges_.contains(a.tensor)) missing.push_back(a.tensor);
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "STATIC_RANGE needs a calibrated range for every activation it "
+        "quantizes; none for ",
+        missing.size(), " tensor(s): '", absl::StrJoin(missing, "', '"), "'",
+        ranges_.empty() ? " (no calibration ranges were given)" : ""));
+  }
+  PlanBiases(index);
+  return absl::OkStatus();
+}
+
+void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
+  absl::flat_hash_set<std::string> seen;
+  for (int n = 0; n < graph_->node_size(); ++n) {
+    const NodeProto& node = graph_->node(n);
+    if (!IsQuantizableOp(node)) continue;
+    if (node.input_size() > 0) AddCandidate(index, node.input(0), n, &seen);
+    if (node.op_type() == "MatMul" && node.input_size() > 1) {
+      AddCandidate(index, node.input(1), n, &seen);
+    }
+    if (node.output_size() == 0 || node.output(0).empty()) continue;
+    // The output rule (see the header).
+    std::string out = node.output(0);
+    const std::vector<graph::Use>& uses = index.Uses(out);
+    if (uses.size() == 1 && uses[0].slot == 0 && !index.IsGraphOutput(out)) {
+      const NodeProto& next = graph_->node(uses[0].node);
+      if (IsDefaultDomain(next) &&
+          (next.op_type() == "Relu" || next.op_type() == "Clip") &&
+          next.output_size() > 0 && !next.output(0).empty()) {
+        AddCandidate(index, next.output(0), uses[0].node, &seen);
+        continue;
+      }
+    }
+    AddCandidate(index, out, n, &seen);
+  }
+}
+
+void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
+                                   const std::string& tensor, int node,
+                                   absl::flat_hash_set<std::string>* seen) {
+  if (tensor.empty() || !seen->insert(tensor).second) return;
+  const NodeProto& owner = graph_->node(node);
+  // Constants are weights, not activations (an initializer that is also a
+  // graph input may be fed at run time: that one is an activation).
+  const int init = index.Initializer(tensor);
+  const int producer = index.Producer(tensor);
+  if ((init >= 0 && !(index.IsGraphInput(tensor) && ir_version_ >= 4)) ||
+      (producer >= 0 && graph_->node(producer).op_type() == "Constant")) {
+    return;
+  }
+  // The element type, where the model declares it.
+  auto declared = [&](const auto& infos) {
+    for (const auto& v : infos) {
+      if (v.name() == tensor && v.type().has_tensor_type()) {
+        return v.type().tensor_type().elem_type();
+      }
+    }
+    return 0;
+  };
+  int32_t type = declared(graph_->input());
+  if (type == 0) type = declared(graph_->value_info());
+  if (type == 0) type = declared(graph_->output());
+  if (type != 0 && type != TensorProto::FLOAT) {
+    skipped_.push_back(
+        MakeSkip(tensor, owner, 0, quantd::v1::SKIP_NOT_FLOAT,
+                 absl::StrCat("activation element type is ",
+                              TensorProto::DataType_Name(
+                                  static_cast<TensorProto::DataType>(type)),
+                              ", not FLOAT")));
+    return;
+  }
+  std::vector<int> consumers;
+  for (const graph::Use& use : index.Uses(tensor)) {
+    if (use.slot == graph::Use::kSubgraphSlot) {
+      const NodeProto& reader = graph_->node(use.node);
+      skipped_.push_back(MakeSkip(
+          tensor, owner, 0, quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER,
+          absl::StrCat("read inside a subgraph of ", reader.op_type(), " '",
+                       reader.name(),
+                       "', which cannot be rewired to the "
+                       "dequantized tensor")));
+      return;
+    }
+    if (consumers.empty() || consumers.back() != use.node) {
+      consumers.push_back(use.node);
+    }
+  }
+  // A graph output with no reader: nothing downstream to quantize for.
+  if (consumers.empty()) return;
+  absl::StatusOr<QuantPoint> point = CheckQuantPoint(
+      *graph_, tensor, consumers, options_.activations.producer_scope,
+      options_.activations.consumer_scope);
+  if (!point.ok()) return;  // Cannot happen: consumers read the tensor.
+  switch (point->outcome) {
+    case QuantPoint::kInserted: {
+      int report_node = consumers.front();
+      for (int c : consumers) {
+        if (IsQuantizableOp(graph_->node(c))) {
+          report_node = c;
+          break;
+        }
+      }
+      const NodeProto& r = graph_->node(report_node);
+      activations_.push_back({tensor, r.name(), r.op_type()});
+      break;
+    }
+    case QuantPoint::kProducerOutOfScope:
+    case QuantPoint::kConsumerOutOfScope:
+      skipped_.push_back(
+          MakeSkip(tensor, owner, 0, quantd::v1::SKIP_OUT_OF_SCOPE,
+                   absl::StrCat("activation_params: ", point->detail)));
+      break;
+    case QuantPoint::kAlreadyQuantized:
+      break;  // Quantized already: nothing left float.
+  }
+}
+
+void StaticRangePass::PlanBiases(const graph::GraphIndex& index) {
+  absl::flat_hash_map<std::string, int> weight_of;
+  for (int k = 0; k < static_cast<int>(weights_.weights.size()); ++k) {
+    weight_of[weights_.weights[k].tensor] = k;
+  }
+  absl::flat_hash_set<std::string> planned_inputs;
+  for (const ActivationPlan& a : activations_) planned_inputs.insert(a.tensor);
+
+  for (int n = 0; n < graph_->node_size(); ++n) {
+    const NodeProto& node = graph_->node(n);
+    if (!IsQuantizableOp(node) || node.op_type() == "MatMul" ||
+        node.input_size() < 3 || node.input(2).empty()) {
+      continue;
+    }
+    const std::string& b = node.input(2);
+    const int producer = index.Producer(b);
+    if (producer >= 0 &&
+        graph_->node(producer).op_type() == "DequantizeLinear") {
+      continue;  // Quantized by an earlier run.
+    }
+    const int init = index.Initializer(b);
+    const TensorProto* t = init >= 0 ? &graph_->initializer(init) : nullptr;
+    const int64_t elements = t != nullptr ? graph::NumElements(*t) : 0;
+    auto skip = [&](SkipReason reason, std::string detail) {
+      skipped_.push_back(
+          MakeSkip(b, node, elements, reason, absl::StrCat("bias: ", detail)));
+    };
+    auto weight = weight_of.find(node.input(1));
+    if (weight == weight_of.end()) {
+      skip(quantd::v1::SKIP_REASON_UNSPECIFIED,
+           absl::StrCat("the weight '", node.input(1),
+                        "' stays float, so there is no weight scale"));
+      continue;
+    }
+    if (!planned_inputs.contains(node.input(0))) {
+      skip(quantd::v1::SKIP_REASON_UNSPECIFIED,
+           absl::StrCat("the input '", node.input(0),
+                        "' gets no quantization point here, so there is "
+                        "no input scale"));
+      continue;
+    }
+    if (t == nullptr || (index.IsGraphInput(b) && ir_version_ >= 4)) {
+      skip(quantd::v1::SKIP_NOT_CONSTANT,
+           "not an initializer (or one a caller can override)");
+      continue;
+    }
+    if (t->data_type() != TensorProto::FLOAT || graph::HasExternalData(*t)) {
+      skip(quantd::v1::SKIP_NOT_FLOAT, "not a FLOAT initializer in the model");
+      continue;
+    }
+    const WeightPlan& w = weights_.weights[weight->second];
+    int64_t channels = 0;
+    if (node.op_type() == "Conv") {
+      channels = w.dims.empty() ? 0 : w.dims[0];
+    } else if (w.dims.size() == 2) {
+      channels = w.dims[IntAttr(node, "transB", 0) != 0 ? 0 : 1];
+    }
+    if (t->dims_size() != 1 || t->dims(0) != channels) {
+      skip(quantd::v1::SKIP_UNSUPPORTED_LAYOUT,
+           absl::StrCat("shape is not [", channels,
+                        "] (one value per output channel)"));
+      continue;
+    }
+    if (index.Uses(b).size() != 1 || index.IsGraphOutput(b)) {
+      skip(quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER,
+           "also read elsewhere; its int32 scale depends on this node's "
+           "input scale");
+      continue;
+    }
+    biases_.push_back(
+        {b, node.input(0), weight->second, node.name(), node.op_type()});
+  }
+}
+
+absl::Status StaticRangePass::PrepareOpset() {
+  absl::StatusOr<OpsetOutcome> outcome = EnsureOpset(model_, kPerChannelOpset);
+  if (!outcome.ok()) return outcome.status();
+  stats_.opset_note = outcome->note;
+  switch (outcome->mode) {
+    case OpsetOutcome::kAlreadyNewEnough:
+      break;
+    case OpsetOutcome::kUpgraded: {
+      // The converter replaced the whole model and may renumber nodes.
+      graph_ = model_->mutable_graph();
+      absl::Status s = Plan();
+      if (!s.ok()) return s;
+      break;
+    }
+    case OpsetOutcome::kPerTensorFallback:
+      for (WeightPlan& w : weights_.weights) w.axis = -1;
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StaticRangePass::QuantizeWeights() {
+  weight_names_ = MakeWeightNames(weights_.weights, names_.get());
+  absl::StatusOr<QuantizedWeights> done =
+      QuantizePlannedWeights(weights_.weights, weight_names_, weight_options_,
+                             hooks_, stats_.opset_note, 0, total_, model_);
+  if (!done.ok()) return done.status();
+  quantized_weights_ = std::move(*done);
+  done_ = quantized_weights_.quantized;
+  stats_.quantized_weights = quantized_weights_.quantized;
+  stats_.weight_bytes_before = quantized_weights_.bytes_before;
+  stats_.weight_bytes_after = quantized_weights_.bytes_after;
+  return absl::OkStatus();
+}
+
+// A Constant weight's node becomes its DequantizeLinear in place; the
+// DequantizeLinear of an initializer weight reads only initializers, so it
+// goes first.
+void StaticRangePass::PlaceWeightNodes() {
+  const std::vector<WeightPlan>& plan = weights_.weights;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    if (plan[k].constant_node >= 0) {
+      *graph_->mutable_node(plan[k].constant_node) =
+          WeightDequantizeNode(plan[k], weight_names_[k]);
+    }
+  }
+  int front = 0;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    if (plan[k].initializer >= 0) {
+      graph::InsertNode(WeightDequantizeNode(plan[k], weight_names_[k]),
+                        front++, graph_);
+    }
+  }
+  RemoveQuantizedInitializers(plan, graph_);
+}
+
+absl::Status StaticRangePass::QuantizeActivations() {
+  const numerics::QuantSpec& spec = options_.activations.spec;
+  absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(spec);
+  if (!grid.ok()) return grid.status();
+  if (hooks_.check_cancelled) {
+    absl::Status s = hooks_.check_cancelled();
+    if (!s.ok()) return s;
+  }
+  for (size_t i = 0; i < activations_.size(); ++i) {
+    const std::string& x = activations_[i].tensor;
+    const ActivationRange& range = ranges_.at(x);
+    absl::StatusOr<numerics::QuantParams> qp =
+        numerics::ChooseQuantParams(range.min, range.max, spec);
+    if (!qp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "range of activation '", x, "': ", qp.status().message()));
+    }
+    QuantPointParams params{*qp, spec, options_.activations.producer_scope,
+                            options_.activations.consumer_scope};
+    absl::StatusOr<QuantPoint> point = InsertQuantPoint(
+        graph_, x, ConsumersOf(*graph_, x), params, names_.get());
+    if (!point.ok()) return point.status();
+    if (point->outcome == QuantPoint::kInserted) {
+      activation_params_[x] = *qp;
+      ++stats_.quantized_activations;
+      quantd::v1::TensorReport r;
+      r.set_node_name(activations_[i].node_name);
+      r.set_op_type(activations_[i].op_type);
+      r.set_tensor_name(x);
+      r.set_precision(options_.precision);
+      r.set_num_elements(0);  // Not known without shapes; unused here.
+      quantd::v1::QuantScheme* s = r.mutable_scheme();
+      s->set_bits(spec.bits);
+      s->set_symmetric(spec.symmetric);
+      s->set_narrow_range(spec.narrow_range);
+      s->set_per_channel(false);
+      s->set_storage_type(StorageType(spec));
+      s->set_quant_min(grid->quant_min);
+      s->set_quant_max(grid->quant_max);
+      r.set_scale_min(qp->scale);
+      r.set_scale_max(qp->scale);
+      std::string note = absl::StrCat(
+          "activation: zero point ", qp->zero_point, ", calibrated range [",
+          range.min, ", ", range.max, "] -> [",
+          numerics::DequantizeValue(grid->quant_min, *qp), ", ",
+          numerics::DequantizeValue(grid->quant_max, *qp), "]");
+      if (point->clipped) {
+        absl::StrAppend(&note,
+                        "; a Clip to that range precedes "
+                        "QuantizeLinear (the grid is smaller than ",
+                        StorageType(spec), ")");
+      }
+      if (range.channels > 0) {
+        absl::StrAppend(&note, "; calibration gave per-channel ranges (",
+                        range.channels, " channels on axis ", range.axis,
+                        "): quantized per tensor with their overall range");
+      }
+      r.set_note(std::move(note));
+      if (hooks_.on_report) hooks_.on_report(r);
+    }
+    Progress();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StaticRangePass::QuantizeBiases() {
+  if (hooks_.check_cancelled) {
+    absl::Status s = hooks_.check_cancelled();
+    if (!s.ok()) return s;
+  }
+  for (const BiasPlan& bias : biases_) {
+    absl::Status s = QuantizeBias(bias);
+    if (!s.ok()) return s;
+    Progress();
+  }
+  return absl::OkStatus();
+}
+
+// b_q[c] = round_half_even(b[c] / (s_in * s_w[c])), zero point 0, the
+// scale s_in * s_w[c] computed in float as ONNX Runtime's QDQ tools do.
+absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
+  auto in = activation_params_.find(bias.input);
+  const WeightPlan& w = weights_.weights[bias.weight];
+  const std::vector<numerics::QuantParams>& wp =
+      quantized_weights_.params[bias.weight];
+  TensorProto* tensor = nullptr;
+  for (auto& t : *graph_->mutable_initializer()) {
+    if (t.name() == bias.tensor) tensor = &t;
+  }
+  NodeProto owner;
+  owner.set_name(bias.node_name);
+  owner.set_op_type(bias.op_type);
+  if (in == activation_params_.end() || tensor == nullptr) {
+    skipped_.push_back(MakeSkip(bias.tensor, owner, 0,
+                                quantd::v1::SKIP_REASON_UNSPECIFIED,
+                                "bias: the input got no quantization point"));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
+  if (!values.ok()) return values.status();
+  const int64_t n = static_cast<int64_t>(values->size());
+  std::vector<float> scales(n);
+  std::vector<int32_t> q(n);
+  std::vector<float> approx(n);
+  int saturated = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const float s_w = wp[wp.size() == 1 ? 0 : c].scale;
+    scales[c] = in->second.scale * s_w;
+    if (!(scales[c] > 0.0f) || !std::isfinite((*values)[c])) {
+      skipped_.push_back(MakeSkip(
+          bias.tensor, owner, n, quantd::v1::SKIP_REASON_UNSPECIFIED,
+          absl::StrCat("bias: value ", (*values)[c], " or scale ", scales[c],
+                       " (input scale ", in->second.scale, " * weight scale ",
+                       s_w, ") cannot be represented in int32")));
+      return absl::OkStatus();
+    }
+    const double v = std::nearbyint(static_cast<double>((*values)[c]) /
+                                    static_cast<double>(scales[c]));
+    constexpr double kMin = std::numeric_limits<int32_t>::min();
+    constexpr double kMax = std::numeric_limits<int32_t>::max();
+    if (v < kMin || v > kMax) ++saturated;
+    q[c] = static_cast<int32_t>(std::clamp(v, kMin, kMax));
+    approx[c] = scales[c] * static_cast<float>(q[c]);
+  }
+  const bool per_channel = w.axis >= 0 && wp.size() > 1;
+  std::vector<int64_t> param_dims;
+  if (per_channel) {
+    param_dims.push_back(n);
+  } else {
+    scales.resize(1);
+  }
+  const std::string values_name = names_->Make(bias.tensor + "_quantized");
+  const std::string scale_name = names_->Make(bias.tensor + "_scale");
+  const std::string zp_name = names_->Make(bias.tensor + "_zero_point");
+  const std::string node_name = names_->Make(bias.tensor + "_DequantizeLinear");
+  std::vector<TensorProto> added;
+  added.push_back(graph::MakeInt32Tensor(values_name, {n}, q));
+  added.push_back(graph::MakeFloatTensor(scale_name, param_dims, scales));
+  added.push_back(graph::MakeInt32Tensor(
+      zp_name, param_dims, std::vector<int32_t>(per_channel ? n : 1, 0)));
+  stats_.weight_bytes_before += graph::DataBytes(*tensor);
+  for (const TensorProto& t : added) {
+    stats_.weight_bytes_after += graph::DataBytes(t);
+  }
+  for (TensorProto& t : added) *graph_->add_initializer() = std::move(t);
+  NodeProto dq =
+      graph::MakeNode("DequantizeLinear", node_name,
+                      {values_name, scale_name, zp_name}, {bias.tensor});
+  if (per_channel) graph::SetIntAttribute(&dq, "axis", 0);
+  graph::InsertNode(std::move(dq), 0, graph_);
+  graph::RemoveInitializers({bias.tensor}, TensorProto::FLOAT, graph_);
+  ++stats_.quantized_biases;
+
+  quantd::v1::TensorReport r;
+  r.set_node_name(bias.node_name);
+  r.set_op_type(bias.op_type);
+  r.set_tensor_name(bias.tensor);
+  r.set_precision(options_.precision);
+  r.set_num_elements(n);
+  quantd::v1::QuantScheme* s = r.mutable_scheme();
+  s->set_bits(32);
+  s->set_symmetric(true);
+  s->set_per_channel(per_channel);
+  s->set_axis(0);
+  s->set_storage_type("INT32");
+  s->set_quant_min(std::numeric_limits<int32_t>::min());
+  s->set_quant_max(std::numeric_limits<int32_t>::max());
+  auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
+  r.set_scale_min(*lo);
+  r.set_scale_max(*hi);
+  numerics::ErrorStats err = numerics::MeasureError(*values, approx);
+  r.set_mse(err.mse);
+  r.set_sqnr_db(err.sqnr_db);
+  std::string note = absl::StrCat(
+      "bias: scale = input scale of '", bias.input, "' (", in->second.scale,
+      ") * weight scale of '", w.tensor, "', zero point 0");
+  if (saturated > 0) {
+    absl::StrAppend(&note, "; ", saturated,
+                    " value(s) saturated to the int32 range");
+  }
+  r.set_note(std::move(note));
+  if (hooks_.on_report) hooks_.on_report(r);
+  return absl::OkStatus();
+}
+
+void StaticRangePass::Finish() {
+  // Before IR version 4 every initializer must also be a graph input.
+  if (model_->ir_version() < 4) {
+    absl::flat_hash_set<std::string> inputs;
+    for (const auto& v : graph_->input()) inputs.insert(v.name());
+    for (const auto& t : graph_->initializer()) {
+      if (inputs.contains(t.name())) continue;
+      onnx::ValueInfoProto* input = graph_->add_input();
+      input->set_name(t.name());
+      auto* type = input->mutable_type()->mutable_tensor_type();
+      type->set_elem_type(t.data_type());
+      auto* shape = type->mutable_shape();
+      for (int64_t d : t.dims()) shape->add_dim()->set_dim_value(d);
+    }
+  }
+  const graph::GraphIndex index(*graph_);
+  for (const NodeProto& node : graph_->node()) {
+    if (!IsQuantizableOp(node)) continue;
+    for (const std::string& in : node.input()) {
+      const int p = index.Producer(in);
+      if (p >= 0 && graph_->node(p).op_type() == "DequantizeLinear") {
+        ++stats_.quantized_nodes;
+        break;
+      }
+    }
+  }
+  stats_.skipped = std::move(weights_.skipped);
+  for (auto& s : skipped_) stats_.skipped.push_back(std::move(s));
+}
+
+}  // namespace
+
+absl::StatusOr<StaticRangeStats> RunStaticRangePass(
+    const StaticRangeOptions& options, const ActivationRanges& ranges,
+    const PassHooks& hooks, onnx::ModelProto* model) {
+  return StaticRangePass(options, ranges, hooks, model).Run();
+}
+
+}  // namespace quantd::passes

@@ -1,0 +1,66 @@
+// The STATIC_RANGE pass for op set TF (QDQ, W8A8 by default): constant
+// weights of Conv/Gemm/MatMul become INT8 behind one DequantizeLinear (the
+// DYNAMIC_RANGE weight code), activations get one QuantizeLinear ->
+// DequantizeLinear pair each with scales from calibrated ranges, placed by
+// tf.contrib.quantize's _InsertQuantOp rules, and Conv/Gemm biases become
+// INT32 behind a DequantizeLinear (scale = input scale * weight scale).
+//
+// Which activations are quantized (the rule, in graph order, each tensor at
+// most once):
+//  1. Inputs: input 0 of every default-domain Conv, Gemm and MatMul, and
+//     input 1 of a MatMul when it is not a constant (an initializer or a
+//     Constant output), i.e. a MatMul of two activations.
+//  2. Outputs: for each such node with output o: when o's only reader is
+//     one default-domain Relu or Clip reading it as input 0 (and o is not a
+//     graph output), the Relu/Clip output is quantized (after the
+//     activation, as tf.contrib does after bias add + activation); otherwise
+//     o itself.
+// Each quantization point sits between the tensor's producer and ALL its
+// readers (InsertQuantPoint). No point is added for a tensor with no node
+// reader (a graph output stays float to the caller), for a tensor read
+// inside a subgraph, or for a tensor that already feeds a QuantizeLinear or
+// comes out of a DequantizeLinear (so a second run adds nothing); scopes
+// skip points as _InsertQuantOp does. Activations are quantized whether or
+// not the node's weight is (min_num_elements_for_weights is about weights).
+#ifndef QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
+#define QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/passes/dynamic_range_pass.h"
+#include "core/passes/static_range_options.h"
+#include "onnx/onnx_pb.h"
+#include "quantd/v1/quantization_service.pb.h"
+
+namespace quantd::passes {
+
+struct StaticRangeStats {
+  int quantized_weights = 0;
+  int quantized_activations = 0;  // Quantization points inserted.
+  int quantized_biases = 0;
+  // Distinct Conv/Gemm/MatMul nodes reading at least one dequantized input
+  // after the pass.
+  int quantized_nodes = 0;
+  std::vector<quantd::v1::SkippedTensor> skipped;
+  uint64_t weight_bytes_before = 0;  // Float bytes of quantized weights/biases.
+  uint64_t weight_bytes_after = 0;   // Their quantized values and params.
+  std::string opset_note;            // Empty when the opset was new enough.
+};
+
+// Rewrites `model` in place (default opset upgraded to 13 when older).
+// hooks.on_planned gets weights + activation points + biases; reports come
+// weights first, then activations, then biases. INVALID_ARGUMENT naming
+// every tensor of `ranges` the graph does not have (checked first, nothing
+// changed), and for NaN weights; FAILED_PRECONDITION naming every
+// activation to quantize that has no range (nothing changed), or when the
+// opset is too old and cannot be upgraded.
+absl::StatusOr<StaticRangeStats> RunStaticRangePass(
+    const StaticRangeOptions& options, const ActivationRanges& ranges,
+    const PassHooks& hooks, onnx::ModelProto* model);
+
+}  // namespace quantd::passes
+
+#endif  // QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
