@@ -1,0 +1,40 @@
+// Fast float convolution and pooling over NCHW data (1-D runs as H = 1):
+// im2col + GEMM for general convolutions, a direct loop for depthwise ones.
+// tests/core/executor/reference_kernels.h holds the slow oracle.
+#ifndef QUANTD_CORE_EXECUTOR_CONV_H_
+#define QUANTD_CORE_EXECUTOR_CONV_H_
+
+#include <cstdint>
+
+namespace quantd {
+class ThreadPool;
+}
+
+namespace quantd::executor {
+
+// Every size of one 2-D convolution or pooling window, pads resolved.
+// pb/pr are the bottom/right pads (only pooling divisors look at them).
+struct Conv2DShape {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // Input.
+  int64_t m = 1, group = 1;            // Output channels, groups.
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0, pb = 0, pr = 0;
+  int64_t oh = 1, ow = 1;  // Output.
+};
+
+// y[n, m, oh, ow] = bias[m] + sum over the window of x * w; w is
+// [m, c/group, kh, kw], bias may be null.
+void Conv2D(const float* x, const float* w, const float* bias, float* y,
+            const Conv2DShape& s, ThreadPool* pool);
+
+// Max over each window (pads never win). c == m.
+void MaxPool2D(const float* x, float* y, const Conv2DShape& s,
+               ThreadPool* pool);
+// Mean over each window. With count_include_pad the divisor counts the
+// window's positions inside the padded input, else only the real ones.
+void AveragePool2D(const float* x, float* y, const Conv2DShape& s,
+                   bool count_include_pad, ThreadPool* pool);
+
+}  // namespace quantd::executor
+
+#endif  // QUANTD_CORE_EXECUTOR_CONV_H_

@@ -1,0 +1,70 @@
+#include "core/executor/gemm.h"
+
+#include "core/executor/gemm_internal.h"
+#include "core/executor/parallel.h"
+
+namespace quantd::executor {
+namespace {
+
+using gemm_internal::GemmBlockFn;
+
+// The widest GEMM block this CPU runs, chosen once.
+GemmBlockFn PickBlock() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
+    return &gemm_internal::GemmBlockAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return &gemm_internal::GemmBlockAvx2;
+  }
+#endif
+  return &gemm_internal::GemmBlockGeneric;
+}
+
+// Rows [r0, r1) and columns [c0, c1) of C.
+void GemmBlock(bool trans_a, bool trans_b, int64_t r0, int64_t r1, int64_t c0,
+               int64_t c1, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  static const GemmBlockFn block = PickBlock();
+  block(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha,
+        trans_a ? a + r0 : a + r0 * lda, lda, trans_b ? b + c0 * ldb : b + c0,
+        ldb, beta, c + r0 * ldc + c0, ldc);
+}
+
+}  // namespace
+
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc, ThreadPool* pool) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      }
+    }
+    return;
+  }
+  // Below ~1 MFLOP a thread hand-off costs more than it saves.
+  const bool split = pool != nullptr && m * n * k >= (int64_t{1} << 20);
+  if (!split) {
+    GemmBlock(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c,
+              ldc);
+    return;
+  }
+  // Split the longer side of C so every task keeps a reasonably shaped block.
+  if (m >= n) {
+    ParallelRange(pool, m, 16, [&](int64_t r0, int64_t r1) {
+      GemmBlock(trans_a, trans_b, r0, r1, 0, n, k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
+    });
+  } else {
+    ParallelRange(pool, n, 64, [&](int64_t c0, int64_t c1) {
+      GemmBlock(trans_a, trans_b, 0, m, c0, c1, k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
+    });
+  }
+}
+
+}  // namespace quantd::executor

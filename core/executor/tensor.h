@@ -1,0 +1,136 @@
+// The executor's value type: a dense row-major tensor whose storage is shared
+// between copies (values are immutable once produced), plus conversion from
+// and to onnx::TensorProto.
+#ifndef QUANTD_CORE_EXECUTOR_TENSOR_H_
+#define QUANTD_CORE_EXECUTOR_TENSOR_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::executor {
+
+// Element types use ONNX's numbering so the two never need a mapping table.
+using DataType = onnx::TensorProto::DataType;
+
+// Bytes per element for the types a Tensor can hold; 0 for any other type.
+int64_t ElementSize(int32_t dtype);
+// "FLOAT", "INT64", ... (ONNX's enum names).
+std::string DataTypeName(int32_t dtype);
+
+template <typename T>
+struct TypeOf;
+template <>
+struct TypeOf<float> {
+  static constexpr DataType value = onnx::TensorProto::FLOAT;
+};
+template <>
+struct TypeOf<double> {
+  static constexpr DataType value = onnx::TensorProto::DOUBLE;
+};
+template <>
+struct TypeOf<int64_t> {
+  static constexpr DataType value = onnx::TensorProto::INT64;
+};
+template <>
+struct TypeOf<int32_t> {
+  static constexpr DataType value = onnx::TensorProto::INT32;
+};
+template <>
+struct TypeOf<int8_t> {
+  static constexpr DataType value = onnx::TensorProto::INT8;
+};
+template <>
+struct TypeOf<uint8_t> {
+  static constexpr DataType value = onnx::TensorProto::UINT8;
+};
+template <>
+struct TypeOf<bool> {
+  static constexpr DataType value = onnx::TensorProto::BOOL;
+};
+
+// Product of dims (1 for rank 0).
+int64_t NumElements(absl::Span<const int64_t> shape);
+std::string ShapeString(absl::Span<const int64_t> shape);
+
+class Tensor {
+ public:
+  // An empty value (dtype UNDEFINED); what an omitted optional input reads as.
+  Tensor() = default;
+  // Allocates uninitialized storage (64-byte aligned) for `shape`.
+  Tensor(DataType dtype, std::vector<int64_t> shape);
+
+  template <typename T>
+  static Tensor FromVector(std::vector<int64_t> shape,
+                           const std::vector<T>& values) {
+    Tensor t(TypeOf<T>::value, std::move(shape));
+    for (size_t i = 0; i < values.size() && i < size_t(t.size()); ++i) {
+      t.mutable_data<T>()[i] = values[i];
+    }
+    return t;
+  }
+  template <typename T>
+  static Tensor Scalar(T v) {
+    return FromVector<T>({}, {v});
+  }
+
+  // Raw data or the typed field; INVALID_ARGUMENT for size mismatches and
+  // external data, UNIMPLEMENTED for element types a Tensor cannot hold.
+  static absl::StatusOr<Tensor> FromProto(const onnx::TensorProto& proto);
+  // Always raw_data.
+  onnx::TensorProto ToProto(const std::string& name = "") const;
+
+  bool empty() const { return dtype_ == onnx::TensorProto::UNDEFINED; }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t size() const { return size_; }
+  int64_t bytes() const { return size_ * ElementSize(dtype_); }
+
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
+  // Only for a tensor this code just allocated: storage is shared by copies.
+  template <typename T>
+  T* mutable_data() {
+    return static_cast<T*>(raw());
+  }
+  const void* raw() const { return buffer_ ? buffer_->data : nullptr; }
+  void* raw() { return buffer_ ? buffer_->data : nullptr; }
+
+  // The same values under another shape with as many elements (no copy).
+  Tensor Reshaped(std::vector<int64_t> shape) const;
+  // Element i converted to int64 (for shape-like inputs of any int type).
+  int64_t IntAt(int64_t i) const;
+  std::vector<int64_t> ToInt64Vector() const;
+
+  // Buffers currently allocated by all Tensors of the process: lets tests
+  // see that the executor really frees intermediates.
+  static int64_t LiveBuffers();
+
+ private:
+  struct Buffer {
+    explicit Buffer(int64_t bytes);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    void* data = nullptr;
+  };
+
+  DataType dtype_ = onnx::TensorProto::UNDEFINED;
+  std::vector<int64_t> shape_;
+  int64_t size_ = 0;
+  std::shared_ptr<Buffer> buffer_;
+};
+
+}  // namespace quantd::executor
+
+#endif  // QUANTD_CORE_EXECUTOR_TENSOR_H_

@@ -1,0 +1,188 @@
+// Runs ONNX's own node tests (the backend test data shipped with libonnx)
+// through the executor: every test whose ops are all claimed by
+// Executor::SupportedOps() must pass, or be refused at Create with
+// UNIMPLEMENTED (a feature we do not claim, counted as skipped).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/executor/executor.h"
+#include "core/graph/model_io.h"
+#include "gtest/gtest.h"
+
+namespace quantd::executor {
+namespace {
+
+namespace fs = std::filesystem;
+using TP = onnx::TensorProto;
+
+constexpr char kNodeTestDir[] = "/usr/include/onnx/backend/test/data/node";
+// onnx/backend/test/runner: np.testing.assert_allclose(rtol=1e-3, atol=1e-7).
+constexpr double kRtol = 1e-3;
+constexpr double kAtol = 1e-7;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double AsDouble(const Tensor& t, int64_t i) {
+  if (t.dtype() == TP::FLOAT) return t.data<float>()[i];
+  if (t.dtype() == TP::DOUBLE) return t.data<double>()[i];
+  return static_cast<double>(t.IntAt(i));
+}
+
+// "" when equal within the ONNX tolerances, else what differs.
+std::string Compare(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype()) {
+    return absl::StrCat("type ", DataTypeName(got.dtype()), " vs expected ",
+                        DataTypeName(want.dtype()));
+  }
+  if (got.shape() != want.shape()) {
+    return absl::StrCat("shape ", ShapeString(got.shape()), " vs expected ",
+                        ShapeString(want.shape()));
+  }
+  const bool fp = got.dtype() == TP::FLOAT || got.dtype() == TP::DOUBLE;
+  for (int64_t i = 0; i < got.size(); ++i) {
+    const double g = AsDouble(got, i), w = AsDouble(want, i);
+    if (fp) {
+      if (std::isnan(w) && std::isnan(g)) continue;
+      if (std::isinf(w) && g == w) continue;
+      if (std::abs(g - w) <= kAtol + kRtol * std::abs(w)) continue;
+    } else if (g == w) {
+      continue;
+    }
+    return absl::StrCat("at flat index ", i, ": got ", g, ", expected ", w);
+  }
+  return "";
+}
+
+absl::StatusOr<Tensor> LoadTensor(const fs::path& p) {
+  TP proto;
+  if (!proto.ParseFromString(ReadFile(p))) {
+    return absl::InvalidArgumentError("cannot parse " + p.string());
+  }
+  return Tensor::FromProto(proto);
+}
+
+enum class Outcome { kPassed, kFailed, kSkipped, kUnclaimed };
+
+Outcome RunOne(const fs::path& dir, const absl::flat_hash_set<std::string>& ops,
+               std::string* why) {
+  absl::StatusOr<onnx::ModelProto> model =
+      graph::ParseModel(ReadFile(dir / "model.onnx"));
+  if (!model.ok()) return Outcome::kUnclaimed;
+  for (const auto& n : model->graph().node()) {
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (!default_domain || !ops.contains(n.op_type()))
+      return Outcome::kUnclaimed;
+  }
+  absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(*model);
+  if (!exec.ok()) {
+    *why = std::string(exec.status().message());
+    return exec.status().code() == absl::StatusCode::kUnimplemented
+               ? Outcome::kSkipped
+               : Outcome::kFailed;
+  }
+  std::vector<fs::path> sets;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory() &&
+        e.path().filename().string().rfind("test_data_set_", 0) == 0) {
+      sets.push_back(e.path());
+    }
+  }
+  std::sort(sets.begin(), sets.end());
+  for (const fs::path& set : sets) {
+    absl::flat_hash_map<std::string, Tensor> feeds;
+    for (int i = 0;; ++i) {
+      const fs::path p = set / absl::StrCat("input_", i, ".pb");
+      if (!fs::exists(p)) break;
+      absl::StatusOr<Tensor> t = LoadTensor(p);
+      if (!t.ok()) {
+        // Inputs we cannot hold (e.g. float16) mean the test is not ours.
+        *why = std::string(t.status().message());
+        return Outcome::kSkipped;
+      }
+      if (i >= model->graph().input_size()) {
+        *why = "more inputs than the graph has";
+        return Outcome::kFailed;
+      }
+      feeds[model->graph().input(i).name()] = *std::move(t);
+    }
+    absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds);
+    if (!out.ok()) {
+      *why =
+          absl::StrCat(set.filename().string(), ": ", out.status().ToString());
+      return Outcome::kFailed;
+    }
+    for (size_t i = 0; i < out->size(); ++i) {
+      const fs::path p = set / absl::StrCat("output_", i, ".pb");
+      absl::StatusOr<Tensor> want = LoadTensor(p);
+      if (!want.ok()) {
+        *why = std::string(want.status().message());
+        return Outcome::kSkipped;
+      }
+      std::string diff = Compare((*out)[i], *want);
+      if (!diff.empty()) {
+        *why = absl::StrCat(set.filename().string(), " output ", i, ": ", diff);
+        return Outcome::kFailed;
+      }
+    }
+  }
+  return Outcome::kPassed;
+}
+
+TEST(OnnxNodeConformanceTest, ClaimedOpsPass) {
+  ASSERT_TRUE(fs::exists(kNodeTestDir)) << kNodeTestDir;
+  const std::vector<std::string> supported = Executor::SupportedOps();
+  const absl::flat_hash_set<std::string> ops(supported.begin(),
+                                             supported.end());
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(kNodeTestDir)) {
+    if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  int passed = 0, failed = 0, skipped = 0, unclaimed = 0;
+  std::vector<std::string> failures, skips;
+  for (const fs::path& dir : dirs) {
+    std::string why;
+    switch (RunOne(dir, ops, &why)) {
+      case Outcome::kPassed:
+        ++passed;
+        break;
+      case Outcome::kFailed:
+        ++failed;
+        failures.push_back(absl::StrCat(dir.filename().string(), ": ", why));
+        break;
+      case Outcome::kSkipped:
+        ++skipped;
+        skips.push_back(absl::StrCat(dir.filename().string(), ": ", why));
+        break;
+      case Outcome::kUnclaimed:
+        ++unclaimed;
+        break;
+    }
+  }
+  std::cout << "ONNX node conformance: " << passed << " passed, " << failed
+            << " failed, " << skipped << " skipped (" << unclaimed
+            << " tests use ops the executor does not claim)" << std::endl;
+  for (const std::string& f : failures) std::cout << "FAILED " << f << "\n";
+  if (std::getenv("QUANTD_SHOW_SKIPS") != nullptr) {
+    for (const std::string& s : skips) std::cout << "SKIPPED " << s << "\n";
+  }
+  EXPECT_EQ(failed, 0) << absl::StrJoin(failures, "\n");
+  EXPECT_GT(passed, 100);
+}
+
+}  // namespace
+}  // namespace quantd::executor
