@@ -1,20 +1,98 @@
 // RunCalibrate: one Calibrate call, from model bytes and a stream of batches
 // to activation ranges.
+#include <chrono>
+#include <utility>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/engine/calibration_session.h"
 #include "core/engine/engine.h"
+#include "core/graph/model_io.h"
+#include "core/graph/validate.h"
 
 namespace quantd {
+namespace {
+
+void Report(const CalibrateEvents& events, quantd::v1::Stage stage,
+            int64_t done, int64_t total, std::string message) {
+  if (!events.on_progress) return;
+  quantd::v1::Progress p;
+  p.set_stage(stage);
+  p.set_done(done);
+  p.set_total(total);
+  p.set_message(std::move(message));
+  events.on_progress(p);
+}
+
+}  // namespace
+
+absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
+    CalibrationSession* session, BatchQueue* batches,
+    const std::function<void(int64_t)>& on_batch,
+    const CancellationToken& cancel, ThreadPool* pool) {
+  while (std::optional<quantd::v1::TensorBatch> batch = batches->Pop()) {
+    absl::Status s = cancel.Check("calibration");
+    if (s.ok()) s = session->AddBatch(*batch, pool, cancel);
+    if (!s.ok()) {
+      // Nobody will read the rest: let the producer's Push calls fail fast.
+      batches->Abort();
+      return absl::Status(s.code(), absl::StrCat("calibration batch ",
+                                                 session->batch_count() + 1,
+                                                 ": ", s.message()));
+    }
+    if (on_batch) on_batch(session->batch_count());
+  }
+  absl::Status s = cancel.Check("calibration");
+  if (!s.ok()) return s;
+  return session->Result();
+}
 
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
     const quantd::v1::CalibrateConfig& config, std::string model_bytes,
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool) {
-  // Drain what the client sent so its stream can end cleanly.
-  while (batches->Pop().has_value()) {
+  // Whatever happens, the producer must not wait for room that never comes.
+  struct AbortOnExit {
+    BatchQueue* q;
+    ~AbortOnExit() { q->Abort(); }
+  } abort_on_exit{batches};
+
+  const calibration::ObserverConfig observer_config =
+      calibration::ObserverConfigFromProto(config);
+  absl::Status s = calibration::ValidateObserverConfig(observer_config);
+  if (!s.ok()) return s;
+
+  Report(events, quantd::v1::STAGE_PARSE, 0, 1,
+         absl::StrCat("parsing ", model_bytes.size(), " bytes"));
+  absl::StatusOr<onnx::ModelProto> model = graph::ParseModel(model_bytes);
+  if (!model.ok()) return model.status();
+  std::string().swap(model_bytes);
+  Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
+  std::vector<std::string> validations;
+  s = graph::ValidateModel(*model, "input model", &validations);
+  if (!s.ok()) return s;
+
+  absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
+      CalibrationSession::Create(*model, observer_config);
+  if (!session.ok()) return session.status();
+  // The executor holds its own copy of the weights.
+  onnx::ModelProto().Swap(&*model);
+
+  Report(events, quantd::v1::STAGE_CALIBRATE, 0, 0,
+         absl::StrCat("observing batches with ", observer_config.method));
+  absl::StatusOr<quantd::v1::CalibrationResult> result = CalibrateFromQueue(
+      session->get(), batches,
+      [&](int64_t n) {
+        Report(events, quantd::v1::STAGE_CALIBRATE, n, 0,
+               absl::StrCat(n, " batches"));
+      },
+      cancel, pool);
+  if (result.ok() && result->batch_count() == 0) {
+    return absl::InvalidArgumentError(
+        "no calibration batches were sent: send at least one batch after the "
+        "model");
   }
-  return absl::UnimplementedError(
-      "Calibrate is not implemented yet: the graph executor and the "
-      "observers it needs are being built (STATIC_RANGE calibration)");
+  return result;
 }
 
 }  // namespace quantd

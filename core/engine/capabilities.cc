@@ -36,6 +36,15 @@ quantd::v1::Capability MakeCapability(Method method, tfq::OpSet op_set,
         "Conv/Gemm/MatMul weights stored INT8 (per-channel, symmetric, "
         "narrow range) behind DequantizeLinear; activations quantized at run "
         "time by DynamicQuantizeLinear -> DequantizeLinear (uint8)");
+  } else if (method == Method::kStaticRange && op_set == tfq::TF &&
+             precision == tfq::PRECISION_W8A8) {
+    c.set_supported(true);
+    c.set_note(
+        "QDQ: Conv/Gemm/MatMul weights INT8 (per-channel, symmetric, narrow "
+        "range), biases INT32 (scale = input scale x weight scale), one "
+        "QuantizeLinear -> DequantizeLinear (uint8, calibrated range) per "
+        "activation between its producer and all its consumers; needs "
+        "config.calibration or calibration batches");
   } else {
     c.set_supported(false);
     c.set_note("not implemented yet");

@@ -1,9 +1,11 @@
 // RunQuantize: one Quantize call from bytes to bytes, stage by stage:
-// options -> parse -> validate -> plan -> quantize -> serialize (+ re-check).
+// options -> parse -> validate -> [calibrate] -> plan -> quantize ->
+// serialize (+ re-check).
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/engine/calibration_session.h"
 #include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
 #include "core/engine/resolved_options.h"
@@ -11,6 +13,8 @@
 #include "core/graph/validate.h"
 #include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
+#include "core/passes/static_range_options.h"
+#include "core/passes/static_range_pass.h"
 
 namespace quantd {
 namespace {
@@ -21,11 +25,12 @@ class QuantizeJob {
  public:
   QuantizeJob(const quantd::v1::QuantizeConfig& config,
               const QuantizeEvents& events, const CancellationToken& cancel,
-              ThreadPool* pool)
+              ThreadPool* pool, BatchQueue* calibration_batches)
       : config_(config),
         events_(events),
         cancel_(cancel),
         pool_(pool),
+        calibration_batches_(calibration_batches),
         resolved_(Resolve(config.options())) {}
 
   absl::StatusOr<QuantizeResult> Run(std::string bytes);
@@ -36,7 +41,12 @@ class QuantizeJob {
            resolved_.precision == tensorflow::quantization::PRECISION_FULL;
   }
   std::string UnchangedReason() const;
+  absl::Status ResolvePassOptions();
   absl::Status Parse(std::string* bytes);
+  // STATIC_RANGE: the activation ranges, from config.calibration or from
+  // the batches that follow the model in this call.
+  absl::Status Calibrate();
+  passes::PassHooks MakeHooks();
   absl::Status Quantize();
   absl::Status Serialize();
   void FillOptionWords();
@@ -51,8 +61,11 @@ class QuantizeJob {
   const QuantizeEvents& events_;
   const CancellationToken& cancel_;
   ThreadPool* pool_;
+  BatchQueue* calibration_batches_;  // May be null.
   const ResolvedOptions resolved_;
-  passes::DynamicRangeOptions pass_options_;
+  passes::DynamicRangeOptions dynamic_options_;
+  passes::StaticRangeOptions static_options_;
+  passes::ActivationRanges ranges_;
 
   onnx::ModelProto model_;
   QuantizeResult result_;
@@ -102,6 +115,30 @@ void QuantizeJob::FillOptionWords() {
   s.set_precision(PrecisionName(resolved_.precision));
 }
 
+absl::Status QuantizeJob::ResolvePassOptions() {
+  if (PassThrough()) return absl::OkStatus();
+  if (resolved_.method == Method::kStaticRange) {
+    absl::StatusOr<passes::StaticRangeOptions> o =
+        passes::ResolveStaticRangeOptions(config_);
+    if (!o.ok()) return o.status();
+    static_options_ = std::move(*o);
+    return absl::OkStatus();
+  }
+  // DYNAMIC_RANGE quantizes activations at run time: calibration has no
+  // place in it (ResolveDynamicRangeOptions refuses config.calibration).
+  if (calibration_batches_ != nullptr) {
+    calibration_batches_->Abort();
+    return absl::InvalidArgumentError(
+        "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
+        "activations at run time; use STATIC_RANGE to calibrate");
+  }
+  absl::StatusOr<passes::DynamicRangeOptions> o =
+      passes::ResolveDynamicRangeOptions(config_);
+  if (!o.ok()) return o.status();
+  dynamic_options_ = std::move(*o);
+  return absl::OkStatus();
+}
+
 absl::Status QuantizeJob::Parse(std::string* bytes) {
   result_.summary.set_input_bytes(bytes->size());
   StartStage(quantd::v1::STAGE_PARSE, 1,
@@ -126,13 +163,12 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   return cancel_.Check("validate");
 }
 
-absl::Status QuantizeJob::Quantize() {
-  StartStage(quantd::v1::STAGE_PLAN, 1, "choosing the weights to quantize");
+passes::PassHooks QuantizeJob::MakeHooks() {
   passes::PassHooks hooks;
   hooks.on_planned = [this](int64_t total) {
     EndStage();
     StartStage(quantd::v1::STAGE_QUANTIZE, total,
-               absl::StrCat("quantizing ", total, " weights"));
+               absl::StrCat("quantizing ", total, " tensors"));
   };
   hooks.on_report = events_.on_tensor_report;
   hooks.on_progress = [this](int64_t done, int64_t total) {
@@ -146,20 +182,110 @@ absl::Status QuantizeJob::Quantize() {
     };
     hooks.group_size = pool_->size() + 1;  // The caller works too.
   }
-  absl::StatusOr<passes::PassStats> stats =
-      passes::RunDynamicRangePass(pass_options_, hooks, &model_);
-  if (!stats.ok()) return stats.status();
-  EndStage();
+  return hooks;
+}
 
+absl::Status QuantizeJob::Calibrate() {
+  if (resolved_.method != Method::kStaticRange) return absl::OkStatus();
+  const bool has_ranges = config_.calibration().ranges_size() > 0;
+  if (has_ranges) {
+    absl::StatusOr<passes::ActivationRanges> ranges =
+        passes::RangesFromCalibration(config_.calibration());
+    if (!ranges.ok()) return ranges.status();
+    ranges_ = std::move(*ranges);
+    // Ranges and batches in one call would be two answers to one question.
+    if (calibration_batches_ != nullptr && calibration_batches_->Pop()) {
+      calibration_batches_->Abort();
+      return absl::InvalidArgumentError(
+          "the call has both config.calibration ranges and calibration "
+          "batches: send one or the other");
+    }
+    return absl::OkStatus();
+  }
+  if (calibration_batches_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "STATIC_RANGE needs activation ranges: put a CalibrationResult (from "
+        "Calibrate) in config.calibration, or send calibration batches after "
+        "the model in this call");
+  }
+  StartStage(quantd::v1::STAGE_CALIBRATE, 0, "observing calibration batches");
+  // The observers see the activations on the grid the pass will use.
+  quantd::v1::CalibrateConfig calibrate_config = config_.calibration_config();
+  if (!calibrate_config.has_activation_params()) {
+    *calibrate_config.mutable_activation_params() = config_.activation_params();
+  }
+  calibration::ObserverConfig observer_config =
+      calibration::ObserverConfigFromProto(calibrate_config);
+  observer_config.bits = static_options_.activations.spec.bits;
+  observer_config.symmetric = static_options_.activations.spec.symmetric;
+  observer_config.narrow_range = static_options_.activations.spec.narrow_range;
+  absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
+      CalibrationSession::Create(model_, observer_config);
+  if (!session.ok()) {
+    calibration_batches_->Abort();
+    return session.status();
+  }
+  absl::StatusOr<quantd::v1::CalibrationResult> result = CalibrateFromQueue(
+      session->get(), calibration_batches_,
+      [this](int64_t n) { Progress(n, 0, absl::StrCat(n, " batches")); },
+      cancel_, pool_);
+  if (!result.ok()) return result.status();
+  if (result->batch_count() == 0) {
+    return absl::FailedPreconditionError(
+        "STATIC_RANGE needs activation ranges, and the call sent no "
+        "calibration batches and no config.calibration");
+  }
+  const std::vector<std::string> delayed = (*session)->DelayedTensors();
+  if (!delayed.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "activation_params.quant_delay is ", observer_config.quant_delay,
+        " but only ", result->batch_count(),
+        " calibration batches were seen: tf.contrib would still pass ",
+        delayed.size(), " tensors (e.g. ", delayed.front(),
+        ") through unquantized; send more batches or lower quant_delay"));
+  }
+  absl::StatusOr<passes::ActivationRanges> ranges =
+      passes::RangesFromCalibration(*result);
+  if (!ranges.ok()) return ranges.status();
+  ranges_ = std::move(*ranges);
+  EndStage();
+  return cancel_.Check("calibrate");
+}
+
+absl::Status QuantizeJob::Quantize() {
+  StartStage(quantd::v1::STAGE_PLAN, 1, "choosing the tensors to quantize");
+  const passes::PassHooks hooks = MakeHooks();
   quantd::v1::QuantizeSummary& s = result_.summary;
-  s.set_quantized_tensors(stats->quantized_tensors);
-  s.set_quantized_nodes(stats->quantized_nodes);
-  s.set_skipped_tensors(static_cast<int>(stats->skipped.size()));
-  for (auto& skipped : stats->skipped) *s.add_skipped() = std::move(skipped);
-  s.set_weight_bytes_before(stats->weight_bytes_before);
-  s.set_weight_bytes_after(stats->weight_bytes_after);
-  if (!stats->opset_note.empty()) {
-    s.add_validations(absl::StrCat("note: ", stats->opset_note));
+  std::vector<quantd::v1::SkippedTensor> skipped;
+  std::string opset_note;
+  if (resolved_.method == Method::kStaticRange) {
+    absl::StatusOr<passes::StaticRangeStats> stats =
+        passes::RunStaticRangePass(static_options_, ranges_, hooks, &model_);
+    if (!stats.ok()) return stats.status();
+    s.set_quantized_tensors(stats->quantized_weights +
+                            stats->quantized_activations +
+                            stats->quantized_biases);
+    s.set_quantized_nodes(stats->quantized_nodes);
+    s.set_weight_bytes_before(stats->weight_bytes_before);
+    s.set_weight_bytes_after(stats->weight_bytes_after);
+    skipped = std::move(stats->skipped);
+    opset_note = std::move(stats->opset_note);
+  } else {
+    absl::StatusOr<passes::PassStats> stats =
+        passes::RunDynamicRangePass(dynamic_options_, hooks, &model_);
+    if (!stats.ok()) return stats.status();
+    s.set_quantized_tensors(stats->quantized_tensors);
+    s.set_quantized_nodes(stats->quantized_nodes);
+    s.set_weight_bytes_before(stats->weight_bytes_before);
+    s.set_weight_bytes_after(stats->weight_bytes_after);
+    skipped = std::move(stats->skipped);
+    opset_note = std::move(stats->opset_note);
+  }
+  EndStage();
+  s.set_skipped_tensors(static_cast<int>(skipped.size()));
+  for (auto& t : skipped) *s.add_skipped() = std::move(t);
+  if (!opset_note.empty()) {
+    s.add_validations(absl::StrCat("note: ", opset_note));
   }
   return cancel_.Check("quantize");
 }
@@ -191,12 +317,8 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
   // Options first: refusing a request should not cost a parse.
   absl::Status s = CheckSupported(config_.options());
   if (!s.ok()) return s;
-  if (!PassThrough()) {
-    absl::StatusOr<passes::DynamicRangeOptions> o =
-        passes::ResolveDynamicRangeOptions(config_);
-    if (!o.ok()) return o.status();
-    pass_options_ = *o;
-  }
+  s = ResolvePassOptions();
+  if (!s.ok()) return s;
   FillOptionWords();
   s = Parse(&bytes);
   if (!s.ok()) return s;
@@ -209,7 +331,8 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
     result_.model = std::move(bytes);
     return std::move(result_);
   }
-  s = Quantize();
+  s = Calibrate();
+  if (s.ok()) s = Quantize();
   if (s.ok()) s = Serialize();
   if (!s.ok()) return s;
   return std::move(result_);
@@ -221,10 +344,15 @@ absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
     ThreadPool* pool, BatchQueue* calibration_batches) {
-  // STATIC_RANGE (the only user of calibration batches) is refused by
-  // CheckSupported until the calibration work lands.
-  (void)calibration_batches;
-  return QuantizeJob(config, events, cancel, pool).Run(std::move(model_bytes));
+  // Whatever happens, a producer must not wait for room that never comes.
+  struct AbortOnExit {
+    BatchQueue* q;
+    ~AbortOnExit() {
+      if (q != nullptr) q->Abort();
+    }
+  } abort_on_exit{calibration_batches};
+  return QuantizeJob(config, events, cancel, pool, calibration_batches)
+      .Run(std::move(model_bytes));
 }
 
 }  // namespace quantd

@@ -36,6 +36,14 @@ TEST(CheckSupportedTest, DynamicRangeDefaultsToTfW8A8) {
                   .ok());
 }
 
+TEST(CheckSupportedTest, StaticRangeDefaultsToTfW8A8) {
+  EXPECT_TRUE(
+      CheckSupported(Options(tfq::QuantizationMethod::STATIC_RANGE)).ok());
+  EXPECT_TRUE(CheckSupported(Options(tfq::QuantizationMethod::STATIC_RANGE,
+                                     tfq::TF, tfq::PRECISION_W8A8))
+                  .ok());
+}
+
 TEST(CheckSupportedTest, FullIsServedForAnyMethod) {
   EXPECT_TRUE(CheckSupported(Options(tfq::QuantizationMethod::STATIC_RANGE,
                                      tfq::XLA, tfq::PRECISION_FULL))
@@ -61,7 +69,7 @@ TEST(CheckSupportedTest, OtherCombinationsAreUnimplementedAndNamed) {
     std::string named;
   };
   for (const Case& c :
-       {Case{Options(tfq::QuantizationMethod::STATIC_RANGE), "STATIC_RANGE"},
+       {Case{Options(tfq::QuantizationMethod::STATIC_RANGE, tfq::XLA), "XLA"},
         Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::XLA), "XLA"},
         Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
                      tfq::UNIFORM_QUANTIZED),
@@ -75,8 +83,8 @@ TEST(CheckSupportedTest, OtherCombinationsAreUnimplementedAndNamed) {
     absl::Status s = CheckSupported(c.options);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.named;
     EXPECT_THAT(Message(s), HasSubstr(c.named));
-    EXPECT_THAT(Message(s), HasSubstr("supported: DYNAMIC_RANGE + TF + "
-                                      "PRECISION_W8A8"));
+    EXPECT_THAT(Message(s), HasSubstr("DYNAMIC_RANGE + TF + PRECISION_W8A8"));
+    EXPECT_THAT(Message(s), HasSubstr("STATIC_RANGE + TF + PRECISION_W8A8"));
   }
 }
 
@@ -109,14 +117,16 @@ TEST(CapabilityTableTest, CoversEveryCombinationOnce) {
   ASSERT_EQ(CapabilityTable().size(), 24u);
   int supported = 0;
   for (const auto& c : CapabilityTable()) supported += c.supported();
-  EXPECT_EQ(supported, 2 * 3 + 1);  // FULL everywhere + DYNAMIC_RANGE/TF/W8A8.
+  // FULL everywhere, plus TF/W8A8 for both methods.
+  EXPECT_EQ(supported, 2 * 3 + 2);
 }
 
 TEST(FillServerInfoTest, FillsCapabilities) {
   quantd::v1::ServerInfo info;
   FillServerInfo(&info);
   EXPECT_EQ(info.version(), QUANTD_VERSION);
-  EXPECT_THAT(info.methods(), ::testing::ElementsAre("DYNAMIC_RANGE"));
+  EXPECT_THAT(info.methods(),
+              ::testing::ElementsAre("STATIC_RANGE", "DYNAMIC_RANGE"));
   EXPECT_THAT(info.op_sets(), ::testing::ElementsAre(tfq::TF));
   EXPECT_THAT(info.precisions(),
               ::testing::ElementsAre(tfq::PRECISION_FULL, tfq::PRECISION_W8A8));
