@@ -2,6 +2,11 @@
 //
 //   quantctl quantize --server=T --model=IN --output=OUT [--options=F]
 //                     [--method=..] [--precision=..] [--op_set=..] [--json]
+//                     [--calibration=RANGES.pb]
+//                     [--calibration_data=[NAME=]X.npy ...]
+//   quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy [...]
+//                      --output=RANGES.pb [--batch_size=N] [--method=..]
+//                      [--per_channel] [--json]
 //   quantctl info --server=T [--json]
 //   quantctl health --server=T
 //
@@ -9,9 +14,12 @@
 // stderr as "<GRPC_CODE>: <message>".
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +34,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "client/calibration_data.h"
 #include "client/file_util.h"
 #include "client/quantctl_options.h"
 #include "client/quantd_client.h"
@@ -33,14 +42,27 @@
 
 ABSL_FLAG(std::string, server, "", "quantd target, e.g. localhost:50051.");
 ABSL_FLAG(std::string, model, "", "Input ONNX model.");
-ABSL_FLAG(std::string, output, "", "Where to write the quantized model.");
+ABSL_FLAG(std::string, output, "",
+          "Where to write the quantized model (quantize) or the ranges "
+          "(calibrate).");
 ABSL_FLAG(std::string, options, "",
           "QuantizationOptions in protobuf text format.");
-ABSL_FLAG(std::string, method, "", "dynamic_range | static_range.");
+ABSL_FLAG(std::string, method, "",
+          "quantize: dynamic_range | static_range. calibrate: the observer, "
+          "min_max (default) | last_value | moving_average | percentile | "
+          "mse | entropy.");
 ABSL_FLAG(std::string, precision, "", "w8a8 | w4a8 | w4a4 | full.");
 ABSL_FLAG(std::string, op_set, "", "tf | xla | uniform_quantized.");
 ABSL_FLAG(bool, json, false, "Print one JSON object on stdout.");
 ABSL_FLAG(double, timeout, 0, "Deadline of the call in seconds; 0: none.");
+ABSL_FLAG(int64_t, batch_size, 32, "Samples per calibration batch.");
+ABSL_FLAG(bool, per_channel, false,
+          "calibrate: also collect per-channel ranges.");
+ABSL_FLAG(std::string, calibration, "",
+          "quantize: a CalibrationResult (binary proto, from quantctl "
+          "calibrate) with the activation ranges for static_range.");
+ABSL_FLAG(std::string, calibration_method, "",
+          "quantize: the observer for --calibration_data (default min_max).");
 
 namespace {
 
@@ -55,7 +77,16 @@ constexpr char kUsage[] =
     "                    [--method=dynamic_range|static_range]\n"
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
+    "                    [--calibration=RANGES.pb]\n"
+    "                    [--calibration_data=[NAME=]X.npy ...]\n"
+    "                    [--calibration_method=M] [--batch_size=N]\n"
     "                    [--timeout=SECONDS]\n"
+    "  quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy\n"
+    "                     [--data=NAME=Y.npy ...] --output=RANGES.pb\n"
+    "                     [--batch_size=N (32)] [--per_channel] [--json]\n"
+    "                     [--method=min_max|last_value|moving_average|\n"
+    "                               percentile|mse|entropy]\n"
+    "                     [--timeout=SECONDS]\n"
     "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
     "  quantctl health --server=T [--timeout=SECONDS]\n";
 
@@ -75,11 +106,23 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = new std::map<std::string, std::set<std::string>>{
       {"quantize",
        {"server", "model", "output", "options", "method", "precision", "op_set",
-        "json", "timeout"}},
+        "json", "timeout", "calibration", "calibration_data",
+        "calibration_method", "batch_size"}},
+      {"calibrate",
+       {"server", "model", "output", "data", "batch_size", "method",
+        "per_channel", "json", "timeout"}},
       {"info", {"server", "json", "timeout"}},
       {"health", {"server", "timeout"}},
   };
   return *flags;
+}
+
+// Flags that may be given more than once; their values are collected here
+// rather than in absl flags (which would keep only the last).
+std::map<std::string, std::vector<std::string>>& RepeatedFlags() {
+  static auto* values = new std::map<std::string, std::vector<std::string>>{
+      {"data", {}}, {"calibration_data", {}}};
+  return *values;
 }
 
 // Sets the flags from `--name=value`, `--name value` and `--[no]bool`. Our
@@ -98,6 +141,18 @@ absl::Status ParseFlags(const std::vector<std::string>& args,
     std::string value;
     const bool has_value = arg.find('=') != absl::string_view::npos;
     if (has_value) value = std::string(arg.substr(arg.find('=') + 1));
+    if (auto repeated = RepeatedFlags().find(name);
+        repeated != RepeatedFlags().end() && allowed.count(name)) {
+      if (!has_value) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--", name, " needs a value"));
+        }
+        value = args[++i];
+      }
+      repeated->second.push_back(value);
+      continue;
+    }
     absl::CommandLineFlag* flag =
         allowed.count(name) ? absl::FindCommandLineFlag(name) : nullptr;
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no") &&
@@ -259,6 +314,50 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   }
 }
 
+// --calibration: a CalibrationResult in binary proto format.
+absl::StatusOr<quantd::v1::CalibrationResult> ReadCalibrationResult(
+    const std::string& path) {
+  absl::StatusOr<std::string> bytes = quantd::client::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  quantd::v1::CalibrationResult result;
+  if (!result.ParseFromString(*bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": not a CalibrationResult (binary proto, as quantctl calibrate "
+        "writes)"));
+  }
+  return result;
+}
+
+// --data / --calibration_data values, zipped and batched by --batch_size.
+absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>>
+OpenCalibrationData(const std::vector<std::string>& flags) {
+  std::vector<quantd::client::CalibrationInput> inputs;
+  for (const std::string& flag : flags) {
+    absl::StatusOr<quantd::client::CalibrationInput> input =
+        quantd::client::ParseCalibrationInput(flag);
+    if (!input.ok()) return input.status();
+    inputs.push_back(std::move(*input));
+  }
+  return quantd::client::CalibrationData::Open(inputs,
+                                               absl::GetFlag(FLAGS_batch_size));
+}
+
+// The observers the server knows, as CalibrateConfig.method spells them.
+absl::StatusOr<std::string> ObserverMethod(absl::string_view flag,
+                                           const std::string& given) {
+  static const char* const kMethods[] = {
+      "min_max",    "last_value", "moving_average",
+      "percentile", "mse",        "entropy"};
+  const std::string lower = absl::AsciiStrToLower(given);
+  for (const char* method : kMethods) {
+    if (lower == method) return lower;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", given,
+                   " is not one of: ", absl::StrJoin(kMethods, ", ")));
+}
+
 int RunQuantize() {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   const std::string output_path = absl::GetFlag(FLAGS_output);
@@ -278,18 +377,48 @@ int RunQuantize() {
       quantd::client::BuildQuantizationOptions(option_flags);
   if (!options.ok()) return Fail(options.status());
 
+  const std::vector<std::string>& data_flags =
+      RepeatedFlags()["calibration_data"];
+  const std::string calibration_method =
+      absl::GetFlag(FLAGS_calibration_method);
+  if (!calibration_method.empty() && data_flags.empty()) {
+    return UsageError("--calibration_method needs --calibration_data");
+  }
+
   absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
   if (!model.ok()) return Fail(model.status());
 
   quantd::v1::QuantizeConfig config;
   *config.mutable_options() = std::move(*options);
+  if (const std::string path = absl::GetFlag(FLAGS_calibration);
+      !path.empty()) {
+    absl::StatusOr<quantd::v1::CalibrationResult> ranges =
+        ReadCalibrationResult(path);
+    if (!ranges.ok()) return Fail(ranges.status());
+    *config.mutable_calibration() = std::move(*ranges);
+  }
+  std::unique_ptr<quantd::client::CalibrationData> data;
+  quantd::client::BatchSource batches;
+  if (!data_flags.empty()) {
+    absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> opened =
+        OpenCalibrationData(data_flags);
+    if (!opened.ok()) return Fail(opened.status());
+    data = std::move(*opened);
+    batches = data->AsSource();
+    if (!calibration_method.empty()) {
+      absl::StatusOr<std::string> method =
+          ObserverMethod("calibration_method", calibration_method);
+      if (!method.ok()) return Fail(method.status());
+      config.mutable_calibration_config()->set_method(*method);
+    }
+  }
   quantd::client::QuantizeCallbacks callbacks;
   const bool show_progress = isatty(STDERR_FILENO) != 0;
   if (show_progress) callbacks.on_progress = PrintProgress;
 
   Client client(*client_options);
   absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
-      client.Quantize(std::move(config), *model, callbacks);
+      client.Quantize(std::move(config), *model, callbacks, std::move(batches));
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!outcome.ok()) return Fail(outcome.status());
   if (absl::Status status =
@@ -309,6 +438,70 @@ int RunQuantize() {
   }
   PrintReports(outcome->reports);
   PrintSummary(outcome->summary);
+  absl::PrintF("wrote:      %s\n", output_path);
+  return 0;
+}
+
+void PrintRanges(const quantd::v1::CalibrationResult& result) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TENSOR", "MIN", "MAX", "CHANNELS"}};
+  for (const quantd::v1::TensorRange& r : result.ranges()) {
+    std::string channels = "-";
+    if (r.channel_min_size() > 0) {
+      channels =
+          absl::StrFormat("%d along axis %d", r.channel_min_size(), r.axis());
+    }
+    rows.push_back({r.tensor_name(), absl::StrFormat("%.6g", r.min()),
+                    absl::StrFormat("%.6g", r.max()), channels});
+  }
+  PrintTable(rows);
+  absl::PrintF("\nmethod:     %s\nbatches:    %d\nranges:     %d\n",
+               result.method(), result.batch_count(), result.ranges_size());
+}
+
+int RunCalibrate() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  const std::string output_path = absl::GetFlag(FLAGS_output);
+  const std::vector<std::string>& data_flags = RepeatedFlags()["data"];
+  if (model_path.empty() || output_path.empty() || data_flags.empty()) {
+    return UsageError("calibrate needs --model, --data and --output");
+  }
+  absl::StatusOr<Client::Options> client_options = ClientOptions();
+  if (!client_options.ok())
+    return UsageError(client_options.status().message());
+
+  quantd::v1::CalibrateConfig config;
+  const std::string method_flag = absl::GetFlag(FLAGS_method);
+  absl::StatusOr<std::string> method =
+      ObserverMethod("method", method_flag.empty() ? "min_max" : method_flag);
+  if (!method.ok()) return Fail(method.status());
+  config.set_method(*method);
+  config.set_per_channel(absl::GetFlag(FLAGS_per_channel));
+
+  absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> data =
+      OpenCalibrationData(data_flags);
+  if (!data.ok()) return Fail(data.status());
+  absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
+  if (!model.ok()) return Fail(model.status());
+
+  const bool show_progress = isatty(STDERR_FILENO) != 0;
+  Client client(*client_options);
+  absl::StatusOr<quantd::v1::CalibrationResult> result = client.Calibrate(
+      std::move(config), *model, (*data)->AsSource(),
+      show_progress ? PrintProgress
+                    : std::function<void(const quantd::v1::Progress&)>());
+  if (show_progress) absl::FPrintF(stderr, "\r\033[K");
+  if (!result.ok()) return Fail(result.status());
+  if (absl::Status status = quantd::client::WriteFileAtomically(
+          output_path, result->SerializeAsString());
+      !status.ok()) {
+    return Fail(status);
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    absl::PrintF("%s\n", ToJson(*result));
+    return 0;
+  }
+  PrintRanges(*result);
   absl::PrintF("wrote:      %s\n", output_path);
   return 0;
 }
@@ -378,6 +571,7 @@ int main(int argc, char** argv) {
     return UsageError(status.message());
   }
   if (command == "quantize") return RunQuantize();
+  if (command == "calibrate") return RunCalibrate();
   if (command == "info") return RunInfo();
   return RunHealth();
 }

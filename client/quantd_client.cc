@@ -1,9 +1,13 @@
 #include "client/quantd_client.h"
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -11,6 +15,8 @@
 namespace quantd::client {
 namespace {
 
+using quantd::v1::CalibrateRequest;
+using quantd::v1::CalibrateResponse;
 using quantd::v1::QuantizeRequest;
 using quantd::v1::QuantizeResponse;
 
@@ -74,6 +80,137 @@ absl::StatusOr<ServingStatus> DecodeHealthCheckResponse(
   }
 }
 
+// Responses read on a helper thread, handed to the calling thread.
+template <typename Response>
+class Inbox {
+ public:
+  void Put(Response response) {
+    absl::MutexLock lock(&mu_);
+    responses_.push_back(std::move(response));
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  // Handles what has arrived; with `until_closed`, also waits for the rest.
+  void Drain(absl::FunctionRef<void(Response*)> handle, bool until_closed) {
+    while (true) {
+      std::deque<Response> ready;
+      bool closed;
+      {
+        absl::MutexLock lock(&mu_);
+        if (until_closed) {
+          mu_.Await(absl::Condition(
+              +[](Inbox* inbox) ABSL_EXCLUSIVE_LOCKS_REQUIRED(inbox->mu_) {
+                return inbox->closed_ || !inbox->responses_.empty();
+              },
+              this));
+        }
+        ready.swap(responses_);
+        closed = closed_;
+      }
+      for (Response& response : ready) handle(&response);
+      if (!until_closed || (closed && ready.empty())) return;
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Response> responses_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One bidi call. `next` fills in the next request (returns false when there
+// is none left); requests are written on the calling thread one at a time, so
+// each is produced only once the previous write has completed (gRPC flow
+// control paces the producer). A helper thread reads the responses, and
+// `handle` sees them on the calling thread, between writes and after the
+// last one. An error from `next` cancels the call and is returned as is;
+// otherwise the call's own status is.
+template <typename Request, typename Response>
+absl::Status Exchange(grpc::ClientContext* context,
+                      grpc::ClientReaderWriter<Request, Response>* stream,
+                      absl::FunctionRef<absl::StatusOr<bool>(Request*)> next,
+                      absl::FunctionRef<void(Response*)> handle) {
+  Inbox<Response> inbox;
+  std::thread reader([stream, &inbox] {
+    Response response;
+    while (stream->Read(&response)) inbox.Put(std::move(response));
+    inbox.Close();
+  });
+  absl::Status source_status;
+  Request request;
+  // A failed write means the server has finished (usually refusing the
+  // call); Finish below says why.
+  for (bool open = true; open;) {
+    inbox.Drain(handle, /*until_closed=*/false);
+    request.Clear();
+    absl::StatusOr<bool> more = next(&request);
+    if (!more.ok()) {
+      source_status = more.status();
+      context->TryCancel();
+      break;
+    }
+    if (!*more) {
+      stream->WritesDone();
+      break;
+    }
+    open = stream->Write(request);
+  }
+  request.Clear();
+  inbox.Drain(handle, /*until_closed=*/true);
+  reader.join();
+  const grpc::Status status = stream->Finish();
+  if (!source_status.ok()) return source_status;
+  return FromGrpcStatus(status);
+}
+
+// The request sequence both RPCs share: the config, the model in chunks,
+// then the batches of `batches` (if any).
+class RequestSequence {
+ public:
+  RequestSequence(absl::string_view model, size_t chunk_bytes,
+                  const BatchSource* batches)
+      : model_(model),
+        chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
+        batches_(batches) {}
+
+  enum class Kind { kConfig, kChunk, kBatch, kEnd };
+
+  // What comes next; for kChunk, *chunk is set; for kBatch, *batch.
+  absl::StatusOr<Kind> Next(absl::string_view* chunk,
+                            quantd::v1::TensorBatch* batch) {
+    if (!config_sent_) {
+      config_sent_ = true;
+      return Kind::kConfig;
+    }
+    if (offset_ < model_.size()) {
+      *chunk = model_.substr(offset_, chunk_bytes_);
+      offset_ += chunk->size();
+      return Kind::kChunk;
+    }
+    if (batches_ == nullptr || *batches_ == nullptr || batches_done_) {
+      return Kind::kEnd;
+    }
+    absl::StatusOr<std::optional<quantd::v1::TensorBatch>> next = (*batches_)();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) {
+      batches_done_ = true;
+      return Kind::kEnd;
+    }
+    *batch = std::move(**next);
+    return Kind::kBatch;
+  }
+
+ private:
+  const absl::string_view model_;
+  const size_t chunk_bytes_;
+  const BatchSource* const batches_;
+  bool config_sent_ = false;
+  size_t offset_ = 0;
+  bool batches_done_ = false;
+};
+
 }  // namespace
 
 const char* ServingStatusName(ServingStatus status) {
@@ -117,56 +254,65 @@ void Client::PrepareContext(grpc::ClientContext* context) const {
 
 absl::StatusOr<QuantizeOutcome> Client::Quantize(
     quantd::v1::QuantizeConfig config, absl::string_view model_bytes,
-    const QuantizeCallbacks& callbacks) {
+    const QuantizeCallbacks& callbacks, BatchSource calibration_batches) {
   grpc::ClientContext context;
   PrepareContext(&context);
   std::unique_ptr<grpc::ClientReaderWriter<QuantizeRequest, QuantizeResponse>>
       stream = stub_->Quantize(&context);
 
   config.set_model_size_bytes(model_bytes.size());
-  QuantizeRequest request;
-  *request.mutable_config() = std::move(config);
-  // The server answers only after the half-close, except to refuse the call;
-  // then a write fails and Finish below says why.
-  bool open = stream->Write(request);
-  const size_t chunk_bytes = std::max<size_t>(options_.chunk_bytes, 1);
-  for (size_t offset = 0; open && offset < model_bytes.size();
-       offset += chunk_bytes) {
-    const absl::string_view chunk = model_bytes.substr(offset, chunk_bytes);
-    request.set_model_chunk(chunk.data(), chunk.size());
-    open = stream->Write(request);
-  }
-  request.Clear();
-  if (open) stream->WritesDone();
+  RequestSequence sequence(model_bytes, options_.chunk_bytes,
+                           &calibration_batches);
+  auto next = [&](QuantizeRequest* request) -> absl::StatusOr<bool> {
+    absl::string_view chunk;
+    absl::StatusOr<RequestSequence::Kind> kind =
+        sequence.Next(&chunk, request->mutable_calibration_batch());
+    if (!kind.ok()) return kind.status();
+    switch (*kind) {
+      case RequestSequence::Kind::kConfig:
+        *request->mutable_config() = config;
+        return true;
+      case RequestSequence::Kind::kChunk:
+        request->set_model_chunk(chunk.data(), chunk.size());
+        return true;
+      case RequestSequence::Kind::kBatch:
+        return true;
+      case RequestSequence::Kind::kEnd:
+        break;
+    }
+    return false;
+  };
 
   QuantizeOutcome outcome;
   int summaries = 0;
   bool after_summary = false;
-  QuantizeResponse response;
-  while (stream->Read(&response)) {
+  auto handle = [&](QuantizeResponse* response) {
     if (summaries > 0) after_summary = true;
-    switch (response.event_case()) {
+    switch (response->event_case()) {
       case QuantizeResponse::kProgress:
-        if (callbacks.on_progress) callbacks.on_progress(response.progress());
+        if (callbacks.on_progress) callbacks.on_progress(response->progress());
         break;
       case QuantizeResponse::kTensorReport:
         if (callbacks.on_tensor_report) {
-          callbacks.on_tensor_report(response.tensor_report());
+          callbacks.on_tensor_report(response->tensor_report());
         }
-        outcome.reports.push_back(std::move(*response.mutable_tensor_report()));
+        outcome.reports.push_back(
+            std::move(*response->mutable_tensor_report()));
         break;
       case QuantizeResponse::kModelChunk:
-        outcome.model.append(response.model_chunk());
+        outcome.model.append(response->model_chunk());
         break;
       case QuantizeResponse::kSummary:
         ++summaries;
-        outcome.summary = std::move(*response.mutable_summary());
+        outcome.summary = std::move(*response->mutable_summary());
         break;
       case QuantizeResponse::EVENT_NOT_SET:
         break;  // A newer server's event we do not know: skip it.
     }
-  }
-  if (absl::Status status = FromGrpcStatus(stream->Finish()); !status.ok()) {
+  };
+  if (absl::Status status = Exchange<QuantizeRequest, QuantizeResponse>(
+          &context, stream.get(), next, handle);
+      !status.ok()) {
     return status;
   }
   if (summaries != 1 || after_summary) {
@@ -181,6 +327,68 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
         " model bytes but the summary says ", outcome.summary.output_bytes()));
   }
   return outcome;
+}
+
+absl::StatusOr<quantd::v1::CalibrationResult> Client::Calibrate(
+    quantd::v1::CalibrateConfig config, absl::string_view model_bytes,
+    BatchSource next_batch,
+    std::function<void(const quantd::v1::Progress&)> on_progress) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  std::unique_ptr<grpc::ClientReaderWriter<CalibrateRequest, CalibrateResponse>>
+      stream = stub_->Calibrate(&context);
+
+  config.set_model_size_bytes(model_bytes.size());
+  RequestSequence sequence(model_bytes, options_.chunk_bytes, &next_batch);
+  auto next = [&](CalibrateRequest* request) -> absl::StatusOr<bool> {
+    absl::string_view chunk;
+    absl::StatusOr<RequestSequence::Kind> kind =
+        sequence.Next(&chunk, request->mutable_batch());
+    if (!kind.ok()) return kind.status();
+    switch (*kind) {
+      case RequestSequence::Kind::kConfig:
+        *request->mutable_config() = config;
+        return true;
+      case RequestSequence::Kind::kChunk:
+        request->set_model_chunk(chunk.data(), chunk.size());
+        return true;
+      case RequestSequence::Kind::kBatch:
+        return true;
+      case RequestSequence::Kind::kEnd:
+        break;
+    }
+    return false;
+  };
+
+  std::optional<quantd::v1::CalibrationResult> result;
+  int results = 0;
+  bool after_result = false;
+  auto handle = [&](CalibrateResponse* response) {
+    if (results > 0) after_result = true;
+    switch (response->event_case()) {
+      case CalibrateResponse::kProgress:
+        if (on_progress) on_progress(response->progress());
+        break;
+      case CalibrateResponse::kResult:
+        ++results;
+        result = std::move(*response->mutable_result());
+        break;
+      case CalibrateResponse::EVENT_NOT_SET:
+        break;  // A newer server's event we do not know: skip it.
+    }
+  };
+  if (absl::Status status = Exchange<CalibrateRequest, CalibrateResponse>(
+          &context, stream.get(), next, handle);
+      !status.ok()) {
+    return status;
+  }
+  if (results != 1 || after_result) {
+    return absl::InternalError(
+        absl::StrCat("protocol error: the server sent ", results, " results",
+                     after_result ? " and messages after one" : "",
+                     "; expected exactly one, last"));
+  }
+  return std::move(*result);
 }
 
 absl::StatusOr<quantd::v1::ServerInfo> Client::GetServerInfo() {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,15 @@ struct QuantizeCallbacks {
   std::function<void(const quantd::v1::Progress&)> on_progress;
   std::function<void(const quantd::v1::TensorReport&)> on_tensor_report;
 };
+
+// Calibration batches, pulled one at a time: the next batch, std::nullopt at
+// the end, or an error (which cancels the call and is returned as is). The
+// SDK asks for the next batch only once the previous one has been written to
+// the stream, so a slow server holds the producer back (gRPC flow control)
+// and a large dataset never sits in memory at once. Called on the calling
+// thread.
+using BatchSource =
+    std::function<absl::StatusOr<std::optional<quantd::v1::TensorBatch>>()>;
 
 // grpc.health.v1 serving status.
 enum class ServingStatus { kUnknown, kServing, kNotServing, kServiceUnknown };
@@ -59,9 +69,24 @@ class Client {
   // here) and collects the output. Errors carry the server's code and
   // message; a stream that breaks the protocol (no summary, or several) is
   // INTERNAL.
+  //
+  // With `calibration_batches`, STATIC_RANGE in one call: the batches follow
+  // the model in the stream (as `calibration_batch`es) and the server
+  // calibrates with config.calibration_config before quantizing.
   absl::StatusOr<QuantizeOutcome> Quantize(
       quantd::v1::QuantizeConfig config, absl::string_view model_bytes,
-      const QuantizeCallbacks& callbacks = {});
+      const QuantizeCallbacks& callbacks = {},
+      BatchSource calibration_batches = nullptr);
+
+  // Streams `model_bytes` with `config` (its model_size_bytes is filled in
+  // here), then every batch of `next_batch`, and returns the activation
+  // ranges the server collected. `on_progress` (may be empty) is called on
+  // the calling thread. A stream without a result, or with anything after
+  // it, is INTERNAL.
+  absl::StatusOr<quantd::v1::CalibrationResult> Calibrate(
+      quantd::v1::CalibrateConfig config, absl::string_view model_bytes,
+      BatchSource next_batch,
+      std::function<void(const quantd::v1::Progress&)> on_progress = nullptr);
 
   absl::StatusOr<quantd::v1::ServerInfo> GetServerInfo();
 

@@ -37,12 +37,19 @@ Metrics::Metrics()
                        .Register(*registry_)),
       bytes_in_(model_bytes_.Add({{"direction", "in"}})),
       bytes_out_(model_bytes_.Add({{"direction", "out"}})),
-      inflight_jobs_(prometheus::BuildGauge()
-                         .Name("quantd_inflight_jobs")
-                         .Help("Quantize jobs submitted to the core engine "
-                               "and not finished yet.")
-                         .Register(*registry_)
-                         .Add({})) {}
+      inflight_jobs_(
+          prometheus::BuildGauge()
+              .Name("quantd_inflight_jobs")
+              .Help("Jobs (Quantize, Calibrate) submitted to the core engine "
+                    "and not finished yet.")
+              .Register(*registry_)
+              .Add({})),
+      calibration_batches_(
+          prometheus::BuildCounter()
+              .Name("quantd_calibration_batches_total")
+              .Help("Calibration batches read from the request stream, by "
+                    "method.")
+              .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
     const Options& options) {
@@ -78,6 +85,12 @@ void Metrics::AddModelBytesIn(uint64_t bytes) {
 
 void Metrics::AddModelBytesOut(uint64_t bytes) {
   bytes_out_.Increment(static_cast<double>(bytes));
+}
+
+void Metrics::AddCalibrationBatches(absl::string_view method,
+                                    uint64_t batches) {
+  calibration_batches_.Add({{"method", std::string(method)}})
+      .Increment(static_cast<double>(batches));
 }
 
 void Metrics::JobStarted() { inflight_jobs_.Increment(); }

@@ -37,6 +37,9 @@ class Metrics {
                   double seconds);
   void AddModelBytesIn(uint64_t bytes);
   void AddModelBytesOut(uint64_t bytes);
+  // Calibration batches read from a call's stream (Calibrate, or Quantize
+  // with inline calibration).
+  void AddCalibrationBatches(absl::string_view method, uint64_t batches);
   void JobStarted();
   void JobFinished();
 
@@ -55,6 +58,7 @@ class Metrics {
   prometheus::Counter& bytes_in_;
   prometheus::Counter& bytes_out_;
   prometheus::Gauge& inflight_jobs_;
+  prometheus::Family<prometheus::Counter>& calibration_batches_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };

@@ -22,6 +22,11 @@ ABSL_FLAG(int, metrics_port, 9464,
 ABSL_FLAG(int, threads, 0, "Core worker threads; 0 = one per CPU.");
 ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{1} << 30,
           "Largest model a client may send, in bytes.");
+ABSL_FLAG(uint64_t, max_calibration_batches, 100000,
+          "Most calibration batches one call may send.");
+ABSL_FLAG(uint64_t, calibration_queue_batches, 4,
+          "Calibration batches buffered per call before the server stops "
+          "reading the stream (flow control).");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long running calls get to finish.");
 
@@ -47,6 +52,10 @@ int main(int argc, char** argv) {
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.core.threads = absl::GetFlag(FLAGS_threads);
   options.limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.limits.max_calibration_batches =
+      absl::GetFlag(FLAGS_max_calibration_batches);
+  options.limits.calibration_queue_batches =
+      absl::GetFlag(FLAGS_calibration_queue_batches);
 
   quantd::server::Server server(options);
   if (absl::Status status = server.Start(); !status.ok()) {

@@ -9,12 +9,14 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/engine/batch_queue.h"
 #include "core/engine/cancellation.h"
 #include "core/engine/capabilities.h"
 #include "server/status.h"
@@ -22,11 +24,13 @@
 namespace quantd::server {
 namespace {
 
+using quantd::v1::CalibrateConfig;
 using quantd::v1::CalibrateRequest;
 using quantd::v1::CalibrateResponse;
 using quantd::v1::QuantizeConfig;
 using quantd::v1::QuantizeRequest;
 using quantd::v1::QuantizeResponse;
+using quantd::v1::TensorBatch;
 
 // What every call reports when it finishes: one metrics update and one log
 // line, so a call seen in the logs is also counted, and vice versa.
@@ -34,10 +38,11 @@ struct CallRecord {
   const char* method = "";
   const grpc::CallbackServerContext* context = nullptr;
   absl::Time start;
-  // Atomic: a Quantize call may finish (cancelled) on another thread while
-  // a chunk is still being counted.
+  // Atomic: a call may finish (cancelled) on another thread while a chunk is
+  // still being counted.
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> batches{0};
 };
 
 void RecordCall(Metrics* metrics, const CallRecord& call,
@@ -49,11 +54,15 @@ void RecordCall(Metrics* metrics, const CallRecord& call,
   const std::string detail =
       status.ok() ? ""
                   : absl::StrFormat(" message=\"%s\"", status.error_message());
+  const std::string batches =
+      call.batches.load() == 0
+          ? ""
+          : absl::StrFormat(" calibration_batches=%d", call.batches.load());
   absl::FPrintF(stderr,
                 "quantd call method=%s code=%s duration_s=%.3f bytes_in=%d "
-                "bytes_out=%d peer=%s%s\n",
+                "bytes_out=%d%s peer=%s%s\n",
                 call.method, StatusCodeName(status.error_code()), seconds,
-                call.bytes_in.load(), call.bytes_out.load(),
+                call.bytes_in.load(), call.bytes_out.load(), batches,
                 call.context->peer(), detail);
 }
 
@@ -72,43 +81,63 @@ void AddCallStages(double receive_seconds, double send_seconds,
   summary->mutable_stage_durations()->Swap(&stages);
 }
 
-// One Quantize call. Reads the config and the model on gRPC threads, runs the
-// job on the core pool, and writes what the job reports from whichever thread
-// produced it (one StartWrite outstanding at a time, the next from
-// OnWriteDone).
+// What a message of the request stream carries, whatever the RPC.
+enum class Part { kConfig, kModelChunk, kBatch, kNone };
+
+// The machinery Quantize and Calibrate share: a request stream of one config,
+// the model as chunks and then (optionally) calibration batches; a core job
+// submitted once the model is complete; and a response stream of the job's
+// events followed by its result.
+//
+// Receive side: reads are strictly sequential (one StartRead outstanding).
+// Batches go into a bounded BatchQueue that the core job pops; the next read
+// is started only when Push said there is room, or from the queue's on_room
+// callback (on the job's thread) once the job has made room. So a client
+// that sends faster than core computes stops being read, and gRPC flow
+// control stops it.
+//
+// Send side: the job's events are queued and written one StartWrite at a
+// time (the next from OnWriteDone); when the queue is empty and the job has
+// finished, the subclass supplies the tail (the result), then the call
+// finishes OK. An error finishes the call as soon as no write is outstanding;
+// the first status wins.
 //
 // Lifetime: the object is reference-counted. gRPC holds one reference until
 // OnDone; a submitted core job holds another until its done callback has
 // returned. The job can outlive the call (the client went away, or it was
 // cancelled and core has not noticed yet), so neither OnDone nor the done
-// callback deletes the object alone: the last one out does.
-class QuantizeReactor final
-    : public grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse> {
+// callback deletes the object alone: the last one out does. The queue's
+// on_room runs inside the job's Pop, so the job's reference covers it too.
+template <typename Request, typename Response>
+class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  QuantizeReactor(grpc::CallbackServerContext* context, Engine* engine,
-                  Metrics* metrics,
-                  const QuantizationServiceImpl::Options& options)
-      : engine_(engine), metrics_(metrics), options_(options) {
-    call_.method = "Quantize";
-    call_.context = context;
-    call_.start = absl::Now();
-    StartRead(&request_);
-  }
+  // Starts reading. Separate from the constructor: a read may complete on
+  // another thread at once, and must find the subclass constructed.
+  void Begin() { ReadNext(); }
 
-  void OnReadDone(bool ok) override {
-    if (IsFinished()) return;
+  void OnReadDone(bool ok) final {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+    }
     if (!ok) {
       OnHalfClose();
       return;
     }
-    if (!has_config_) {
-      OnConfig();
-    } else {
-      OnChunk();
+    switch (receive_) {
+      case Receive::kConfig:
+        OnConfig();
+        return;
+      case Receive::kModel:
+        OnModelPart();
+        return;
+      case Receive::kBatches:
+        OnBatchPart();
+        return;
     }
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) final {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -124,145 +153,283 @@ class QuantizeReactor final
   }
 
   // Cancelled by the client, its deadline, or server shutdown: stop core
-  // promptly and finish now rather than when the job notices.
-  void OnCancel() override {
-    cancel_->Cancel();
+  // promptly (also when it waits for a batch) and finish now rather than
+  // when the job notices.
+  void OnCancel() final {
+    StopJob();
     FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
                             "call cancelled (client, deadline or shutdown)"));
   }
 
-  void OnDone() override { Unref(); }
+  void OnDone() final { Unref(); }
 
- private:
-  ~QuantizeReactor() override = default;
+ protected:
+  enum class Tail { kWait, kWrite, kDone };
 
-  void Unref() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  JobReactor(const char* method, grpc::CallbackServerContext* context,
+             JobRunner* jobs, Metrics* metrics,
+             const QuantizationServiceImpl::Options& options)
+      : jobs_(jobs), metrics_(metrics), options_(options) {
+    call_.method = method;
+    call_.context = context;
+    call_.start = absl::Now();
   }
+  ~JobReactor() override = default;
 
-  void OnConfig() {
-    if (request_.payload_case() != QuantizeRequest::kConfig) {
-      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              "first message must be config"));
-      return;
-    }
-    has_config_ = true;
-    config_ = std::move(*request_.mutable_config());
-    const uint64_t declared = config_.model_size_bytes();
-    if (declared == 0) {
-      FinishWith(grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          "config.model_size_bytes is required: the model's size in bytes "
-          "(> 0)"));
-      return;
-    }
-    if (declared > options_.max_model_bytes) {
-      FinishWith(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       absl::StrCat("config.model_size_bytes = ", declared,
-                                    " is over this server's limit of ",
-                                    options_.max_model_bytes, " bytes")));
-      return;
-    }
-    // Reserved up front so appending chunks never copies the model; the
-    // size is bounded by max_model_bytes above.
-    model_.reserve(declared);
-    StartRead(&request_);
-  }
+  // ---- What a subclass says about its RPC. Called on the receive side.
+  virtual Part PartOf(const Request& request) const = 0;
+  // Takes the config out of `request` and returns the declared model size.
+  virtual uint64_t TakeConfig(Request* request) = 0;
+  virtual const std::string& Chunk(const Request& request) const = 0;
+  virtual TensorBatch* MutableBatch(Request* request) = 0;
+  // The batch field's name, for error messages.
+  virtual const char* BatchName() const = 0;
+  // Whether a stream that ends without batches still gets a (closed, empty)
+  // queue, so core can say what it thinks of calibrating without data.
+  virtual bool QueueWithoutBatches() const = 0;
+  // Submits the job through jobs() with `model` and `batches` (null when
+  // there are none); the job must call JobDone exactly once.
+  virtual void Submit(std::string model,
+                      std::shared_ptr<BatchQueue> batches) = 0;
 
-  void OnChunk() {
-    if (request_.payload_case() != QuantizeRequest::kModelChunk) {
-      FinishWith(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       request_.payload_case() == QuantizeRequest::kConfig
-                           ? "config must be sent exactly once"
-                           : "a message after config must be a model_chunk"));
-      return;
-    }
-    const std::string& chunk = request_.model_chunk();
-    const uint64_t declared = config_.model_size_bytes();
-    if (chunk.size() > declared - model_.size()) {
-      FinishWith(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       absl::StrCat("received more model bytes than "
-                                    "config.model_size_bytes = ",
-                                    declared, " (",
-                                    model_.size() + chunk.size(), " so far)")));
-      return;
-    }
-    model_.append(chunk);
-    call_.bytes_in = model_.size();
-    StartRead(&request_);
-  }
+  // ---- Send side. Under mu_: what follows the events once they are all
+  // out. kWrite with *out filled in; kDone once the last one was written.
+  virtual Tail NextTailLocked(Response* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
 
-  void OnHalfClose() {
-    if (call_.context->IsCancelled()) {
-      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
-                              "call cancelled while receiving the model"));
-      return;
-    }
-    if (!has_config_) {
-      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              "empty stream: expected a config message"));
-      return;
-    }
-    if (model_.size() != config_.model_size_bytes()) {
-      FinishWith(grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("the stream ended after ", model_.size(),
-                       " model bytes; config.model_size_bytes declared ",
-                       config_.model_size_bytes())));
-      return;
-    }
-    SubmitJob();
-  }
+  // ---- For subclasses.
+  JobRunner* jobs() const { return jobs_; }
+  Metrics* metrics() const { return metrics_; }
+  const QuantizationServiceImpl::Options& options() const { return options_; }
+  CallRecord& call() { return call_; }
+  std::shared_ptr<const CancellationToken> cancel() const { return cancel_; }
+  double receive_seconds() const { return receive_seconds_; }
 
-  void SubmitJob() {
-    receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
-    quantd::QuantizeEvents events;
-    events.on_progress = [this](const quantd::v1::Progress& progress) {
-      QuantizeResponse response;
-      *response.mutable_progress() = progress;
-      Enqueue(std::move(response));
-    };
-    events.on_tensor_report = [this](const quantd::v1::TensorReport& report) {
-      QuantizeResponse response;
-      *response.mutable_tensor_report() = report;
-      Enqueue(std::move(response));
-    };
-    refs_.fetch_add(1, std::memory_order_relaxed);  // Dropped in OnJobDone.
-    metrics_->JobStarted();
-    engine_->SubmitQuantize(std::move(config_), std::move(model_),
-                            std::move(events), cancel_,
-                            [this](absl::StatusOr<QuantizeResult> result) {
-                              OnJobDone(std::move(result));
-                            });
-  }
-
-  // On a core pool thread, after the job's last event.
-  void OnJobDone(absl::StatusOr<QuantizeResult> result) {
-    metrics_->JobFinished();
-    {
-      absl::MutexLock lock(&mu_);
-      if (!result.ok()) {
-        if (!finish_status_.has_value()) {
-          finish_status_ = ToGrpcStatus(result.status());
-        }
-      } else if (!finish_status_.has_value()) {
-        result_ = std::move(*result);
-      }
-    }
-    Pump();
-    Unref();
-  }
-
-  void Enqueue(QuantizeResponse response) {
+  // Queues an event for the client (from the job's thread).
+  void Enqueue(Response response) {
     {
       absl::MutexLock lock(&mu_);
       if (finish_status_.has_value()) return;  // Nobody will read it.
       queue_.push_back(std::move(response));
     }
     Pump();
+  }
+
+  // Call right before submitting: the job's reference.
+  void JobSubmitted() {
+    refs_.fetch_add(1, std::memory_order_relaxed);  // Dropped in JobDone.
+    metrics_->JobStarted();
+  }
+
+  // From the job's done callback, after its last event. `store` keeps the
+  // result (under mu_) when the call is still going and the job succeeded.
+  void JobDone(const absl::Status& status, absl::FunctionRef<void()> store) {
+    metrics_->JobFinished();
+    std::shared_ptr<BatchQueue> batches;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) {
+        if (!finish_status_.has_value()) {
+          finish_status_ = ToGrpcStatus(status);
+        }
+      } else if (!finish_status_.has_value()) {
+        store();
+      }
+      batches = batches_;
+    }
+    // Nobody pops any more: drop what the client sent beyond what the job
+    // wanted.
+    if (batches != nullptr) batches->Abort();
+    Pump();
+    Unref();
+  }
+
+  absl::Mutex mu_;
+
+ private:
+  enum class Receive { kConfig, kModel, kBatches };
+  enum class Action { kNone, kWrite, kFinish };
+
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Starts the next read unless the call is over. `reading_` keeps Finish
+  // from being called while StartRead is being issued (possibly from the
+  // job's thread, through on_room): gRPC must not see a read after the call
+  // is done.
+  void ReadNext() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      reading_ = true;
+    }
+    this->StartRead(&request_);
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+    }
+    Pump();  // A finish may have waited for us.
+  }
+
+  void OnConfig() {
+    if (PartOf(request_) != Part::kConfig) {
+      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "first message must be config"));
+      return;
+    }
+    declared_ = TakeConfig(&request_);
+    if (declared_ == 0) {
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "config.model_size_bytes is required: the model's size in bytes "
+          "(> 0)"));
+      return;
+    }
+    if (declared_ > options_.max_model_bytes) {
+      FinishWith(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat("config.model_size_bytes = ", declared_,
+                                    " is over this server's limit of ",
+                                    options_.max_model_bytes, " bytes")));
+      return;
+    }
+    // Reserved up front so appending chunks never copies the model; the
+    // size is bounded by max_model_bytes above.
+    model_.reserve(declared_);
+    receive_ = Receive::kModel;
+    ReadNext();
+  }
+
+  void OnModelPart() {
+    switch (PartOf(request_)) {
+      case Part::kModelChunk:
+        break;
+      case Part::kBatch:
+        if (model_.size() != declared_) {
+          FinishWith(grpc::Status(
+              grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat(
+                  "a ", BatchName(), " before the model is complete: received ",
+                  model_.size(), " of config.model_size_bytes = ", declared_,
+                  " bytes")));
+          return;
+        }
+        StartJob(/*with_queue=*/true);
+        receive_ = Receive::kBatches;
+        OnBatchPart();
+        return;
+      case Part::kConfig:
+        FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "config must be sent exactly once"));
+        return;
+      case Part::kNone:
+        FinishWith(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("a message after config must be a model_chunk "
+                         "(or, once the model is complete, a ",
+                         BatchName(), ")")));
+        return;
+    }
+    const std::string& chunk = Chunk(request_);
+    if (chunk.size() > declared_ - model_.size()) {
+      FinishWith(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("received more model bytes than "
+                                    "config.model_size_bytes = ",
+                                    declared_, " (",
+                                    model_.size() + chunk.size(), " so far)")));
+      return;
+    }
+    model_.append(chunk);
+    call_.bytes_in = model_.size();
+    ReadNext();
+  }
+
+  void OnBatchPart() {
+    switch (PartOf(request_)) {
+      case Part::kBatch:
+        break;
+      case Part::kModelChunk:
+        FinishWith(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("a model_chunk after a ", BatchName(),
+                                      ": the whole model must come first")));
+        return;
+      case Part::kConfig:
+        FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "config must be sent exactly once"));
+        return;
+      case Part::kNone:
+        FinishWith(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("a message after the model must be a ", BatchName())));
+        return;
+    }
+    const uint64_t count = ++call_.batches;
+    metrics_->AddCalibrationBatches(call_.method, 1);
+    if (count > options_.max_calibration_batches) {
+      FinishWith(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("more than ", options_.max_calibration_batches, " ",
+                       BatchName(), "es in one call (this server's limit)")));
+      return;
+    }
+    TensorBatch batch = std::move(*MutableBatch(&request_));
+    // request_ must not be touched after the Push: when it says "full", the
+    // job's next Pop may start the next read into request_ at once.
+    if (queue_for_reads_->Push(std::move(batch))) ReadNext();
+  }
+
+  void OnHalfClose() {
+    if (call_.context->IsCancelled()) {
+      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
+                              "call cancelled while receiving the request"));
+      return;
+    }
+    switch (receive_) {
+      case Receive::kConfig:
+        FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "empty stream: expected a config message"));
+        return;
+      case Receive::kModel:
+        if (model_.size() != declared_) {
+          FinishWith(grpc::Status(
+              grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("the stream ended after ", model_.size(),
+                           " model bytes; config.model_size_bytes declared ",
+                           declared_)));
+          return;
+        }
+        StartJob(/*with_queue=*/QueueWithoutBatches());
+        if (queue_for_reads_ != nullptr) queue_for_reads_->Close();
+        return;
+      case Receive::kBatches:
+        queue_for_reads_->Close();
+        return;
+    }
+  }
+
+  void StartJob(bool with_queue) {
+    receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
+    if (with_queue) {
+      queue_for_reads_ =
+          std::make_shared<BatchQueue>(options_.calibration_queue_batches);
+      queue_for_reads_->SetOnRoom([this] { ReadNext(); });
+      absl::MutexLock lock(&mu_);
+      batches_ = queue_for_reads_;
+    }
+    Submit(std::move(model_), queue_for_reads_);
+  }
+
+  void StopJob() {
+    cancel_->Cancel();
+    std::shared_ptr<BatchQueue> batches;
+    {
+      absl::MutexLock lock(&mu_);
+      batches = batches_;
+    }
+    if (batches != nullptr) batches->Abort();
   }
 
   // Finishes the call with `status` as soon as no write is outstanding;
@@ -275,13 +442,6 @@ class QuantizeReactor final
     Pump();
   }
 
-  bool IsFinished() {
-    absl::MutexLock lock(&mu_);
-    return finish_status_.has_value();
-  }
-
-  enum class Action { kNone, kWrite, kFinish };
-
   // Decides the next step under the lock; the gRPC call is made outside it,
   // so a reaction that runs inline cannot deadlock on mu_.
   void Pump() {
@@ -291,53 +451,37 @@ class QuantizeReactor final
       action = NextActionLocked();
     }
     if (action == Action::kWrite) {
-      StartWrite(&current_);
+      this->StartWrite(&current_);
     } else if (action == Action::kFinish) {
-      if (!final_status_.ok()) cancel_->Cancel();
+      if (!final_status_.ok()) StopJob();
       RecordCall(metrics_, call_, final_status_);
-      Finish(final_status_);
+      this->Finish(final_status_);
     }
   }
 
   Action NextActionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_) return Action::kNone;
     if (finish_status_.has_value() && !finish_status_->ok()) {
+      if (reading_) return Action::kNone;  // ReadNext pumps again.
       return FinishLocked(*finish_status_);
     }
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
-      return WriteLocked();
+      writing_ = true;
+      return Action::kWrite;
     }
-    if (summary_sent_) return FinishLocked(grpc::Status::OK);
-    if (!result_.has_value()) return Action::kNone;  // Job still running.
-    const std::string& model = result_->model;
-    if (send_offset_ < model.size()) {
-      if (send_offset_ == 0) send_start_ = absl::Now();
-      // One chunk at a time, sliced from the result: the output model is
-      // never copied whole.
-      const size_t n = std::min<uint64_t>(options_.model_chunk_bytes,
-                                          model.size() - send_offset_);
-      current_.set_model_chunk(model.data() + send_offset_, n);
-      send_offset_ += n;
-      call_.bytes_out += n;
-      return WriteLocked();
+    switch (NextTailLocked(&current_)) {
+      case Tail::kWait:
+        return Action::kNone;
+      case Tail::kWrite:
+        writing_ = true;
+        return Action::kWrite;
+      case Tail::kDone:
+        if (reading_) return Action::kNone;
+        return FinishLocked(grpc::Status::OK);
     }
-    // Everything else is out: the summary goes last.
-    summary_sent_ = true;
-    quantd::v1::QuantizeSummary* summary = &result_->summary;
-    AddCallStages(
-        receive_seconds_,
-        model.empty() ? 0.0 : absl::ToDoubleSeconds(absl::Now() - send_start_),
-        summary);
-    *current_.mutable_summary() = std::move(*summary);
-    result_.reset();  // Frees the output model.
-    return WriteLocked();
-  }
-
-  Action WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = true;
-    return Action::kWrite;
+    return Action::kNone;
   }
 
   Action FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -347,7 +491,7 @@ class QuantizeReactor final
     return Action::kFinish;
   }
 
-  Engine* const engine_;
+  JobRunner* const jobs_;
   Metrics* const metrics_;
   const QuantizationServiceImpl::Options options_;
   const std::shared_ptr<CancellationToken> cancel_ =
@@ -355,49 +499,205 @@ class QuantizeReactor final
   std::atomic<int> refs_{1};  // gRPC's, dropped in OnDone.
   CallRecord call_;
 
-  // Receive side: only touched by OnReadDone, which gRPC serializes, and
-  // handed to the job when the stream half-closes.
-  QuantizeRequest request_;
-  bool has_config_ = false;
-  QuantizeConfig config_;
+  // Receive side: only touched by OnReadDone, which gRPC serializes (one
+  // read outstanding at a time, whoever started it).
+  Request request_;
+  Receive receive_ = Receive::kConfig;
+  uint64_t declared_ = 0;
   std::string model_;
   double receive_seconds_ = 0;
+  std::shared_ptr<BatchQueue> queue_for_reads_;
 
-  // Send side: touched by gRPC reactions and core threads.
-  absl::Mutex mu_;
-  std::deque<QuantizeResponse> queue_ ABSL_GUARDED_BY(mu_);
-  std::optional<QuantizeResult> result_ ABSL_GUARDED_BY(mu_);
-  uint64_t send_offset_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time send_start_ ABSL_GUARDED_BY(mu_);
-  bool summary_sent_ ABSL_GUARDED_BY(mu_) = false;
+  // Shared with gRPC reactions on other threads and with the job.
+  std::shared_ptr<BatchQueue> batches_ ABSL_GUARDED_BY(mu_);
+  std::deque<Response> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // A StartRead is being issued: do not Finish until it has been.
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
   // Set once the call must end: an error, or OK once everything is sent.
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by the one writer / the one finisher (writing_ / finished_).
-  QuantizeResponse current_;
+  Response current_;
   grpc::Status final_status_;
 };
 
-// Calibrate is declared in the API but not served yet: refuse every call
-// with UNIMPLEMENTED (and count it like any other call).
-class UnimplementedCalibrateReactor final
-    : public grpc::ServerBidiReactor<CalibrateRequest, CalibrateResponse> {
+// One Quantize call: config, model chunks, then optional calibration_batches
+// (STATIC_RANGE in one call); events, the output model in chunks and the
+// summary back.
+class QuantizeReactor final
+    : public JobReactor<QuantizeRequest, QuantizeResponse> {
  public:
-  UnimplementedCalibrateReactor(grpc::CallbackServerContext* context,
-                                Metrics* metrics) {
-    CallRecord call;
-    call.method = "Calibrate";
-    call.context = context;
-    call.start = absl::Now();
-    const grpc::Status status(
-        grpc::StatusCode::UNIMPLEMENTED,
-        "Calibrate is not implemented yet: the calibration work "
-        "(STATIC_RANGE) will add it");
-    RecordCall(metrics, call, status);
-    Finish(status);
+  QuantizeReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
+                  Metrics* metrics,
+                  const QuantizationServiceImpl::Options& options)
+      : JobReactor("Quantize", context, jobs, metrics, options) {}
+
+ private:
+  Part PartOf(const QuantizeRequest& request) const override {
+    switch (request.payload_case()) {
+      case QuantizeRequest::kConfig:
+        return Part::kConfig;
+      case QuantizeRequest::kModelChunk:
+        return Part::kModelChunk;
+      case QuantizeRequest::kCalibrationBatch:
+        return Part::kBatch;
+      case QuantizeRequest::PAYLOAD_NOT_SET:
+        break;
+    }
+    return Part::kNone;
   }
-  void OnDone() override { delete this; }
+  uint64_t TakeConfig(QuantizeRequest* request) override {
+    config_ = std::move(*request->mutable_config());
+    return config_.model_size_bytes();
+  }
+  const std::string& Chunk(const QuantizeRequest& request) const override {
+    return request.model_chunk();
+  }
+  TensorBatch* MutableBatch(QuantizeRequest* request) override {
+    return request->mutable_calibration_batch();
+  }
+  const char* BatchName() const override { return "calibration_batch"; }
+  // STATIC_RANGE with neither ranges nor batches: core explains what is
+  // missing (FAILED_PRECONDITION) rather than us guessing.
+  bool QueueWithoutBatches() const override {
+    const auto& method = config_.options().quantization_method();
+    return method.has_experimental_method() &&
+           method.experimental_method() ==
+               tensorflow::quantization::QuantizationMethod::STATIC_RANGE &&
+           config_.calibration().ranges().empty();
+  }
+
+  void Submit(std::string model, std::shared_ptr<BatchQueue> batches) override {
+    quantd::QuantizeEvents events;
+    events.on_progress = [this](const quantd::v1::Progress& progress) {
+      QuantizeResponse response;
+      *response.mutable_progress() = progress;
+      Enqueue(std::move(response));
+    };
+    events.on_tensor_report = [this](const quantd::v1::TensorReport& report) {
+      QuantizeResponse response;
+      *response.mutable_tensor_report() = report;
+      Enqueue(std::move(response));
+    };
+    JobSubmitted();
+    jobs()->SubmitQuantize(
+        std::move(config_), std::move(model), std::move(events), cancel(),
+        [this](absl::StatusOr<QuantizeResult> result) {
+          JobDone(result.status(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            result_ = std::move(*result);
+          });
+        },
+        std::move(batches));
+  }
+
+  Tail NextTailLocked(QuantizeResponse* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (summary_sent_) return Tail::kDone;
+    if (!result_.has_value()) return Tail::kWait;  // Job still running.
+    const std::string& model = result_->model;
+    if (send_offset_ < model.size()) {
+      if (send_offset_ == 0) send_start_ = absl::Now();
+      // One chunk at a time, sliced from the result: the output model is
+      // never copied whole.
+      const size_t n = std::min<uint64_t>(options().model_chunk_bytes,
+                                          model.size() - send_offset_);
+      out->set_model_chunk(model.data() + send_offset_, n);
+      send_offset_ += n;
+      call().bytes_out += n;
+      return Tail::kWrite;
+    }
+    // Everything else is out: the summary goes last.
+    summary_sent_ = true;
+    quantd::v1::QuantizeSummary* summary = &result_->summary;
+    AddCallStages(
+        receive_seconds(),
+        model.empty() ? 0.0 : absl::ToDoubleSeconds(absl::Now() - send_start_),
+        summary);
+    *out->mutable_summary() = std::move(*summary);
+    result_.reset();  // Frees the output model.
+    return Tail::kWrite;
+  }
+
+  // Receive side, handed to the job at submission.
+  QuantizeConfig config_;
+
+  std::optional<QuantizeResult> result_ ABSL_GUARDED_BY(mu_);
+  uint64_t send_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time send_start_ ABSL_GUARDED_BY(mu_);
+  bool summary_sent_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One Calibrate call: config, model chunks, then batches; progress events and
+// the CalibrationResult (last) back.
+class CalibrateReactor final
+    : public JobReactor<CalibrateRequest, CalibrateResponse> {
+ public:
+  CalibrateReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
+                   Metrics* metrics,
+                   const QuantizationServiceImpl::Options& options)
+      : JobReactor("Calibrate", context, jobs, metrics, options) {}
+
+ private:
+  Part PartOf(const CalibrateRequest& request) const override {
+    switch (request.payload_case()) {
+      case CalibrateRequest::kConfig:
+        return Part::kConfig;
+      case CalibrateRequest::kModelChunk:
+        return Part::kModelChunk;
+      case CalibrateRequest::kBatch:
+        return Part::kBatch;
+      case CalibrateRequest::PAYLOAD_NOT_SET:
+        break;
+    }
+    return Part::kNone;
+  }
+  uint64_t TakeConfig(CalibrateRequest* request) override {
+    config_ = std::move(*request->mutable_config());
+    return config_.model_size_bytes();
+  }
+  const std::string& Chunk(const CalibrateRequest& request) const override {
+    return request.model_chunk();
+  }
+  TensorBatch* MutableBatch(CalibrateRequest* request) override {
+    return request->mutable_batch();
+  }
+  const char* BatchName() const override { return "batch"; }
+  // Core says what it thinks of a calibration without data.
+  bool QueueWithoutBatches() const override { return true; }
+
+  void Submit(std::string model, std::shared_ptr<BatchQueue> batches) override {
+    quantd::CalibrateEvents events;
+    events.on_progress = [this](const quantd::v1::Progress& progress) {
+      CalibrateResponse response;
+      *response.mutable_progress() = progress;
+      Enqueue(std::move(response));
+    };
+    JobSubmitted();
+    jobs()->SubmitCalibrate(
+        std::move(config_), std::move(model), std::move(batches),
+        std::move(events), cancel(),
+        [this](absl::StatusOr<quantd::v1::CalibrationResult> result) {
+          JobDone(result.status(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            result_ = std::move(*result);
+          });
+        });
+  }
+
+  Tail NextTailLocked(CalibrateResponse* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (result_sent_) return Tail::kDone;
+    if (!result_.has_value()) return Tail::kWait;
+    result_sent_ = true;
+    *out->mutable_result() = std::move(*result_);
+    result_.reset();
+    return Tail::kWrite;
+  }
+
+  CalibrateConfig config_;
+
+  std::optional<quantd::v1::CalibrationResult> result_ ABSL_GUARDED_BY(mu_);
+  bool result_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -405,16 +705,28 @@ class UnimplementedCalibrateReactor final
 QuantizationServiceImpl::QuantizationServiceImpl(Engine* engine,
                                                  Metrics* metrics,
                                                  const Options& options)
-    : engine_(engine), metrics_(metrics), options_(options) {}
+    : owned_jobs_(std::make_unique<EngineJobRunner>(engine)),
+      jobs_(owned_jobs_.get()),
+      metrics_(metrics),
+      options_(options) {}
+
+QuantizationServiceImpl::QuantizationServiceImpl(JobRunner* jobs,
+                                                 Metrics* metrics,
+                                                 const Options& options)
+    : jobs_(jobs), metrics_(metrics), options_(options) {}
 
 grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>*
 QuantizationServiceImpl::Quantize(grpc::CallbackServerContext* context) {
-  return new QuantizeReactor(context, engine_, metrics_, options_);
+  auto* reactor = new QuantizeReactor(context, jobs_, metrics_, options_);
+  reactor->Begin();
+  return reactor;
 }
 
 grpc::ServerBidiReactor<CalibrateRequest, CalibrateResponse>*
 QuantizationServiceImpl::Calibrate(grpc::CallbackServerContext* context) {
-  return new UnimplementedCalibrateReactor(context, metrics_);
+  auto* reactor = new CalibrateReactor(context, jobs_, metrics_, options_);
+  reactor->Begin();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
@@ -430,7 +742,10 @@ grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
   limits->set_max_model_bytes(options_.max_model_bytes);
   limits->set_max_message_bytes(options_.max_message_bytes);
   limits->set_model_chunk_bytes(options_.model_chunk_bytes);
-  response->set_core_threads(engine_->threads());
+  limits->set_max_calibration_batches(options_.max_calibration_batches);
+  limits->set_calibration_queue_batches(
+      static_cast<uint32_t>(options_.calibration_queue_batches));
+  response->set_core_threads(jobs_->threads());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RecordCall(metrics_, call, grpc::Status::OK);
   reactor->Finish(grpc::Status::OK);

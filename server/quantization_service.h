@@ -1,14 +1,17 @@
 // The gRPC face of the core engine: QuantizationService on the callback API.
-// Receives a model, runs it on the core pool (never on gRPC threads), and
-// streams events, the output model and a summary back.
+// Receives a model (and calibration batches), runs the job in core (never on
+// gRPC threads), and streams events and the result back.
 #ifndef QUANTD_SERVER_QUANTIZATION_SERVICE_H_
 #define QUANTD_SERVER_QUANTIZATION_SERVICE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
+#include "server/job_runner.h"
 #include "server/metrics.h"
 
 namespace quantd::server {
@@ -25,11 +28,23 @@ class QuantizationServiceImpl final
     // The transport's message limit, enforced by the Server; reported in
     // GetServerInfo so clients can size their chunks.
     uint64_t max_message_bytes = uint64_t{16} << 20;
+    // Calibration batches one call may send (Calibrate, or Quantize with
+    // inline calibration); more is RESOURCE_EXHAUSTED.
+    uint64_t max_calibration_batches = 100000;
+    // Batches buffered per call between the stream and the core job. The
+    // next batch is read from the stream only when the queue has room, so a
+    // client that sends faster than core calibrates is held back by gRPC
+    // flow control, and a call holds at most this many batches (plus the
+    // one being read) in memory.
+    size_t calibration_queue_batches = 4;
   };
 
   // `engine` and `metrics` must outlive every call, including the core jobs
   // of calls the client abandoned (see Server::Shutdown).
   QuantizationServiceImpl(Engine* engine, Metrics* metrics,
+                          const Options& options);
+  // Runs the jobs through `jobs` instead (tests); same lifetime rule.
+  QuantizationServiceImpl(JobRunner* jobs, Metrics* metrics,
                           const Options& options);
 
   grpc::ServerBidiReactor<quantd::v1::QuantizeRequest,
@@ -46,7 +61,8 @@ class QuantizationServiceImpl final
       quantd::v1::ServerInfo* response) override;
 
  private:
-  Engine* const engine_;
+  std::unique_ptr<JobRunner> owned_jobs_;
+  JobRunner* const jobs_;
   Metrics* const metrics_;
   const Options options_;
 };

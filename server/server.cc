@@ -45,6 +45,12 @@ absl::Status Server::Start() {
                      limits.max_message_bytes, ") with ", kMessageOverheadBytes,
                      " bytes to spare"));
   }
+  if (limits.calibration_queue_batches == 0 ||
+      limits.max_calibration_batches == 0) {
+    return absl::InvalidArgumentError(
+        "limits.calibration_queue_batches and limits.max_calibration_batches "
+        "must be > 0");
+  }
 
   Metrics::Options metrics_options;
   if (options_.metrics.enabled) {
@@ -66,6 +72,8 @@ absl::Status Server::Start() {
   service_options.max_model_bytes = limits.max_model_bytes;
   service_options.model_chunk_bytes = limits.model_chunk_bytes;
   service_options.max_message_bytes = limits.max_message_bytes;
+  service_options.max_calibration_batches = limits.max_calibration_batches;
+  service_options.calibration_queue_batches = limits.calibration_queue_batches;
   service_ = std::make_unique<QuantizationServiceImpl>(
       engine_.get(), metrics_.get(), service_options);
 

@@ -40,6 +40,10 @@ class Server {
       // room for clients that send bigger chunks. Deliberately far from
       // INT_MAX so one message cannot pin gigabytes.
       int max_message_bytes = 16 << 20;
+      // Calibration batches per call, and how many a call buffers before it
+      // stops reading its stream (see QuantizationServiceImpl::Options).
+      uint64_t max_calibration_batches = 100000;
+      size_t calibration_queue_batches = 4;
     } limits;
   };
 

@@ -321,15 +321,16 @@ TEST_F(QuantizationServiceTest, GarbageBytesAreInvalidArgument) {
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST_F(QuantizationServiceTest, CalibrateIsUnimplemented) {
+// Calibrate is served (tests/server/calibrate_service_test.cc has the rest).
+TEST_F(QuantizationServiceTest, CalibrateEmptyStreamIsInvalidArgument) {
   grpc::ClientContext context;
   auto stream = stub_->Calibrate(&context);
   stream->WritesDone();
   quantd::v1::CalibrateResponse response;
   EXPECT_FALSE(stream->Read(&response));
   const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("STATIC_RANGE"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "empty stream: expected a config message");
 }
 
 TEST_F(QuantizationServiceTest, ServerInfoReportsLimitsAndThreads) {

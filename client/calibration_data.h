@@ -1,0 +1,86 @@
+// Calibration batches from files, for quantctl and SDK users: NumPy .npy
+// arrays or ONNX TensorProto (.pb) files, one per model tensor, whose first
+// axis is the sample axis. Several files are zipped sample by sample and cut
+// into batches of `batch_size` samples as they are asked for.
+#ifndef QUANTD_CLIENT_CALIBRATION_DATA_H_
+#define QUANTD_CLIENT_CALIBRATION_DATA_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/quantd_client.h"
+#include "core/executor/tensor.h"
+#include "quantd/v1/quantization_service.pb.h"
+
+namespace quantd::client {
+
+// One --data value: "X.npy" (no name: the model's only graph input, or for a
+// .pb file the TensorProto's own name if it has one) or "NAME=X.npy" (split
+// at the first '='; NAME is a graph input or, for observed activations, any
+// tensor of the model).
+struct CalibrationInput {
+  std::string name;
+  std::string path;
+};
+
+// INVALID_ARGUMENT for an empty path or "=X.npy".
+absl::StatusOr<CalibrationInput> ParseCalibrationInput(absl::string_view flag);
+
+class CalibrationData {
+ public:
+  // Reads every file (whole, once) and checks they fit together:
+  // INVALID_ARGUMENT naming the files when their first axes differ, for a
+  // rank-0 array, for two unnamed inputs or two inputs of the same name, or
+  // batch_size < 1; the readers' codes for unreadable files (NOT_FOUND for a
+  // missing one), UNIMPLEMENTED for element types other than float32,
+  // float64 (sent as float32), int64, int32, int8, uint8 and bool.
+  static absl::StatusOr<std::unique_ptr<CalibrationData>> Open(
+      const std::vector<CalibrationInput>& inputs, int64_t batch_size);
+
+  // The next batch (the last may be smaller), or nullopt after the last.
+  // Only this batch is materialized: the sources stay as they were read.
+  std::optional<quantd::v1::TensorBatch> Next();
+
+  // Next as a BatchSource for Client::Calibrate / Client::Quantize; the
+  // source must not outlive this object.
+  BatchSource AsSource();
+
+  int64_t num_samples() const { return num_samples_; }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t num_batches() const {
+    return (num_samples_ + batch_size_ - 1) / batch_size_;
+  }
+
+ private:
+  struct Source {
+    std::string name;
+    std::string path;
+    quantd::executor::Tensor tensor;
+  };
+
+  CalibrationData(std::vector<Source> sources, int64_t num_samples,
+                  int64_t batch_size)
+      : sources_(std::move(sources)),
+        num_samples_(num_samples),
+        batch_size_(batch_size) {}
+
+  const std::vector<Source> sources_;
+  const int64_t num_samples_;
+  const int64_t batch_size_;
+  int64_t next_sample_ = 0;
+};
+
+// Reads one file as a tensor: .npy by its magic bytes, otherwise an ONNX
+// TensorProto (what .pb test data holds). `*proto_name` (may be null) gets the
+// TensorProto's name ("" for .npy).
+absl::StatusOr<quantd::executor::Tensor> ReadTensorFile(
+    const std::string& path, std::string* proto_name);
+
+}  // namespace quantd::client
+
+#endif  // QUANTD_CLIENT_CALIBRATION_DATA_H_

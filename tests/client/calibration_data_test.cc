@@ -1,0 +1,205 @@
+#include "client/calibration_data.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/executor/npy.h"
+#include "core/executor/tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/subprocess.h"
+
+namespace quantd::client {
+namespace {
+
+using quantd::executor::Tensor;
+using ::testing::HasSubstr;
+
+// [n, 2] float32 with values 10*sample + column.
+Tensor Samples(int64_t n) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < n; ++i) {
+    v.push_back(10.0f * i);
+    v.push_back(10.0f * i + 1);
+  }
+  return Tensor::FromVector<float>({n, 2}, v);
+}
+
+std::vector<float> Floats(const quantd::v1::NamedTensor& t) {
+  std::vector<float> v(t.data().size() / sizeof(float));
+  std::memcpy(v.data(), t.data().data(), t.data().size());
+  return v;
+}
+
+class CalibrationDataTest : public ::testing::Test {
+ protected:
+  std::string Npy(const std::string& name, const Tensor& t) {
+    const std::string path = tmp_.File(name);
+    EXPECT_TRUE(quantd::executor::WriteNpyFile(path, t).ok());
+    return path;
+  }
+  std::string Pb(const std::string& file, const Tensor& t,
+                 const std::string& proto_name) {
+    const std::string path = tmp_.File(file);
+    quantd::testing::WriteFileOrDie(path,
+                                    t.ToProto(proto_name).SerializeAsString());
+    return path;
+  }
+  quantd::testing::TempDir tmp_;
+};
+
+TEST(ParseCalibrationInputTest, NamedAndUnnamed) {
+  auto unnamed = ParseCalibrationInput("x.npy");
+  ASSERT_TRUE(unnamed.ok());
+  EXPECT_EQ(unnamed->name, "");
+  EXPECT_EQ(unnamed->path, "x.npy");
+  auto named = ParseCalibrationInput("input=dir/x=1.npy");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->name, "input");
+  EXPECT_EQ(named->path, "dir/x=1.npy");  // Split at the first '='.
+  EXPECT_EQ(ParseCalibrationInput("=x.npy").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCalibrationInput("").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCalibrationInput("name=").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CalibrationDataTest, SplitsTheFirstAxisIntoBatches) {
+  auto data = CalibrationData::Open({{"", Npy("x.npy", Samples(5))}}, 2);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->num_samples(), 5);
+  EXPECT_EQ((*data)->num_batches(), 3);
+  std::vector<std::vector<float>> seen;
+  std::vector<int64_t> rows;
+  while (auto batch = (*data)->Next()) {
+    ASSERT_EQ(batch->tensors_size(), 1);
+    const auto& t = batch->tensors(0);
+    EXPECT_EQ(t.name(), "");  // The model's only input.
+    EXPECT_EQ(t.data_type(), 1);
+    ASSERT_EQ(t.shape_size(), 2);
+    EXPECT_EQ(t.shape(1), 2);
+    rows.push_back(t.shape(0));
+    seen.push_back(Floats(t));
+  }
+  EXPECT_EQ(rows, (std::vector<int64_t>{2, 2, 1}));  // The last is smaller.
+  EXPECT_EQ(seen[0], (std::vector<float>{0, 1, 10, 11}));
+  EXPECT_EQ(seen[2], (std::vector<float>{40, 41}));
+  EXPECT_FALSE((*data)->Next().has_value());
+}
+
+TEST_F(CalibrationDataTest, ZipsNamedInputsSampleWise) {
+  const Tensor ids = Tensor::FromVector<int64_t>({3}, {7, 8, 9});
+  auto data = CalibrationData::Open(
+      {{"a", Npy("a.npy", Samples(3))}, {"ids", Npy("ids.npy", ids)}}, 2);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto first = (*data)->Next();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->tensors_size(), 2);
+  EXPECT_EQ(first->tensors(0).name(), "a");
+  EXPECT_EQ(first->tensors(1).name(), "ids");
+  EXPECT_EQ(first->tensors(1).data_type(), 7);  // INT64
+  std::vector<int64_t> v(2);
+  ASSERT_EQ(first->tensors(1).data().size(), 2 * sizeof(int64_t));
+  std::memcpy(v.data(), first->tensors(1).data().data(), 16);
+  EXPECT_EQ(v, (std::vector<int64_t>{7, 8}));
+  auto second = (*data)->Next();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->tensors(0).shape(0), 1);
+  EXPECT_EQ(second->tensors(1).shape(0), 1);
+  EXPECT_EQ(Floats(second->tensors(0)), (std::vector<float>{20, 21}));
+}
+
+TEST_F(CalibrationDataTest, DifferentSampleCountsNameTheFiles) {
+  const std::string a = Npy("a.npy", Samples(3));
+  const std::string b = Npy("b.npy", Samples(4));
+  auto data = CalibrationData::Open({{"a", a}, {"b", b}}, 2);
+  ASSERT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), HasSubstr("a=" + a + " has 3"));
+  EXPECT_THAT(data.status().message(), HasSubstr("b=" + b + " has 4"));
+}
+
+TEST_F(CalibrationDataTest, Float64IsSentAsFloat32) {
+  const Tensor d = Tensor::FromVector<double>({2, 1}, {1.5, -2.25});
+  auto data = CalibrationData::Open({{"", Npy("d.npy", d)}}, 8);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto batch = (*data)->Next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->tensors(0).data_type(), 1);
+  EXPECT_EQ(Floats(batch->tensors(0)), (std::vector<float>{1.5f, -2.25f}));
+}
+
+TEST_F(CalibrationDataTest, OtherIntegerAndBoolTypesPassThrough) {
+  auto data = CalibrationData::Open(
+      {{"i32", Npy("i32.npy", Tensor::FromVector<int32_t>({2}, {1, 2}))},
+       {"u8", Npy("u8.npy", Tensor::FromVector<uint8_t>({2}, {3, 4}))},
+       {"b", Npy("b.npy", Tensor::FromVector<bool>({2}, {true, false}))}},
+      1);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto batch = (*data)->Next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->tensors(0).data_type(), 6);  // INT32
+  EXPECT_EQ(batch->tensors(0).data().size(), 4u);
+  EXPECT_EQ(batch->tensors(1).data_type(), 2);  // UINT8
+  EXPECT_EQ(batch->tensors(1).data(), std::string("\x03", 1));
+  EXPECT_EQ(batch->tensors(2).data_type(), 9);  // BOOL
+  EXPECT_EQ(batch->tensors(2).data(), std::string("\x01", 1));
+}
+
+TEST_F(CalibrationDataTest, TensorProtoFilesUseTheirNameUnlessGivenOne) {
+  const std::string pb = Pb("input_0.pb", Samples(4), "input");
+  auto data = CalibrationData::Open({{"", pb}}, 4);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto batch = (*data)->Next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->tensors(0).name(), "input");
+  EXPECT_EQ(batch->tensors(0).shape(0), 4);
+  EXPECT_EQ(Floats(batch->tensors(0))[7], 31.0f);
+
+  auto renamed = CalibrationData::Open({{"other", pb}}, 4);
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ((*renamed)->Next()->tensors(0).name(), "other");
+}
+
+TEST_F(CalibrationDataTest, ErrorsAreNamed) {
+  const std::string x = Npy("x.npy", Samples(2));
+  EXPECT_EQ(CalibrationData::Open({{"", x}}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CalibrationData::Open({}, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Two unnamed, or two of the same name.
+  auto two = CalibrationData::Open({{"", x}, {"", x}}, 1);
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(two.status().message(), HasSubstr("unnamed"));
+  auto same = CalibrationData::Open({{"a", x}, {"a", x}}, 1);
+  EXPECT_EQ(same.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(same.status().message(), HasSubstr("'a'"));
+  // Missing file, garbage, scalar.
+  auto missing = CalibrationData::Open({{"", tmp_.File("nope.npy")}}, 1);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("nope.npy"));
+  quantd::testing::WriteFileOrDie(tmp_.File("junk.pb"), "\xff\xff\xff");
+  auto junk = CalibrationData::Open({{"", tmp_.File("junk.pb")}}, 1);
+  EXPECT_EQ(junk.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(junk.status().message(), HasSubstr("junk.pb"));
+  auto scalar =
+      CalibrationData::Open({{"", Npy("s.npy", Tensor::Scalar(1.0f))}}, 1);
+  EXPECT_EQ(scalar.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(scalar.status().message(), HasSubstr("sample axis"));
+}
+
+TEST_F(CalibrationDataTest, AsSourceEndsWithNullopt) {
+  auto data = CalibrationData::Open({{"", Npy("x.npy", Samples(3))}}, 3);
+  ASSERT_TRUE(data.ok());
+  BatchSource source = (*data)->AsSource();
+  auto first = source();
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->has_value());
+  auto end = source();
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+}
+
+}  // namespace
+}  // namespace quantd::client
