@@ -22,19 +22,19 @@ Writes, under --out_dir (default <repo>/examples/digits_transformer):
 Deterministic: fixed seeds, one thread, CPU only; about 20-40 s.
 """
 import argparse
-import json
 import os
 import random
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 from sklearn.datasets import load_digits
+
+# The same accuracy and ORT check as the digits CNN (one copy of each).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_example_model import accuracy, ort_check  # noqa: E402
 
 SEED = 20240601  # Same seed and split as scripts/make_example_model.py.
 N_TEST = 360
@@ -57,13 +57,6 @@ class DigitsTransformer(nn.Module):
 
     def forward(self, x):
         return self.head(self.encoder(self.embed(x) + self.pos).mean(dim=1))
-
-
-def accuracy(model, x, y):
-    model.eval()
-    with torch.no_grad():
-        pred = model(torch.from_numpy(x)).argmax(dim=1).numpy()
-    return float((pred == y).mean())
 
 
 def main():
@@ -157,42 +150,6 @@ def main():
     return 0
 
 
-def ort_check(repo, args, onnx_path, torch_logits, torch_acc):
-    """Runs the exported model in onnxruntime-node; True ok, False mismatch, None skipped."""
-    tool = os.path.join(repo, "scripts", "ort_eval.js")
-    node = shutil.which("node")
-    if node is None:
-        print("ORT check skipped: node not found")
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        xf = os.path.join(args.out_dir, "test_x.npy")
-        yf = os.path.join(args.out_dir, "test_y.npy")
-        out = os.path.join(tmp, "logits.npy")
-        extra = ["--ort_dir", args.ort_dir] if args.ort_dir else []
-        r = subprocess.run([node, tool, "accuracy", "--model", onnx_path, "--x", xf, "--y", yf] + extra,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            msg = r.stderr.strip()
-            if "cannot load onnxruntime-node" in msg and args.ort_check == "auto":
-                print("ORT check skipped: onnxruntime-node not found (run scripts/setup.sh or set NODE_PATH)")
-                return None
-            print(f"ORT check FAILED: {msg}", file=sys.stderr)
-            return False
-        res = json.loads(r.stdout)
-        r2 = subprocess.run([node, tool, "run", "--model", onnx_path, "--x", xf, "--out", out] + extra,
-                            capture_output=True, text=True)
-        if r2.returncode != 0:
-            print(f"ORT check FAILED: {r2.stderr.strip()}", file=sys.stderr)
-            return False
-        ort_logits = np.load(out)
-    max_diff = float(np.abs(ort_logits - torch_logits).max())
-    same_pred = bool((ort_logits.argmax(1) == torch_logits.argmax(1)).all())
-    print(f"float test accuracy ({res['checked_by']}): {res['accuracy']:.4f} "
-          f"({res['correct']}/{res['n']}); max |ORT - torch| logit diff {max_diff:.2e}")
-    if abs(res["accuracy"] - torch_acc) > 1e-6 or not same_pred or max_diff > 1e-3:
-        print("ORT check FAILED: onnxruntime-node disagrees with torch", file=sys.stderr)
-        return False
-    return True
 
 
 if __name__ == "__main__":
