@@ -12,6 +12,8 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
+#include "tests/support/ort.h"
+#include "tests/support/quantd_fixture.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -28,37 +30,10 @@ const std::string kTestY = SourcePath("examples/digits/test_y.npy");
 // ONNX Runtime's float accuracy on the test set (examples/digits/README.md).
 constexpr double kFloatAccuracy = 0.9778;
 
-class CalibrateE2eTest : public ::testing::Test {
+class CalibrateE2eTest : public QuantdServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_->ok())
-        << "quantd did not start; it printed: " << server_->startup_output();
-  }
-
-  CommandResult Quantctl(std::vector<std::string> args) {
-    args.insert(args.begin(), QUANTCTL_BIN);
-    args.push_back("--server=" + server_->target());
-    return RunCommand(args);
-  }
-
   double OrtAccuracy(const std::string& model) {
-    CommandResult r =
-        RunCommand({QUANTD_NODE_BIN, SourcePath("scripts/ort_eval.js"),
-                    "accuracy", "--model", model, "--x", kTestX, "--y", kTestY},
-                   {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::smatch m;
-    std::regex re("\"accuracy\":\\s*([0-9.eE+-]+)");
-    if (!std::regex_search(r.out, m, re)) {
-      ADD_FAILURE() << "no accuracy in: " << r.out << r.err;
-      return -1;
-    }
-    return std::stod(m[1]);
+    return testing::OrtAccuracy(model, kTestX, kTestY);
   }
 
   // A quantized model: valid for the checker, with QDQ pairs for the
@@ -79,16 +54,7 @@ class CalibrateE2eTest : public ::testing::Test {
         kFloatAccuracy, label, accuracy);
     EXPECT_GE(accuracy, kFloatAccuracy - 0.01);
   }
-
-  void ExpectServing() {
-    CommandResult r = Quantctl({"health"});
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  }
-
-  static ServerProcess* server_;
 };
-
-ServerProcess* CalibrateE2eTest::server_ = nullptr;
 
 TEST_F(CalibrateE2eTest, CalibrateWritesARangeForTheInputAndEveryActivation) {
   TempDir tmp;

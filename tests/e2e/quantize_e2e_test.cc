@@ -11,6 +11,8 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
+#include "tests/support/ort.h"
+#include "tests/support/quantd_fixture.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -25,50 +27,13 @@ const std::string kModel = SourcePath("examples/digits/model.onnx");
 const std::string kTestX = SourcePath("examples/digits/test_x.npy");
 const std::string kTestY = SourcePath("examples/digits/test_y.npy");
 
-// One server for the whole suite: starting it costs more than the calls.
-class QuantizeE2eTest : public ::testing::Test {
+class QuantizeE2eTest : public QuantdServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_->ok())
-        << "quantd did not start; it printed: " << server_->startup_output();
-  }
-
-  CommandResult Quantctl(std::vector<std::string> args) {
-    args.insert(args.begin(), QUANTCTL_BIN);
-    args.push_back("--server=" + server_->target());
-    return RunCommand(args);
-  }
-
   // Top-1 accuracy of `model` on the digits test set, in ONNX Runtime.
   double OrtAccuracy(const std::string& model) {
-    CommandResult r =
-        RunCommand({QUANTD_NODE_BIN, SourcePath("scripts/ort_eval.js"),
-                    "accuracy", "--model", model, "--x", kTestX, "--y", kTestY},
-                   {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::smatch m;
-    std::regex re("\"accuracy\":\\s*([0-9.eE+-]+)");
-    if (!std::regex_search(r.out, m, re)) {
-      ADD_FAILURE() << "no accuracy in: " << r.out << r.err;
-      return -1;
-    }
-    return std::stod(m[1]);
+    return testing::OrtAccuracy(model, kTestX, kTestY);
   }
-
-  void ExpectServing() {
-    CommandResult r = Quantctl({"health"});
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  }
-
-  static ServerProcess* server_;
 };
-
-ServerProcess* QuantizeE2eTest::server_ = nullptr;
 
 TEST_F(QuantizeE2eTest, DynamicRangeW8A8KeepsAccuracyAndShrinksTheModel) {
   TempDir tmp;

@@ -24,6 +24,7 @@
 #include "core/executor/tensor.h"
 #include "core/graph/model_io.h"
 #include "gtest/gtest.h"
+#include "tests/support/ort.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -31,6 +32,8 @@ namespace quantd {
 namespace {
 
 using ::quantd::testing::CommandResult;
+using ::quantd::testing::JsonNumber;
+using ::quantd::testing::OrtEval;
 using ::quantd::testing::ReadFileOrDie;
 using ::quantd::testing::RunCommand;
 using ::quantd::testing::SourcePath;
@@ -102,33 +105,8 @@ absl::StatusOr<QuantizeResult> QuantizeStatic(const std::string& model,
   return result;
 }
 
-// Runs scripts/ort_eval.js with `args` and returns its JSON line.
-std::string OrtEval(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {QUANTD_NODE_BIN,
-                                   SourcePath("scripts/ort_eval.js")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  CommandResult r =
-      RunCommand(argv, {std::string("NODE_PATH=") + QUANTD_ORT_NODE_PATH});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.out;
-}
-
-// The number after "key": in `json` (NaN, with a test failure, when it is
-// missing or null: compare gives "sqnr_db": null for identical outputs).
-double JsonNumber(const std::string& json, const std::string& key) {
-  std::smatch m;
-  const std::regex re("\"" + key + "\":\\s*([0-9.eE+-]+)");
-  if (!std::regex_search(json, m, re)) {
-    ADD_FAILURE() << "no number for " << key << " in: " << json;
-    return std::nan("");
-  }
-  return std::stod(m[1]);
-}
-
 double OrtAccuracy(const std::string& model, const std::string& dir) {
-  return JsonNumber(OrtEval({"accuracy", "--model", model, "--x",
-                             dir + "/test_x.npy", "--y", dir + "/test_y.npy"}),
-                    "accuracy");
+  return testing::OrtAccuracy(model, dir + "/test_x.npy", dir + "/test_y.npy");
 }
 
 struct Accuracy {
