@@ -95,8 +95,19 @@ void StreamingHistogram::Extend(float min, float max) {
   }
 }
 
+namespace {
+
+int64_t CountZeros(const float* values, int64_t n) {
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < n; ++i) zeros += values[i] == 0.0f ? 1 : 0;
+  return zeros;
+}
+
+}  // namespace
+
 void StreamingHistogram::Add(const float* values, int64_t n) {
   total_ += n;
+  zeros_ += CountZeros(values, n);
   if (width_ == 0.0) {
     counts_[0] += n;
     return;
@@ -115,6 +126,7 @@ void StreamingHistogram::Add(const float* values, int64_t n) {
 
 void StreamingHistogram::AddAbs(const float* values, int64_t n) {
   total_ += n;
+  zeros_ += CountZeros(values, n);
   if (width_ == 0.0) {
     counts_[0] += n;
     return;
@@ -229,7 +241,13 @@ double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins) {
   const int n = h.num_bins();
   const int nq = num_quantized_bins;
   if (n <= nq) return h.Edge(n);
-  const std::vector<int64_t>& c = h.counts();
+  // The search runs on the non-zero values: exact zeros leave their bin.
+  std::vector<int64_t> c = h.counts();
+  if (h.zeros() > 0) {
+    if (h.zeros() == h.total()) return h.lo();
+    int64_t& zero_bin = c[h.BinOf(0.0)];  // Bin 0 on a magnitude histogram.
+    zero_bin -= std::min(zero_bin, h.zeros());
+  }
   std::vector<double> above(n + 1, 0.0);  // above[i] = sum_{j>=i} c_j
   for (int i = n - 1; i >= 0; --i) {
     above[i] = above[i + 1] + static_cast<double>(c[i]);

@@ -26,6 +26,11 @@ namespace quantd::calibration {
 // mass (width 0, all counts in bin 0 at lo); the first wider batch
 // re-creates it over the combined range and drops the point's count into
 // the bin holding it.
+//
+// Besides the bin counts the histogram counts the values that are exactly
+// zero (zeros(); +0 and -0). They are also in the bin holding 0, so counts()
+// and the quantile / MSE searches see every value; EntropyThreshold takes
+// them out of that bin (see there).
 class StreamingHistogram {
  public:
   explicit StreamingHistogram(int num_bins);
@@ -36,6 +41,7 @@ class StreamingHistogram {
 
   // Counts n values (AddAbs: their magnitudes), which must lie inside the
   // range; values just outside through rounding land in the edge bins.
+  // Exact zeros are also counted in zeros().
   void Add(const float* values, int64_t n);
   void AddAbs(const float* values, int64_t n);
 
@@ -49,6 +55,8 @@ class StreamingHistogram {
   double Edge(int64_t i) const { return lo_ + static_cast<double>(i) * width_; }
   const std::vector<int64_t>& counts() const { return counts_; }
   int64_t total() const { return total_; }
+  // How many of the total() values were exactly 0 (they sit in BinOf(0)).
+  int64_t zeros() const { return zeros_; }
   // Heap bytes held; constant after construction.
   size_t StateBytes() const { return counts_.capacity() * sizeof(int64_t); }
 
@@ -58,6 +66,7 @@ class StreamingHistogram {
   double lo_ = 0.0;
   double width_ = 0.0;
   int64_t total_ = 0;
+  int64_t zeros_ = 0;
   bool has_range_ = false;
 };
 
@@ -89,6 +98,11 @@ double MseThreshold(const StreamingHistogram& h, int half_steps);
 // bins (the last takes the remainder) and spread evenly back over the bins
 // where P is non-zero. Both are smoothed (MXNet's eps = 1e-4 on counts) and
 // normalised; returns Edge(i) of the smallest KL(P || Q), first on ties.
+// The exact zeros (h.zeros()) are removed from bin 0 before the search: they
+// are represented exactly by every candidate range and say nothing about
+// where the non-zero values end, but as a spike (about half of a ReLU
+// output) they would dominate P and Q and drag the threshold down. lo for an
+// empty or point-mass histogram, or one holding only zeros.
 double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins);
 
 }  // namespace quantd::calibration

@@ -32,7 +32,8 @@ namespace quantd::calibration {
 //                    HISTOGRAM_PERCENTILE).
 //   "mse"            histogram expected-MSE search (TF
 //                    HISTOGRAM_MSE_BRUTEFORCE idea).
-//   "entropy"        KL-divergence threshold (TensorRT / ORT Entropy).
+//   "entropy"        KL-divergence threshold (TensorRT / ORT Entropy), with
+//                    exact zeros left out of the search (ReLU outputs).
 inline constexpr const char* kObserverMethods[] = {
     "last_value", "min_max", "moving_average", "percentile", "mse", "entropy"};
 
