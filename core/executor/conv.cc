@@ -20,6 +20,17 @@
 #define QUANTD_MULTIVERSION
 #endif
 
+// The small-K GEMM and the 3x3 depthwise kernel are written with GCC/Clang
+// vector extensions (16 floats, split into narrower registers where the
+// target has none) and built for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and
+// the baseline, picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QUANTD_MULTIVERSION_V \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define QUANTD_MULTIVERSION_V
+#endif
+
 namespace quantd::executor {
 namespace {
 
@@ -68,12 +79,112 @@ void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
   }
 }
 
-void AddBias(const float* bias, int64_t rows, int64_t p, float* y) {
-  if (bias == nullptr) return;
+// y[r, 0:n] = bias[r] for rows r of stride ld: the GEMM then accumulates
+// onto it (beta = 1), which costs no more than the zeroing it replaces and
+// saves a pass over y.
+void FillBias(const float* bias, int64_t rows, int64_t n, int64_t ld,
+              float* y) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float b = bias[r];
-    float* yr = y + r * p;
-    for (int64_t i = 0; i < p; ++i) yr[i] += b;
+    std::fill(y + r * ld, y + r * ld + n, bias[r]);
+  }
+}
+
+// 16 floats (GCC/Clang vector extension), split into narrower registers where
+// the target has none.
+typedef float V16 __attribute__((vector_size(64)));
+
+// Helpers of the multiversioned kernels below, always inlined into them so
+// they are compiled for the caller's instruction set.
+#define QUANTD_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// ---------------------------------------------------- small-K direct GEMM
+//
+// y[m, j] = bias[m] + sum_k w[m, k] * x[k, j] for a small k (a convolution
+// with few input channels, or the stem's im2col): Eigen's GEMM spends more
+// on packing and on re-reading C than on arithmetic there. Register tiles of
+// MR rows x 16*NV columns, x read in place (its rows are contiguous).
+// Where it beats Eigen (measured on MobileNetV2's 1x1 shapes): k <= 64, or
+// k <= 192 on at least 28x28 outputs. Eigen wins on long k over small
+// outputs.
+bool UseSmallK(int64_t k, int64_t p) {
+  return k <= 64 || (k <= 192 && p >= 784);
+}
+
+template <int MR, int NV>
+QUANTD_ALWAYS_INLINE void SmallKTile(const float* w, int64_t k, const float* x,
+                                     int64_t ldx, const float* bias, float* y,
+                                     int64_t ldy) {
+  V16 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = V16{};
+      acc[r][v] += bias != nullptr ? bias[r] : 0.0f;
+    }
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    V16 xv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      std::memcpy(&xv[v], x + kk * ldx + 16 * v, sizeof(V16));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const float wr = w[r * k + kk];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += wr * xv[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      std::memcpy(y + r * ldy + 16 * v, &acc[r][v], sizeof(V16));
+    }
+  }
+}
+
+// Rows [0, m) of one 16*NV-column block.
+template <int NV>
+QUANTD_ALWAYS_INLINE void SmallKRows(const float* w, int64_t k, const float* x,
+                                     int64_t ldx, const float* bias, int64_t m,
+                                     float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) {
+    SmallKTile<4, NV>(w + r * k, k, x, ldx, bias ? bias + r : nullptr,
+                      y + r * ldy, ldy);
+  }
+  for (; r < m; ++r) {
+    SmallKTile<1, NV>(w + r * k, k, x, ldx, bias ? bias + r : nullptr,
+                      y + r * ldy, ldy);
+  }
+}
+
+// All m rows of columns [j0, j1) of y (row stride n, as x's); scratch holds
+// k*16 + 16 floats for the last, partial vector of columns.
+QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
+                                      const float* bias, int64_t m, int64_t k,
+                                      float* y, int64_t j0, int64_t j1,
+                                      float* scratch) {
+  int64_t j = j0;
+  for (; j + 64 <= j1; j += 64)
+    SmallKRows<4>(w, k, x + j, n, bias, m, y + j, n);
+  for (; j + 16 <= j1; j += 16)
+    SmallKRows<1>(w, k, x + j, n, bias, m, y + j, n);
+  if (j == j1) return;
+  // The last 1..15 columns: through a zero-padded copy, 16 wide.
+  const int64_t tail = j1 - j;
+  float* xt = scratch;
+  float* yt = scratch + k * 16;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    for (int64_t c = 0; c < 16; ++c) {
+      xt[kk * 16 + c] = c < tail ? x[kk * n + j + c] : 0.0f;
+    }
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    SmallKTile<1, 1>(w + r * k, k, xt, 16, bias ? bias + r : nullptr, yt, 16);
+    for (int64_t c = 0; c < tail; ++c) y[r * n + j + c] = yt[c];
   }
 }
 
@@ -90,8 +201,31 @@ void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
                   [&](int64_t c0, int64_t c1) { Im2Col(xg, s, c0, c1, col); });
     b = col;
   }
-  Gemm(false, false, mg, p, k, 1.0f, wg, k, b, p, 0.0f, yg, p, pool);
-  AddBias(bias, mg, p, yg);
+  if (UseSmallK(k, p)) {
+    // The direct kernel: threads take 64-column strips, or blocks of 4 rows
+    // when there are too few strips to share.
+    const int64_t strips = (p + 63) / 64;
+    const int64_t threads = pool ? pool->size() + 1 : 1;
+    if (strips >= 2 * threads || threads == 1) {
+      ParallelRange(pool, strips, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<float> scratch(k * 16 + 16);
+        SmallKGemm(wg, b, p, bias, mg, k, yg, t0 * 64, std::min(p, t1 * 64),
+                   scratch.data());
+      });
+    } else {
+      ParallelRange(pool, (mg + 3) / 4, 1, [&](int64_t r0, int64_t r1) {
+        std::vector<float> scratch(k * 16 + 16);
+        r0 *= 4;
+        r1 = std::min(mg, r1 * 4);
+        SmallKGemm(wg + r0 * k, b, p, bias ? bias + r0 : nullptr, r1 - r0, k,
+                   yg + r0 * p, 0, p, scratch.data());
+      });
+    }
+    return;
+  }
+  if (bias != nullptr) FillBias(bias, mg, p, p, yg);
+  Gemm(false, false, mg, p, k, 1.0f, wg, k, b, p, bias ? 1.0f : 0.0f, yg, p,
+       pool);
 }
 
 // Depthwise (one input and one output channel per group): a direct loop is
@@ -132,12 +266,236 @@ QUANTD_MULTIVERSION void DepthwiseChannel(const float* xc, const float* wc,
   }
 }
 
+// ------------------------------------------------- depthwise 3x3, stride 1/2
+//
+// Each channel is first copied into zero-padded scratch "planes" so the
+// arithmetic needs no bounds checks and every tap reads contiguous floats:
+//  - stride 1: one plane, the padded input, lines of L = ow + 2;
+//  - stride 2: four planes Q[a][b] (row parity a, column parity b) with
+//    Q[a][b][r][c] = padded[2r + a][2c + b], lines of L = ow + 1.
+// padded[i][j] is x[i - pt][j - pl], or 0 outside x. Output (i, j) then
+// lives at flat position i*L + j of a scratch run of L-wide lines and every
+// tap is plane[flat + constant]: one flat loop over oh*L positions (the
+// L - ow extra columns per line are computed and dropped), 16 floats at a
+// time whatever the row width. The lines are then copied out.
+
+bool IsDepthwise3x3(const Conv2DShape& s) {
+  return s.kh == 3 && s.kw == 3 && s.dh == 1 && s.dw == 1 && s.sh == s.sw &&
+         (s.sh == 1 || s.sh == 2);
+}
+
+struct Dw3x3Layout {
+  int64_t stride, line, rows, n, nvec, plane_size;
+};
+
+Dw3x3Layout Dw3x3LayoutFor(const Conv2DShape& s) {
+  Dw3x3Layout l;
+  l.stride = s.sh;
+  l.line = s.sh == 1 ? s.ow + 2 : s.ow + 1;
+  l.rows = s.sh == 1 ? s.oh + 2 : s.oh + 1;
+  l.n = s.oh * l.line;
+  l.nvec = (l.n + 15) / 16 * 16;
+  // Largest tap offset: 2*line + 2 (stride 1), line + 1 (stride 2).
+  const int64_t reach = s.sh == 1 ? 2 * l.line + 2 : l.line + 1;
+  l.plane_size = std::max(l.rows * l.line, l.nvec + reach) + 16;
+  return l;
+}
+
+// Planes, then the output lines.
+int64_t Dw3x3ScratchSize(const Dw3x3Layout& l) {
+  return (l.stride == 1 ? 1 : 4) * l.plane_size + l.nvec;
+}
+
+// dst[0, n) = src[0, n): a plain loop beats a memcpy call on the 7..28-wide
+// rows of the small layers.
+QUANTD_ALWAYS_INLINE void CopyFloats(const float* __restrict src, int64_t n,
+                                     float* __restrict dst) {
+  if (n >= 32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// One line of the stride-1 plane: dst[c] = x_row[c - pl] inside the row,
+// else 0 (x_row null: the whole line is padding).
+QUANTD_ALWAYS_INLINE void FillLine1(const float* x_row, int64_t w, int64_t pl,
+                                    int64_t line, float* __restrict dst) {
+  if (x_row == nullptr) {
+    std::fill(dst, dst + line, 0.0f);
+    return;
+  }
+  const int64_t lo = std::min(pl, line);
+  const int64_t hi = std::clamp<int64_t>(w + pl, lo, line);
+  std::fill(dst, dst + lo, 0.0f);
+  CopyFloats(x_row + lo - pl, hi - lo, dst + lo);
+  std::fill(dst + hi, dst + line, 0.0f);
+}
+
+// One line of each stride-2 column plane: even[c] = x_row[2c - pl],
+// odd[c] = x_row[2c + 1 - pl] inside the row, else 0.
+QUANTD_ALWAYS_INLINE void FillLines2(const float* x_row, int64_t w, int64_t pl,
+                                     int64_t line, float* __restrict even,
+                                     float* __restrict odd) {
+  if (x_row == nullptr) {
+    std::fill(even, even + line, 0.0f);
+    std::fill(odd, odd + line, 0.0f);
+    return;
+  }
+  auto at = [&](int64_t j) { return j >= 0 && j < w ? x_row[j] : 0.0f; };
+  int64_t c = 0;
+#if defined(__GNUC__) && !defined(__clang__)
+  // Scalar up to the first column whose source 2c - pl is in the row, then
+  // 16 columns (32 source floats, split by a two-register shuffle) at a time
+  // while they are all inside it.
+  typedef int I16 __attribute__((vector_size(64)));
+  const I16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  const I16 od = ev + 1;
+  for (const int64_t first = std::min((pl + 1) / 2, line); c < first; ++c) {
+    even[c] = at(2 * c - pl);
+    odd[c] = at(2 * c + 1 - pl);
+  }
+  for (; c + 16 <= line && 2 * c - pl + 32 <= w; c += 16) {
+    V16 v0, v1;
+    std::memcpy(&v0, x_row + 2 * c - pl, sizeof(V16));
+    std::memcpy(&v1, x_row + 2 * c - pl + 16, sizeof(V16));
+    const V16 e = __builtin_shuffle(v0, v1, ev);
+    const V16 o = __builtin_shuffle(v0, v1, od);
+    std::memcpy(even + c, &e, sizeof(V16));
+    std::memcpy(odd + c, &o, sizeof(V16));
+  }
+#endif
+  for (; c < line; ++c) {
+    even[c] = at(2 * c - pl);
+    odd[c] = at(2 * c + 1 - pl);
+  }
+}
+
+// out[i] = bias + sum_t w[t] * q[t][i] for i in [0, n), n a multiple of 16.
+// Three partial sums (one per kernel row) and two vectors per step keep six
+// independent FMA chains in flight.
+QUANTD_ALWAYS_INLINE void Taps9(const float* const* q, const float* w,
+                                float bias, int64_t n, float* __restrict out) {
+  const float* __restrict q0 = q[0];
+  const float* __restrict q1 = q[1];
+  const float* __restrict q2 = q[2];
+  const float* __restrict q3 = q[3];
+  const float* __restrict q4 = q[4];
+  const float* __restrict q5 = q[5];
+  const float* __restrict q6 = q[6];
+  const float* __restrict q7 = q[7];
+  const float* __restrict q8 = q[8];
+  const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5],
+              w6 = w[6], w7 = w[7], w8 = w[8];
+#define QUANTD_DW_ROW(acc, i, pa, wa, pb, wb, pc, wc) \
+  do {                                                \
+    V16 ta_, tb_, tc_;                                \
+    std::memcpy(&ta_, (pa) + (i), sizeof(V16));       \
+    std::memcpy(&tb_, (pb) + (i), sizeof(V16));       \
+    std::memcpy(&tc_, (pc) + (i), sizeof(V16));       \
+    acc = acc + ta_ * (wa) + tb_ * (wb) + tc_ * (wc); \
+  } while (0)
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    V16 a0 = {}, b0 = {}, c0 = {}, a1 = {}, b1 = {}, c1 = {};
+    a0 += bias;
+    a1 += bias;
+    QUANTD_DW_ROW(a0, i, q0, w0, q1, w1, q2, w2);
+    QUANTD_DW_ROW(b0, i, q3, w3, q4, w4, q5, w5);
+    QUANTD_DW_ROW(c0, i, q6, w6, q7, w7, q8, w8);
+    QUANTD_DW_ROW(a1, i + 16, q0, w0, q1, w1, q2, w2);
+    QUANTD_DW_ROW(b1, i + 16, q3, w3, q4, w4, q5, w5);
+    QUANTD_DW_ROW(c1, i + 16, q6, w6, q7, w7, q8, w8);
+    const V16 r0 = a0 + b0 + c0, r1 = a1 + b1 + c1;
+    std::memcpy(out + i, &r0, sizeof(V16));
+    std::memcpy(out + i + 16, &r1, sizeof(V16));
+  }
+  for (; i < n; i += 16) {
+    V16 a0 = {}, b0 = {}, c0 = {};
+    a0 += bias;
+    QUANTD_DW_ROW(a0, i, q0, w0, q1, w1, q2, w2);
+    QUANTD_DW_ROW(b0, i, q3, w3, q4, w4, q5, w5);
+    QUANTD_DW_ROW(c0, i, q6, w6, q7, w7, q8, w8);
+    const V16 r0 = a0 + b0 + c0;
+    std::memcpy(out + i, &r0, sizeof(V16));
+  }
+#undef QUANTD_DW_ROW
+}
+
+// Images x channels [i0, i1) (flat n*c index); scratch is
+// Dw3x3ScratchSize(l) floats.
+QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
+                                             const float* bias, float* y,
+                                             const Conv2DShape& s,
+                                             const Dw3x3Layout& l,
+                                             float* scratch, int64_t i0,
+                                             int64_t i1) {
+  const int64_t L = l.line;
+  const int64_t nplanes = l.stride == 1 ? 1 : 4;
+  float* planes[4];
+  for (int64_t i = 0; i < 4; ++i) planes[i] = scratch + i * l.plane_size;
+  float* out = scratch + nplanes * l.plane_size;
+  // The planes' tails past their rows are read (never used) by the flat
+  // loop: zero them once, no channel writes there.
+  for (int64_t i = 0; i < nplanes; ++i) {
+    std::fill(planes[i] + l.rows * L, planes[i] + l.plane_size, 0.0f);
+  }
+  const float* q[9];
+  if (l.stride == 1) {
+    for (int64_t ki = 0; ki < 3; ++ki)
+      for (int64_t kj = 0; kj < 3; ++kj)
+        q[ki * 3 + kj] = planes[0] + ki * L + kj;
+  } else {
+    // planes[2a + b] is Q[a][b]. padded[2i + ki][2j + kj]: ki = 0, 1, 2 is
+    // even row i, odd row i, even row i + 1; kj likewise over columns.
+    const float* rows[3] = {planes[0], planes[2], planes[0] + L};
+    const float* odd[3] = {planes[1], planes[3], planes[1] + L};
+    for (int64_t ki = 0; ki < 3; ++ki) {
+      q[ki * 3 + 0] = rows[ki];
+      q[ki * 3 + 1] = odd[ki];
+      q[ki * 3 + 2] = rows[ki] + 1;
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t c = i % s.c;
+    const float* xc = x + i * s.h * s.w;
+    if (l.stride == 1) {
+      for (int64_t r = 0; r < l.rows; ++r) {
+        const int64_t ih = r - s.pt;
+        FillLine1(ih >= 0 && ih < s.h ? xc + ih * s.w : nullptr, s.w, s.pl, L,
+                  planes[0] + r * L);
+      }
+    } else {
+      for (int64_t r = 0; r < 2 * l.rows; ++r) {
+        const int64_t a = r % 2, at = (r / 2) * L;
+        const int64_t ih = r - s.pt;
+        FillLines2(ih >= 0 && ih < s.h ? xc + ih * s.w : nullptr, s.w, s.pl, L,
+                   planes[2 * a] + at, planes[2 * a + 1] + at);
+      }
+    }
+    Taps9(q, w + c * 9, bias ? bias[c] : 0.0f, l.nvec, out);
+    float* yc = y + i * s.oh * s.ow;
+    for (int64_t oh = 0; oh < s.oh; ++oh) {
+      CopyFloats(out + oh * L, s.ow, yc + oh * s.ow);
+    }
+  }
+}
+
 }  // namespace
 
 void Conv2D(const float* x, const float* w, const float* bias, float* y,
             const Conv2DShape& s, ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
+  if (p == 0) return;
+  if (cg == 1 && mg == 1 && IsDepthwise3x3(s)) {
+    const Dw3x3Layout l = Dw3x3LayoutFor(s);
+    ParallelRange(pool, s.n * s.c, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> scratch(Dw3x3ScratchSize(l));
+      Depthwise3x3Range(x, w, bias, y, s, l, scratch.data(), b, e);
+    });
+    return;
+  }
   if (cg == 1 && mg == 1) {
     ParallelRange(pool, s.n * s.c, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {

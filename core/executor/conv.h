@@ -1,5 +1,7 @@
 // Fast float convolution and pooling over NCHW data (1-D runs as H = 1):
-// im2col + GEMM for general convolutions, a direct loop for depthwise ones.
+// im2col (skipped for 1x1) + GEMM for general convolutions, with a direct
+// register-tiled kernel when the reduction is short; a padded-plane kernel
+// for 3x3 depthwise at stride 1 or 2, a direct loop for other depthwise ones.
 // tests/core/executor/reference_kernels.h holds the slow oracle.
 #ifndef QUANTD_CORE_EXECUTOR_CONV_H_
 #define QUANTD_CORE_EXECUTOR_CONV_H_

@@ -1,7 +1,9 @@
 #include "core/executor/executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -236,6 +238,154 @@ TEST(ConvTest, GroupsAndDepthwise) {
     }
     // Depthwise with a channel multiplier goes through GEMM.
     ConvTester().Channels(4, 8).Group(4).Pads(1, 1, 1, 1).Threads(p).Test();
+  }
+}
+
+// The specialised 3x3 depthwise kernel (stride 1 and 2, any pads): odd and
+// tiny sizes, rows narrower and wider than a vector, asymmetric pads, channel
+// counts that are not multiples of 8, batch 2, with and without bias/pool.
+TEST(ConvTest, Depthwise3x3MatchesReference) {
+  ThreadPool pool(2);
+  const std::vector<std::vector<int64_t>> pads = {{1, 1, 1, 1}, {0, 0, 0, 0},
+                                                  {0, 1, 1, 0}, {1, 0, 0, 1},
+                                                  {2, 2, 2, 2}, {2, 0, 1, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {
+      {1, 1},   {2, 3},   {3, 3},  {7, 7},   {8, 8},
+      {14, 14}, {13, 17}, {5, 40}, {33, 31}, {28, 28}};
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (const auto& [h, w] : sizes) {
+      for (int64_t s : {1, 2}) {
+        for (const std::vector<int64_t>& pd : pads) {
+          if (h + pd[0] + pd[2] < 3 || w + pd[1] + pd[3] < 3) continue;
+          for (int64_t c : {1, 13}) {
+            ConvTester()
+                .Channels(c, c)
+                .Group(c)
+                .Input(h, w)
+                .Kernel(3, 3)
+                .Stride(s, s)
+                .Pads(pd[0], pd[1], pd[2], pd[3])
+                .Batch(c == 1 ? 1 : 2)
+                .Bias(c != 1)
+                .Threads(p)
+                .Test();
+          }
+        }
+      }
+    }
+  }
+  // Mixed strides and dilations stay on the general depthwise loop.
+  ConvTester().Channels(5, 5).Group(5).Input(9, 10).Stride(1, 2).Test();
+  ConvTester().Channels(5, 5).Group(5).Input(9, 10).Stride(3, 3).Test();
+  ConvTester().Channels(5, 5).Group(5).Input(9, 10).Kernel(5, 5).Test();
+}
+
+// Pointwise convolutions are one GEMM per image with the bias as C's start:
+// with and without bias, batch 2, sizes that are not multiples of a vector,
+// and large enough for the pool to split the GEMM.
+TEST(ConvTest, PointwiseMatchesReference) {
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (bool bias : {true, false}) {
+      ConvTester()
+          .Channels(3, 5)
+          .Input(1, 1)
+          .Kernel(1, 1)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      ConvTester()
+          .Channels(13, 7)
+          .Input(5, 11)
+          .Kernel(1, 1)
+          .Batch(2)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      ConvTester()
+          .Channels(64, 72)
+          .Input(15, 17)
+          .Kernel(1, 1)
+          .Batch(2)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      // Longer reductions: the direct kernel on a wide output, Eigen on a
+      // narrow one; 4-row blocks plus leftover rows and columns.
+      ConvTester()
+          .Channels(100, 22)
+          .Input(28, 31)
+          .Kernel(1, 1)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      ConvTester()
+          .Channels(200, 10)
+          .Input(5, 5)
+          .Kernel(1, 1)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      // Strided or padded 1x1 kernels still go through im2col.
+      ConvTester()
+          .Channels(16, 9)
+          .Input(9, 9)
+          .Kernel(1, 1)
+          .Stride(2, 2)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+      ConvTester()
+          .Channels(16, 9)
+          .Input(6, 7)
+          .Kernel(1, 1)
+          .Pads(1, 0, 0, 1)
+          .Bias(bias)
+          .Threads(p)
+          .Test();
+    }
+  }
+}
+
+// Float Clip and Relu take a vectorised clamp: bounds, NaN kept, -0 kept,
+// odd lengths, and lengths the pool splits.
+TEST(ClipReluTest, FloatClampMatchesScalarRule) {
+  ThreadPool pool(2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (int64_t n : {1, 7, 33, 100003}) {
+      std::vector<float> x = Random(n, 5);
+      for (float& v : x) v *= 10.0f;
+      x[0] = nan;
+      if (n > 1) x[1] = -0.0f;
+      if (n > 2) x[2] = std::numeric_limits<float>::infinity();
+      ModelBuilder mb(13);
+      mb.Input("x", {n})
+          .Initializer("lo", {}, {-1.5f})
+          .Initializer("hi", {}, {6.0f})
+          .Node("Clip", {"x", "lo", "hi"}, {"c"}, "clip")
+          .Node("Relu", {"x"}, {"r"}, "relu")
+          .Output("c")
+          .Output("r");
+      auto exec = MustCreate(mb.Build());
+      ASSERT_NE(exec, nullptr);
+      Executor::RunOptions ro;
+      ro.pool = p;
+      absl::StatusOr<std::vector<Tensor>> out =
+          exec->Run({{"x", Tensor::FromVector<float>({n}, x)}}, ro);
+      ASSERT_TRUE(out.ok()) << out.status();
+      const float* c = (*out)[0].data<float>();
+      const float* r = (*out)[1].data<float>();
+      EXPECT_TRUE(std::isnan(c[0]));
+      EXPECT_TRUE(std::isnan(r[0]));
+      for (int64_t i = 1; i < n; ++i) {
+        const float want_c = std::min(std::max(x[i], -1.5f), 6.0f);
+        const float want_r = std::max(x[i], 0.0f);
+        ASSERT_EQ(c[i], want_c) << "Clip at " << i << " of " << n;
+        ASSERT_EQ(r[i], want_r) << "Relu at " << i << " of " << n;
+        ASSERT_EQ(std::signbit(r[i]), std::signbit(want_r)) << i;
+      }
+    }
   }
 }
 
