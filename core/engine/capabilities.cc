@@ -127,13 +127,25 @@ absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
   absl::Status s = CheckMethod(options, resolved.method);
   if (s.ok()) s = CheckEnums(options);
   if (!s.ok()) return s;
-  if (options.unit_wise_quantization_precision_size() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "unit_wise_quantization_precision (",
-        options.unit_wise_quantization_precision_size(),
-        " entries) is not implemented yet (planned: UNIT_NODE by node name, "
-        "UNIT_OP by op type); leave it empty to apply one precision to the "
-        "whole model"));
+  // unit_wise_quantization_precision entries are checked against the model
+  // by the passes (passes/unit_precision.h). Under a model-wide FULL, units
+  // asking for W8A8 need the method and op_set at W8A8.
+  if (resolved.precision == tfq::PRECISION_FULL) {
+    for (int i = 0; i < options.unit_wise_quantization_precision_size(); ++i) {
+      const auto& unit = options.unit_wise_quantization_precision(i);
+      if (unit.quantization_precision() != tfq::PRECISION_W8A8) continue;
+      for (const auto& c : CapabilityTable()) {
+        if (c.method() == MethodName(resolved.method) &&
+            c.op_set() == resolved.op_set &&
+            c.precision() == tfq::PRECISION_W8A8 && !c.supported()) {
+          return absl::UnimplementedError(absl::StrCat(
+              "unit_wise_quantization_precision[", i, "] asks for W8A8, but ",
+              "method ", MethodName(resolved.method), " with op_set ",
+              OpSetName(resolved.op_set),
+              " and precision W8A8 is not implemented; ", SupportedList()));
+        }
+      }
+    }
   }
   for (const auto& c : CapabilityTable()) {
     if (c.method() == MethodName(resolved.method) &&

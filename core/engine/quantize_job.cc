@@ -36,9 +36,12 @@ class QuantizeJob {
   absl::StatusOr<QuantizeResult> Run(std::string bytes);
 
  private:
+  // A model-wide FULL with unit_wise_quantization_precision entries runs
+  // the pass: units may ask for W8A8 (and the entries must be checked).
   bool PassThrough() const {
     return resolved_.method == Method::kNone ||
-           resolved_.precision == tensorflow::quantization::PRECISION_FULL;
+           (resolved_.precision == tensorflow::quantization::PRECISION_FULL &&
+            config_.options().unit_wise_quantization_precision_size() == 0);
   }
   std::string UnchangedReason() const;
   absl::Status ResolvePassOptions();

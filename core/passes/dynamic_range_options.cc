@@ -70,6 +70,9 @@ absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
                               tensorflow::quantization::PRECISION_UNSPECIFIED
                           ? tensorflow::quantization::PRECISION_W8A8
                           : config.options().quantization_precision();
+  options.units.assign(
+      config.options().unit_wise_quantization_precision().begin(),
+      config.options().unit_wise_quantization_precision().end());
   const int64_t min = config.options().min_num_elements_for_weights();
   if (min < -1) {
     return absl::InvalidArgumentError(

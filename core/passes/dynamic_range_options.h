@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/numerics/quant_params.h"
+#include "core/passes/unit_precision.h"
 #include "quantd/v1/quantization_service.pb.h"
 
 namespace quantd::passes {
@@ -32,6 +33,9 @@ struct DynamicRangeOptions {
   int64_t min_num_elements = kDefaultMinElementsForWeights;
   tensorflow::quantization::QuantizationPrecision precision =
       tensorflow::quantization::PRECISION_W8A8;
+  // options.unit_wise_quantization_precision, as given (checked against the
+  // model by UnitPrecision::Resolve when a pass starts).
+  UnitPrecisionEntries units;
 };
 
 // INVALID_ARGUMENT naming the field for: min_num_elements_for_weights < -1,

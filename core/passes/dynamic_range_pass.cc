@@ -31,7 +31,7 @@ class DynamicRangePass {
  private:
   WeightPlanResult Plan() {
     graph::GraphIndex index(*graph_);
-    return PlanWeights(*graph_, index, options_, ir_version_);
+    return PlanWeights(*graph_, index, options_, ir_version_, &units_);
   }
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
@@ -47,6 +47,9 @@ class DynamicRangePass {
   onnx::ModelProto* model_;
   onnx::GraphProto* graph_;
   int64_t ir_version_ = 0;
+  // Each node's precision: a FULL node keeps its weight float, so it is not
+  // a consumer of a planned weight and gets no DynamicQuantizeLinear.
+  UnitPrecision units_;
   std::unique_ptr<graph::UniqueNames> names_;
   WeightPlanResult plan_;
   std::vector<WeightNames> weight_names_;
@@ -55,6 +58,10 @@ class DynamicRangePass {
 
 absl::StatusOr<PassStats> DynamicRangePass::Run() {
   ir_version_ = model_->ir_version();
+  absl::StatusOr<UnitPrecision> units =
+      UnitPrecision::Resolve(*model_, options_.precision, options_.units);
+  if (!units.ok()) return units.status();
+  units_ = std::move(*units);
   plan_ = Plan();
   if (!plan_.weights.empty()) {
     absl::Status s = PrepareOpset();

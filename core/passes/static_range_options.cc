@@ -107,6 +107,7 @@ absl::StatusOr<StaticRangeOptions> ResolveStaticRangeOptions(
   options.weights = w->weights;
   options.min_num_elements = w->min_num_elements;
   options.precision = w->precision;
+  options.units = w->units;
   // Bits implied by the precision, unless the params set them.
   if (!config.weight_params().has_bits() &&
       (options.precision == tfq::PRECISION_W4A8 ||

@@ -50,6 +50,8 @@ struct StaticRangeOptions {
       tensorflow::quantization::PRECISION_W8A8;
   ActivationQuantOptions activations;
   RangeTrackingOptions tracking;
+  // options.unit_wise_quantization_precision, as given.
+  UnitPrecisionEntries units;
 
   // The weight side as the shared weight planner/quantizer takes it.
   DynamicRangeOptions WeightOptions() const {
@@ -57,6 +59,7 @@ struct StaticRangeOptions {
     w.weights = weights;
     w.min_num_elements = min_num_elements;
     w.precision = precision;
+    w.units = units;
     return w;
   }
 };

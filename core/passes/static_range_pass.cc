@@ -100,6 +100,32 @@ class StaticRangePass {
   void AddCandidate(const graph::GraphIndex& index, const std::string& tensor,
                     int node, absl::flat_hash_set<std::string>* seen);
   void PlanBiases(const graph::GraphIndex& index);
+  // unit_wise_quantization_precision: a quantizable node at PRECISION_FULL
+  // proposes no activation point (its inputs and output are candidates
+  // only when a non-FULL quantizable node proposes them) and is never
+  // rewired to a dequantized tensor: it keeps reading the float one. So a
+  // point goes on a tensor when a non-FULL quantizable node proposes it
+  // (by the usual input/output rule) and at least one reader remains once
+  // the FULL quantizable readers are left out; the other readers (any
+  // non-quantizable op, non-FULL quantizable ops) read the dequantized
+  // tensor as before.
+  bool KeepsFloat(const NodeProto& node) const {
+    return IsQuantizableOp(node) && units_.IsFull(node);
+  }
+  std::vector<int> PointReaders(const std::vector<int>& readers) const {
+    std::vector<int> out;
+    for (int n : readers) {
+      if (!KeepsFloat(graph_->node(n))) out.push_back(n);
+    }
+    return out;
+  }
+  // The precision reported for quantized tensors (a node quantized under a
+  // model-wide FULL is W8A8 by its unit).
+  tensorflow::quantization::QuantizationPrecision ReportPrecision() const {
+    return options_.precision == tensorflow::quantization::PRECISION_FULL
+               ? tensorflow::quantization::PRECISION_W8A8
+               : options_.precision;
+  }
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
   void PlaceWeightNodes();
@@ -123,6 +149,7 @@ class StaticRangePass {
   onnx::ModelProto* model_;
   onnx::GraphProto* graph_;
   int64_t ir_version_ = 0;
+  UnitPrecision units_;
 
   WeightPlanResult weights_;
   std::vector<ActivationPlan> activations_;
@@ -141,6 +168,10 @@ class StaticRangePass {
 
 absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   ir_version_ = model_->ir_version();
+  absl::StatusOr<UnitPrecision> units =
+      UnitPrecision::Resolve(*model_, options_.precision, options_.units);
+  if (!units.ok()) return units.status();
+  units_ = std::move(*units);
   absl::Status s = CheckRangeNames();
   if (!s.ok()) return s;
   s = Plan();
@@ -192,7 +223,7 @@ absl::Status StaticRangePass::Plan() {
   biases_.clear();
   skipped_.clear();
   const graph::GraphIndex index(*graph_);
-  weights_ = PlanWeights(*graph_, index, weight_options_, ir_version_);
+  weights_ = PlanWeights(*graph_, index, weight_options_, ir_version_, &units_);
   PlanActivations(index);
   std::vector<std::string> missing;
   for (const ActivationPlan& a : activations_) {
@@ -213,7 +244,7 @@ void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
   absl::flat_hash_set<std::string> seen;
   for (int n = 0; n < graph_->node_size(); ++n) {
     const NodeProto& node = graph_->node(n);
-    if (!IsQuantizableOp(node)) continue;
+    if (!IsQuantizableOp(node) || KeepsFloat(node)) continue;
     if (node.input_size() > 0) AddCandidate(index, node.input(0), n, &seen);
     if (node.op_type() == "MatMul" && node.input_size() > 1) {
       AddCandidate(index, node.input(1), n, &seen);
@@ -285,7 +316,9 @@ void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
       consumers.push_back(use.node);
     }
   }
-  // A graph output with no reader: nothing downstream to quantize for.
+  consumers = PointReaders(consumers);
+  // A graph output with no reader (or only FULL readers): nothing
+  // downstream to quantize for.
   if (consumers.empty()) return;
   absl::StatusOr<QuantPoint> point = CheckQuantPoint(
       *graph_, tensor, consumers, options_.activations.producer_scope,
@@ -465,7 +498,7 @@ absl::Status StaticRangePass::QuantizeActivations() {
     QuantPointParams params{*qp, spec, options_.activations.producer_scope,
                             options_.activations.consumer_scope};
     absl::StatusOr<QuantPoint> point = InsertQuantPoint(
-        graph_, x, ConsumersOf(*graph_, x), params, names_.get());
+        graph_, x, PointReaders(ConsumersOf(*graph_, x)), params, names_.get());
     if (!point.ok()) return point.status();
     if (point->outcome == QuantPoint::kInserted) {
       activation_params_[x] = *qp;
@@ -474,7 +507,7 @@ absl::Status StaticRangePass::QuantizeActivations() {
       r.set_node_name(activations_[i].node_name);
       r.set_op_type(activations_[i].op_type);
       r.set_tensor_name(x);
-      r.set_precision(options_.precision);
+      r.set_precision(ReportPrecision());
       r.set_num_elements(0);  // Not known without shapes; unused here.
       quantd::v1::QuantScheme* s = r.mutable_scheme();
       s->set_bits(spec.bits);
@@ -602,7 +635,7 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   r.set_node_name(bias.node_name);
   r.set_op_type(bias.op_type);
   r.set_tensor_name(bias.tensor);
-  r.set_precision(options_.precision);
+  r.set_precision(ReportPrecision());
   r.set_num_elements(n);
   quantd::v1::QuantScheme* s = r.mutable_scheme();
   s->set_bits(32);

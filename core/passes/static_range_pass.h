@@ -22,6 +22,9 @@
 // comes out of a DequantizeLinear (so a second run adds nothing); scopes
 // skip points as _InsertQuantOp does. Activations are quantized whether or
 // not the node's weight is (min_num_elements_for_weights is about weights).
+// Unit-wise precision (unit_precision.h): a quantizable node at FULL suggests
+// no point, and is never rewired to a dequantized tensor; a tensor still gets
+// a point when a non-FULL node suggests it and it has other readers.
 #ifndef QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
 #define QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
 

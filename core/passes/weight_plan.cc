@@ -82,11 +82,14 @@ std::string Describe(const onnx::NodeProto& node) {
 class Planner {
  public:
   Planner(const onnx::GraphProto& graph, const graph::GraphIndex& index,
-          const DynamicRangeOptions& options, int64_t ir_version)
+          const DynamicRangeOptions& options, int64_t ir_version,
+          const UnitPrecision* units)
       : graph_(graph),
         index_(index),
         options_(options),
-        ir_version_(ir_version) {}
+        ir_version_(ir_version),
+        default_units_(options.precision),
+        units_(units != nullptr ? *units : default_units_) {}
 
   WeightPlanResult Run() {
     absl::flat_hash_set<std::string> seen;
@@ -111,6 +114,7 @@ class Planner {
     }
     if (!skip) skip = CheckTensor(*tensor);
     if (!skip) skip = CheckConsumers(&plan);
+    if (!skip) skip = CheckPrecision(&plan);
     if (!skip) skip = CheckScope(plan);
     if (!skip) skip = CheckSize(plan);
     if (skip) {
@@ -209,6 +213,40 @@ class Planner {
     return std::nullopt;
   }
 
+  // One DequantizeLinear serves every consumer: all must want the weight
+  // quantized, at one precision.
+  std::optional<Skip> CheckPrecision(WeightPlan* plan) {
+    int full = -1, quantized = -1;
+    for (int n : plan->consumers) {
+      const UnitPrecision::Choice c = units_.For(graph_.node(n));
+      if (c.precision == tensorflow::quantization::PRECISION_FULL) {
+        if (full < 0) full = n;
+      } else if (quantized < 0) {
+        quantized = n;
+        plan->precision = c.precision;
+      }
+    }
+    if (full < 0) return std::nullopt;
+    const onnx::NodeProto& f = graph_.node(full);
+    if (quantized < 0) {
+      return Skip{
+          quantd::v1::SKIP_PRECISION_FULL,
+          absl::StrCat(Describe(f), " is PRECISION_FULL by ", units_.Why(f))};
+    }
+    const onnx::NodeProto& q = graph_.node(quantized);
+    return Skip{
+        quantd::v1::SKIP_PRECISION_FULL,
+        absl::StrCat(
+            "consumers disagree on precision: ", Describe(f),
+            " is PRECISION_FULL by ", units_.Why(f), " but ", Describe(q),
+            " is ",
+            tensorflow::quantization::QuantizationPrecision_Name(
+                units_.For(q).precision),
+            " by ", units_.Why(q),
+            "; the shared weight stays float (one DequantizeLinear serves "
+            "every reader)")};
+  }
+
   std::optional<Skip> CheckScope(const WeightPlan& plan) {
     const std::string& producer = options_.weights.producer_scope;
     if (!absl::StartsWith(plan.tensor, producer)) {
@@ -255,6 +293,8 @@ class Planner {
   const graph::GraphIndex& index_;
   const DynamicRangeOptions& options_;
   const int64_t ir_version_;
+  const UnitPrecision default_units_;
+  const UnitPrecision& units_;
   WeightPlanResult result_;
 };
 
@@ -263,8 +303,8 @@ class Planner {
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,
                              const DynamicRangeOptions& options,
-                             int64_t ir_version) {
-  return Planner(graph, index, options, ir_version).Run();
+                             int64_t ir_version, const UnitPrecision* units) {
+  return Planner(graph, index, options, ir_version, units).Run();
 }
 
 onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,
@@ -300,7 +340,7 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   r.set_node_name(consumer.name());
   r.set_op_type(consumer.op_type());
   r.set_tensor_name(plan.tensor);
-  r.set_precision(options.precision);
+  r.set_precision(plan.precision);
   r.set_num_elements(plan.num_elements);
   quantd::v1::QuantScheme* s = r.mutable_scheme();
   s->set_bits(q.spec.bits);

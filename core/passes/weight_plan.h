@@ -15,6 +15,7 @@
 #include "core/numerics/quant_params.h"
 #include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
+#include "core/passes/unit_precision.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -33,6 +34,9 @@ struct WeightPlan {
   int64_t num_elements = 0;
   // Channel axis of the scales, or -1 for one scale for the whole tensor.
   int axis = -1;
+  // The precision of its consumers (all agree, never FULL).
+  tensorflow::quantization::QuantizationPrecision precision =
+      tensorflow::quantization::PRECISION_W8A8;
 };
 
 struct WeightPlanResult {
@@ -43,11 +47,15 @@ struct WeightPlanResult {
 // Looks at every tensor read as input 1 (the weight) of a default-domain
 // Conv, Gemm or MatMul. `ir_version` is the input model's: below 4 every
 // initializer must also be a graph input, so being one does not make it
-// overridable.
+// overridable. `units` gives each consumer's precision (null: every node at
+// options.precision): a weight whose consumers are all FULL stays float
+// (SKIP_PRECISION_FULL, naming what made them FULL), and so does one whose
+// consumers disagree (some FULL, some not: SKIP_PRECISION_FULL naming both).
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,
                              const DynamicRangeOptions& options,
-                             int64_t ir_version);
+                             int64_t ir_version,
+                             const UnitPrecision* units = nullptr);
 
 // The float TensorProto a planned weight's values live in.
 onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,

@@ -101,15 +101,21 @@ TEST(CheckSupportedTest, UnknownEnumNumbersAreInvalid) {
   EXPECT_EQ(CheckSupported(o).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CheckSupportedTest, UnitWiseIsPlanned) {
+TEST(CheckSupportedTest, UnitWiseIsAcceptedAndCheckedByThePasses) {
   tfq::QuantizationOptions o = Options(tfq::QuantizationMethod::DYNAMIC_RANGE);
   auto* u = o.add_unit_wise_quantization_precision();
   u->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_OP);
   u->set_unit_name("Conv");
+  u->set_quantization_precision(tfq::PRECISION_FULL);
+  EXPECT_TRUE(CheckSupported(o).ok());
+  // Model-wide FULL with a W8A8 unit needs the method/op_set at W8A8.
+  o.set_quantization_precision(tfq::PRECISION_FULL);
+  u->set_quantization_precision(tfq::PRECISION_W8A8);
+  EXPECT_TRUE(CheckSupported(o).ok());
+  o.set_op_set(tfq::XLA);
   absl::Status s = CheckSupported(o);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(Message(s), HasSubstr("unit_wise_quantization_precision"));
-  EXPECT_THAT(Message(s), HasSubstr("planned"));
+  EXPECT_THAT(Message(s), HasSubstr("unit_wise_quantization_precision[0]"));
 }
 
 TEST(CapabilityTableTest, CoversEveryCombinationOnce) {

@@ -1,0 +1,401 @@
+// unit_wise_quantization_precision: resolution (node beats op beats default),
+// its errors, and its effect on the DYNAMIC_RANGE and STATIC_RANGE passes.
+#include "core/passes/unit_precision.h"
+
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/graph/model_io.h"
+#include "core/passes/dynamic_range_pass.h"
+#include "core/passes/static_range_pass.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+
+namespace quantd::passes {
+namespace {
+
+namespace tfq = tensorflow::quantization;
+using ::testing::HasSubstr;
+using testing::ModelBuilder;
+using ::testing::Not;
+using Unit = tfq::UnitWiseQuantizationPrecision;
+
+Unit MakeUnit(Unit::UnitType type, const std::string& name,
+              tfq::QuantizationPrecision p, const std::string& func = "") {
+  Unit u;
+  u.set_unit_type(type);
+  u.set_unit_name(name);
+  u.set_func_name(func);
+  u.set_quantization_precision(p);
+  return u;
+}
+
+// x[2,64] -> MatMul(W1[64,32]) "m1" -> h -> MatMul(W2[32,64]) "m2" -> y.
+onnx::ModelProto TwoMatMuls() {
+  ModelBuilder b;
+  b.Input("x", {2, 64})
+      .Weight("W1", {64, 32}, 1)
+      .Weight("W2", {32, 64}, 2)
+      .Node("MatMul", {"x", "W1"}, {"h"}, "m1")
+      .Node("MatMul", {"h", "W2"}, {"y"}, "m2")
+      .Output("y", {2, 64});
+  return b.Build();
+}
+
+// x[2,64] -> MatMul(W) "m1" -> h -> MatMul(W) "m2" -> y: one shared weight.
+onnx::ModelProto SharedWeight() {
+  ModelBuilder b;
+  b.Input("x", {2, 64})
+      .Weight("W", {64, 64}, 3)
+      .Node("MatMul", {"x", "W"}, {"h"}, "m1")
+      .Node("MatMul", {"h", "W"}, {"y"}, "m2")
+      .Output("y", {2, 64});
+  return b.Build();
+}
+
+const onnx::NodeProto* NodeNamed(const onnx::ModelProto& m,
+                                 const std::string& name) {
+  for (const auto& n : m.graph().node()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+const onnx::TensorProto* Init(const onnx::ModelProto& m,
+                              const std::string& name) {
+  for (const auto& t : m.graph().initializer()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+// The op type of the node producing `tensor`, "" when none does.
+std::string ProducerOp(const onnx::ModelProto& m, const std::string& tensor) {
+  for (const auto& n : m.graph().node()) {
+    for (const auto& o : n.output()) {
+      if (o == tensor) return n.op_type();
+    }
+  }
+  return "";
+}
+
+int CountOp(const onnx::ModelProto& m, const std::string& op) {
+  int k = 0;
+  for (const auto& n : m.graph().node()) k += n.op_type() == op;
+  return k;
+}
+
+void ExpectFloatWeight(const onnx::ModelProto& m, const std::string& name) {
+  const onnx::TensorProto* t = Init(m, name);
+  ASSERT_NE(t, nullptr) << name;
+  EXPECT_EQ(t->data_type(), onnx::TensorProto::FLOAT) << name;
+  EXPECT_EQ(ProducerOp(m, name), "") << name << " is fed by a node";
+}
+
+void ExpectQuantizedWeight(const onnx::ModelProto& m, const std::string& name) {
+  EXPECT_EQ(Init(m, name), nullptr) << name << " still a float initializer";
+  EXPECT_EQ(ProducerOp(m, name), "DequantizeLinear") << name;
+}
+
+const quantd::v1::SkippedTensor* SkipOf(
+    const std::vector<quantd::v1::SkippedTensor>& skipped,
+    const std::string& tensor) {
+  for (const auto& s : skipped) {
+    if (s.tensor_name() == tensor) return &s;
+  }
+  return nullptr;
+}
+
+DynamicRangeOptions Dynamic(tfq::QuantizationPrecision p,
+                            std::vector<Unit> units) {
+  DynamicRangeOptions o;
+  o.precision = p;
+  o.units = std::move(units);
+  return o;
+}
+
+StaticRangeOptions Static(tfq::QuantizationPrecision p,
+                          std::vector<Unit> units) {
+  StaticRangeOptions o;
+  o.precision = p;
+  o.units = std::move(units);
+  return o;
+}
+
+ActivationRanges Ranges() {
+  ActivationRanges r;
+  r["x"] = {-1.0f, 1.0f};
+  r["h"] = {-4.0f, 4.0f};
+  r["y"] = {-8.0f, 8.0f};
+  return r;
+}
+
+TEST(UnitPrecisionTest, NodeBeatsOpBeatsDefault) {
+  ModelBuilder b;
+  b.Input("x", {2, 64})
+      .Weight("W1", {64, 64}, 1)
+      .Weight("W2", {64, 64}, 2)
+      .Weight("W3", {64, 64}, 3)
+      .Node("MatMul", {"x", "W1"}, {"a"}, "ma")
+      .Node("MatMul", {"a", "W2"}, {"b"}, "mb")
+      .Node("Gemm", {"b", "W3"}, {"y"}, "g")
+      .Output("y", {2, 64});
+  const onnx::ModelProto m = b.Build();
+  absl::StatusOr<UnitPrecision> u = UnitPrecision::Resolve(
+      m, tfq::PRECISION_UNSPECIFIED,
+      {MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL),
+       MakeUnit(Unit::UNIT_NODE, "mb", tfq::PRECISION_W8A8)});
+  ASSERT_TRUE(u.ok()) << u.status();
+  const UnitPrecision::Choice a = u->For(*NodeNamed(m, "ma"));
+  const UnitPrecision::Choice bb = u->For(*NodeNamed(m, "mb"));
+  const UnitPrecision::Choice g = u->For(*NodeNamed(m, "g"));
+  EXPECT_EQ(a.precision, tfq::PRECISION_FULL);  // Op beats default.
+  EXPECT_EQ(a.entry, 0);
+  EXPECT_EQ(bb.precision, tfq::PRECISION_W8A8);  // Node beats op.
+  EXPECT_EQ(bb.entry, 1);
+  EXPECT_EQ(g.precision, tfq::PRECISION_W8A8);  // Default (UNSPECIFIED).
+  EXPECT_EQ(g.entry, -1);
+  EXPECT_THAT(u->Why(*NodeNamed(m, "ma")),
+              HasSubstr("unit_wise_quantization_precision[0]"));
+
+  // Node beats a FULL default too.
+  u = UnitPrecision::Resolve(
+      m, tfq::PRECISION_FULL,
+      {MakeUnit(Unit::UNIT_NODE, "ma", tfq::PRECISION_W8A8)});
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->For(*NodeNamed(m, "ma")).precision, tfq::PRECISION_W8A8);
+  EXPECT_EQ(u->For(*NodeNamed(m, "mb")).precision, tfq::PRECISION_FULL);
+  // Agreeing duplicates are fine.
+  u = UnitPrecision::Resolve(
+      m, tfq::PRECISION_W8A8,
+      {MakeUnit(Unit::UNIT_OP, "Gemm", tfq::PRECISION_FULL),
+       MakeUnit(Unit::UNIT_OP, "Gemm", tfq::PRECISION_FULL)});
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_TRUE(u->IsFull(*NodeNamed(m, "g")));
+}
+
+TEST(UnitPrecisionTest, EveryInvalidEntryIsListedInOneError) {
+  ModelBuilder b;
+  b.Input("x", {2, 64})
+      .Weight("W1", {64, 64}, 1)
+      .Node("MatMul", {"x", "W1"}, {"a"}, "dup")
+      .Node("Relu", {"a"}, {"y"}, "dup")
+      .Output("y", {2, 64});
+  const onnx::ModelProto m = b.Build();
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_UNSPECIFIED, "dup", tfq::PRECISION_FULL),    // 0
+      MakeUnit(Unit::UNIT_OP, "", tfq::PRECISION_FULL),                // 1
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_UNSPECIFIED),   // 2
+      MakeUnit(Unit::UNIT_NODE, "nope", tfq::PRECISION_FULL),          // 3
+      MakeUnit(Unit::UNIT_OP, "Conv", tfq::PRECISION_FULL),            // 4
+      MakeUnit(Unit::UNIT_OP, "Relu", tfq::PRECISION_FULL),            // 5
+      MakeUnit(Unit::UNIT_OP, "Relu", tfq::PRECISION_W8A8),            // 6
+      MakeUnit(Unit::UNIT_NODE, "dup", tfq::PRECISION_FULL),           // 7
+      MakeUnit(Unit::UNIT_NODE, "m", tfq::PRECISION_FULL, "no_func"),  // 8
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_W8A8),          // 9
+  };
+  absl::StatusOr<UnitPrecision> u =
+      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units);
+  ASSERT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(u.status().message());
+  EXPECT_THAT(msg, HasSubstr("9 unit_wise_quantization_precision entries"));
+  for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8}) {
+    EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, units[i]))) << i;
+  }
+  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[9]")));
+  EXPECT_THAT(msg, HasSubstr("unit_type is UNIT_UNSPECIFIED"));
+  EXPECT_THAT(msg, HasSubstr("unit_name is empty"));
+  EXPECT_THAT(msg, HasSubstr("PRECISION_UNSPECIFIED"));
+  EXPECT_THAT(msg, HasSubstr("no node of the main graph is named 'nope'"));
+  EXPECT_THAT(msg, HasSubstr("no node of the main graph has op_type 'Conv'"));
+  EXPECT_THAT(msg, HasSubstr("conflict: entries [5] and [6]"));
+  EXPECT_THAT(msg, HasSubstr("ambiguous: 2 nodes"));
+  EXPECT_THAT(msg, HasSubstr("'no_func'"));
+
+  // The passes refuse the same way, before changing anything.
+  onnx::ModelProto copy = m;
+  absl::StatusOr<PassStats> d = RunDynamicRangePass(
+      Dynamic(tfq::PRECISION_W8A8, units), PassHooks(), &copy);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(copy.SerializeAsString(), m.SerializeAsString());
+  absl::StatusOr<StaticRangeStats> s =
+      RunStaticRangePass(Static(tfq::PRECISION_W8A8, units), ActivationRanges(),
+                         PassHooks(), &copy);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UnitPrecisionTest, FourBitAndFunctionScopesAreUnimplemented) {
+  onnx::ModelProto m = TwoMatMuls();
+  m.add_functions()->set_name("my_func");
+  // A Loop-like holder of a subgraph.
+  onnx::NodeProto* holder = m.mutable_graph()->add_node();
+  holder->set_name("loop0");
+  holder->set_op_type("If");
+  onnx::AttributeProto* a = holder->add_attribute();
+  a->set_name("then_branch");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  a->mutable_g()->set_name("then");
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_W4A4),
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "my_func"),
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "loop0"),
+      MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL),
+  };
+  absl::StatusOr<UnitPrecision> u =
+      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units);
+  ASSERT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string msg(u.status().message());
+  for (int i : {0, 1, 2, 3}) {
+    EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, units[i]))) << i;
+  }
+  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[4]")));
+  EXPECT_THAT(msg, HasSubstr("PRECISION_W4A8 is not implemented per unit"));
+  EXPECT_THAT(msg, HasSubstr("quantizing inside functions/subgraphs is not "
+                             "supported yet"));
+}
+
+TEST(UnitPrecisionTest, DynamicRangeFullNodeKeepsFloatWeightAndInput) {
+  onnx::ModelProto m = TwoMatMuls();
+  absl::StatusOr<PassStats> stats = RunDynamicRangePass(
+      Dynamic(tfq::PRECISION_W8A8,
+              {MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_FULL)}),
+      PassHooks(), &m);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ExpectFloatWeight(m, "W1");
+  ExpectQuantizedWeight(m, "W2");
+  EXPECT_EQ(NodeNamed(m, "m1")->input(0), "x");  // No DynamicQuantizeLinear.
+  EXPECT_EQ(ProducerOp(m, NodeNamed(m, "m2")->input(0)), "DequantizeLinear");
+  EXPECT_EQ(CountOp(m, "DynamicQuantizeLinear"), 1);
+  EXPECT_EQ(stats->quantized_tensors, 1);
+  EXPECT_EQ(stats->quantized_nodes, 1);
+  const quantd::v1::SkippedTensor* skip = SkipOf(stats->skipped, "W1");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_EQ(skip->reason(), quantd::v1::SKIP_PRECISION_FULL);
+  EXPECT_THAT(skip->detail(), HasSubstr("unit_wise_quantization_precision[0]"));
+  EXPECT_THAT(skip->detail(), HasSubstr("m1"));
+}
+
+TEST(UnitPrecisionTest, StaticRangeFullNodeKeepsFloatWeightAndActivations) {
+  onnx::ModelProto m = TwoMatMuls();
+  absl::StatusOr<StaticRangeStats> stats = RunStaticRangePass(
+      Static(tfq::PRECISION_W8A8,
+             {MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL),
+              MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_W8A8)}),
+      Ranges(), PassHooks(), &m);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ExpectFloatWeight(m, "W1");
+  ExpectQuantizedWeight(m, "W2");
+  // m1 (FULL by op) reads x as it was; h feeds m2 (W8A8), so it gets a point
+  // (but m1's output h itself is still produced float by m1).
+  EXPECT_EQ(NodeNamed(m, "m1")->input(0), "x");
+  EXPECT_EQ(NodeNamed(m, "m1")->output(0), "h");
+  EXPECT_EQ(ProducerOp(m, NodeNamed(m, "m2")->input(0)), "DequantizeLinear");
+  EXPECT_EQ(CountOp(m, "QuantizeLinear"), 1);  // Only h (y has no reader).
+  EXPECT_EQ(stats->quantized_weights, 1);
+  EXPECT_EQ(stats->quantized_activations, 1);
+  EXPECT_EQ(stats->quantized_nodes, 1);
+  const quantd::v1::SkippedTensor* skip = SkipOf(stats->skipped, "W1");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_EQ(skip->reason(), quantd::v1::SKIP_PRECISION_FULL);
+  EXPECT_THAT(skip->detail(), HasSubstr("unit_wise_quantization_precision[0]"));
+
+  // The other way round: m2 FULL, so h is only read by a FULL node and
+  // gets no point; x feeds m1 (W8A8) and gets one.
+  m = TwoMatMuls();
+  stats = RunStaticRangePass(
+      Static(tfq::PRECISION_W8A8,
+             {MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL)}),
+      Ranges(), PassHooks(), &m);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ExpectQuantizedWeight(m, "W1");
+  ExpectFloatWeight(m, "W2");
+  EXPECT_EQ(NodeNamed(m, "m2")->input(0), "h");
+  EXPECT_EQ(ProducerOp(m, NodeNamed(m, "m1")->input(0)), "DequantizeLinear");
+  EXPECT_EQ(CountOp(m, "QuantizeLinear"), 1);  // Only x.
+}
+
+TEST(UnitPrecisionTest, DefaultFullQuantizesOnlyTheW8A8Node) {
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_W8A8)};
+  onnx::ModelProto m = TwoMatMuls();
+  absl::StatusOr<PassStats> d =
+      RunDynamicRangePass(Dynamic(tfq::PRECISION_FULL, units), PassHooks(), &m);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ExpectFloatWeight(m, "W1");
+  ExpectQuantizedWeight(m, "W2");
+  EXPECT_EQ(d->quantized_nodes, 1);
+  const quantd::v1::SkippedTensor* skip = SkipOf(d->skipped, "W1");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_EQ(skip->reason(), quantd::v1::SKIP_PRECISION_FULL);
+  EXPECT_THAT(skip->detail(), HasSubstr("model-wide quantization_precision"));
+
+  m = TwoMatMuls();
+  absl::StatusOr<StaticRangeStats> s = RunStaticRangePass(
+      Static(tfq::PRECISION_FULL, units), Ranges(), PassHooks(), &m);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectFloatWeight(m, "W1");
+  ExpectQuantizedWeight(m, "W2");
+  EXPECT_EQ(NodeNamed(m, "m1")->input(0), "x");
+  EXPECT_EQ(CountOp(m, "QuantizeLinear"), 1);
+  EXPECT_EQ(s->quantized_nodes, 1);
+
+  // Through the engine: FULL + a W8A8 unit is not a pass-through.
+  quantd::v1::QuantizeConfig config;
+  auto* o = config.mutable_options();
+  o->mutable_quantization_method()->set_experimental_method(
+      tfq::QuantizationMethod::DYNAMIC_RANGE);
+  o->set_quantization_precision(tfq::PRECISION_FULL);
+  *o->add_unit_wise_quantization_precision() = units[0];
+  std::vector<quantd::v1::TensorReport> reports;
+  QuantizeEvents events;
+  events.on_tensor_report = [&](const quantd::v1::TensorReport& r) {
+    reports.push_back(r);
+  };
+  CancellationToken cancel;
+  absl::StatusOr<QuantizeResult> r = RunQuantize(
+      config, TwoMatMuls().SerializeAsString(), events, cancel, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->summary.model_unchanged());
+  EXPECT_EQ(r->summary.quantized_nodes(), 1);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].tensor_name(), "W2");
+  EXPECT_EQ(reports[0].precision(), tfq::PRECISION_W8A8);
+  absl::StatusOr<onnx::ModelProto> out = graph::ParseModel(r->model);
+  ASSERT_TRUE(out.ok());
+  ExpectFloatWeight(*out, "W1");
+  ExpectQuantizedWeight(*out, "W2");
+}
+
+TEST(UnitPrecisionTest, SharedWeightWithDisagreeingConsumersStaysFloat) {
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_FULL)};
+  onnx::ModelProto m = SharedWeight();
+  absl::StatusOr<PassStats> d =
+      RunDynamicRangePass(Dynamic(tfq::PRECISION_W8A8, units), PassHooks(), &m);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ExpectFloatWeight(m, "W");
+  EXPECT_EQ(d->quantized_tensors, 0);
+  EXPECT_EQ(CountOp(m, "DynamicQuantizeLinear"), 0);
+  const quantd::v1::SkippedTensor* skip = SkipOf(d->skipped, "W");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_EQ(skip->reason(), quantd::v1::SKIP_PRECISION_FULL);
+  EXPECT_THAT(skip->detail(), HasSubstr("disagree"));
+  EXPECT_THAT(skip->detail(), HasSubstr("MatMul 'm1' is PRECISION_FULL"));
+  EXPECT_THAT(skip->detail(), HasSubstr("MatMul 'm2' is PRECISION_W8A8"));
+
+  m = SharedWeight();
+  absl::StatusOr<StaticRangeStats> s = RunStaticRangePass(
+      Static(tfq::PRECISION_W8A8, units), Ranges(), PassHooks(), &m);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectFloatWeight(m, "W");
+  skip = SkipOf(s->skipped, "W");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_EQ(skip->reason(), quantd::v1::SKIP_PRECISION_FULL);
+  EXPECT_THAT(skip->detail(), HasSubstr("'m2'"));
+}
+
+}  // namespace
+}  // namespace quantd::passes
