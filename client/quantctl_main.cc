@@ -10,6 +10,9 @@
 //   quantctl info --server=T [--json]
 //   quantctl health --server=T
 //
+// Every command also takes the connection flags [--tls_ca_file=CA.pem
+// [--tls_cert_file=C.pem --tls_key_file=K.pem]] [--token_file=F].
+//
 // Exit codes: 0 success, 1 the call (or a file) failed, 2 usage. Errors go to
 // stderr as "<GRPC_CODE>: <message>".
 #include <unistd.h>
@@ -61,6 +64,15 @@ ABSL_FLAG(bool, per_channel, false,
 ABSL_FLAG(std::string, calibration, "",
           "quantize: a CalibrationResult (binary proto, from quantctl "
           "calibrate) with the activation ranges for static_range.");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA bundle; enables TLS and verifies the server against it.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate for mutual TLS (with --tls_key_file; needs "
+          "--tls_ca_file).");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token (surrounding whitespace trimmed), "
+          "sent as 'authorization: Bearer <token>'.");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -88,7 +100,9 @@ constexpr char kUsage[] =
     "                               percentile|mse|entropy]\n"
     "                     [--timeout=SECONDS]\n"
     "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
-    "  quantctl health --server=T [--timeout=SECONDS]\n";
+    "  quantctl health --server=T [--timeout=SECONDS]\n"
+    "every command: [--tls_ca_file=CA.pem [--tls_cert_file=CERT.pem\n"
+    "                --tls_key_file=KEY.pem]] [--token_file=FILE]\n";
 
 int UsageError(absl::string_view message) {
   absl::FPrintF(stderr, "INVALID_ARGUMENT: %s\n%s", message, kUsage);
@@ -103,7 +117,7 @@ int Fail(const absl::Status& status) {
 
 // The flags each command takes; anything else is a usage error.
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
-  static const auto* flags = new std::map<std::string, std::set<std::string>>{
+  static auto* flags = new std::map<std::string, std::set<std::string>>{
       {"quantize",
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
@@ -114,6 +128,14 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"info", {"server", "json", "timeout"}},
       {"health", {"server", "timeout"}},
   };
+  static const bool connection_flags_added = [] {
+    for (auto& [command, names] : *flags) {
+      names.insert(
+          {"tls_ca_file", "tls_cert_file", "tls_key_file", "token_file"});
+    }
+    return true;
+  }();
+  (void)connection_flags_added;
   return *flags;
 }
 
@@ -196,7 +218,48 @@ absl::StatusOr<Client::Options> ClientOptions() {
     return absl::InvalidArgumentError("--timeout must be >= 0 seconds");
   }
   if (timeout > 0) options.deadline = absl::Seconds(timeout);
+
+  const std::string ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  const std::string cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  const std::string key_file = absl::GetFlag(FLAGS_tls_key_file);
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert_file and --tls_key_file go together");
+  }
+  if (!cert_file.empty() && ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert_file needs --tls_ca_file (which turns TLS on)");
+  }
   return options;
+}
+
+// The files behind the connection flags, read into `options` (NOT_FOUND and
+// the like: exit 1, as for any other unreadable file).
+absl::Status ReadConnectionFiles(Client::Options* options) {
+  const struct {
+    std::string path;
+    std::string* out;
+  } files[] = {
+      {absl::GetFlag(FLAGS_tls_ca_file), &options->tls.root_certs_pem},
+      {absl::GetFlag(FLAGS_tls_cert_file), &options->tls.cert_chain_pem},
+      {absl::GetFlag(FLAGS_tls_key_file), &options->tls.private_key_pem},
+      {absl::GetFlag(FLAGS_token_file), &options->bearer_token},
+  };
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> contents = quantd::client::ReadFile(file.path);
+    if (!contents.ok()) return contents.status();
+    *file.out = std::move(*contents);
+  }
+  options->tls.use_tls = !absl::GetFlag(FLAGS_tls_ca_file).empty();
+  options->bearer_token =
+      std::string(absl::StripAsciiWhitespace(options->bearer_token));
+  if (!absl::GetFlag(FLAGS_token_file).empty() &&
+      options->bearer_token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token_file=", absl::GetFlag(FLAGS_token_file), " is empty"));
+  }
+  return absl::OkStatus();
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -416,6 +479,10 @@ int RunQuantize() {
   const bool show_progress = isatty(STDERR_FILENO) != 0;
   if (show_progress) callbacks.on_progress = PrintProgress;
 
+  if (absl::Status status = ReadConnectionFiles(&*client_options);
+      !status.ok()) {
+    return Fail(status);
+  }
   Client client(*client_options);
   absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
       client.Quantize(std::move(config), *model, callbacks, std::move(batches));
@@ -485,6 +552,10 @@ int RunCalibrate() {
   if (!model.ok()) return Fail(model.status());
 
   const bool show_progress = isatty(STDERR_FILENO) != 0;
+  if (absl::Status status = ReadConnectionFiles(&*client_options);
+      !status.ok()) {
+    return Fail(status);
+  }
   Client client(*client_options);
   absl::StatusOr<quantd::v1::CalibrationResult> result = client.Calibrate(
       std::move(config), *model, (*data)->AsSource(),
@@ -510,6 +581,10 @@ int RunInfo() {
   absl::StatusOr<Client::Options> client_options = ClientOptions();
   if (!client_options.ok())
     return UsageError(client_options.status().message());
+  if (absl::Status status = ReadConnectionFiles(&*client_options);
+      !status.ok()) {
+    return Fail(status);
+  }
   Client client(*client_options);
   absl::StatusOr<quantd::v1::ServerInfo> info = client.GetServerInfo();
   if (!info.ok()) return Fail(info.status());
@@ -525,9 +600,9 @@ int RunInfo() {
                info->min_input_opset(), info->max_checked_opset());
   absl::PrintF(
       "limits:        model %d bytes, message %d bytes, chunk %d "
-      "bytes\n",
+      "bytes, %d concurrent jobs\n",
       info->limits().max_model_bytes(), info->limits().max_message_bytes(),
-      info->limits().model_chunk_bytes());
+      info->limits().model_chunk_bytes(), info->limits().max_concurrent_jobs());
   absl::PrintF("core threads:  %d\n\n", info->core_threads());
   std::vector<std::vector<std::string>> rows = {
       {"METHOD", "OP_SET", "PRECISION", "SUPPORTED", "NOTE"}};
@@ -545,6 +620,10 @@ int RunHealth() {
   absl::StatusOr<Client::Options> client_options = ClientOptions();
   if (!client_options.ok())
     return UsageError(client_options.status().message());
+  if (absl::Status status = ReadConnectionFiles(&*client_options);
+      !status.ok()) {
+    return Fail(status);
+  }
   Client client(*client_options);
   absl::StatusOr<quantd::client::ServingStatus> status = client.Health();
   if (!status.ok()) return Fail(status.status());

@@ -241,12 +241,33 @@ Client::Client(Options options) : options_(std::move(options)) {
   args.SetServiceConfigJSON(ServiceConfigJson(options_.load_balancing_policy));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  channel_ = grpc::CreateCustomChannel(
-      options_.target, grpc::InsecureChannelCredentials(), args);
+  channel_ =
+      grpc::CreateCustomChannel(options_.target, ChannelCredentials(), args);
   stub_ = quantd::v1::QuantizationService::NewStub(channel_);
 }
 
+std::shared_ptr<grpc::ChannelCredentials> Client::ChannelCredentials() const {
+  const Options::Tls& tls = options_.tls;
+  if (!tls.use_tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.root_certs_pem;
+  ssl.pem_cert_chain = tls.cert_chain_pem;
+  ssl.pem_private_key = tls.private_key_pem;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::SslCredentials(ssl);
+  if (options_.bearer_token.empty()) return credentials;
+  // "authorization: Bearer <token>", only ever sent over this TLS channel.
+  return grpc::CompositeChannelCredentials(
+      credentials, grpc::AccessTokenCredentials(options_.bearer_token));
+}
+
 void Client::PrepareContext(grpc::ClientContext* context) const {
+  // Without TLS, call credentials would be refused by gRPC (they need a
+  // secure channel): plain metadata instead (see Options::bearer_token).
+  if (!options_.tls.use_tls && !options_.bearer_token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options_.bearer_token));
+  }
   if (options_.deadline != absl::InfiniteDuration()) {
     context->set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
   }

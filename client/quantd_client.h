@@ -61,6 +61,21 @@ class Client {
     size_t chunk_bytes = size_t{1} << 20;
     // Spreads calls over every address the target resolves to.
     std::string load_balancing_policy = "round_robin";
+    // Transport security; PEM contents, not paths (quantctl reads the
+    // files). With use_tls, the server is verified against root_certs_pem
+    // (empty: the system's roots); cert_chain_pem and private_key_pem (both
+    // or neither) are the client certificate for mutual TLS.
+    struct Tls {
+      bool use_tls = false;
+      std::string root_certs_pem;
+      std::string cert_chain_pem;
+      std::string private_key_pem;
+    } tls;
+    // Sent as `authorization: Bearer <token>` on every call. With TLS, as
+    // call credentials (encrypted with the call); without TLS as plain call
+    // metadata, readable by anyone on the path: only for loopback or a
+    // network you trust.
+    std::string bearer_token;
   };
 
   explicit Client(Options options);
@@ -94,6 +109,7 @@ class Client {
   absl::StatusOr<ServingStatus> Health(const std::string& service = "");
 
  private:
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   void PrepareContext(grpc::ClientContext* context) const;
 
   const Options options_;

@@ -5,6 +5,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -13,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/auth.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -27,8 +32,41 @@ ABSL_FLAG(uint64_t, max_calibration_batches, 100000,
 ABSL_FLAG(uint64_t, calibration_queue_batches, 4,
           "Calibration batches buffered per call before the server stops "
           "reading the stream (flow control).");
+ABSL_FLAG(int, max_concurrent_jobs, 0,
+          "Quantize/Calibrate jobs running or queued at once; more is "
+          "RESOURCE_EXHAUSTED. 0 = twice the core threads.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM server certificate (chain); with --tls_key_file, serve TLS.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle; when set, mutual TLS: clients must present a "
+          "certificate signed by it.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token (surrounding whitespace trimmed); "
+          "when set, QuantizationService calls need "
+          "'authorization: Bearer <token>'. Health and reflection stay open.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long running calls get to finish.");
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+// The whole file, or nullopt (with a message on stderr) when unreadable.
+std::optional<std::string> ReadFlagFile(const char* flag,
+                                        const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  if (in) contents << in.rdbuf();
+  if (!in || in.bad()) {
+    absl::FPrintF(stderr, "quantd: --%s=%s: cannot read the file\n", flag,
+                  path);
+    return std::nullopt;
+  }
+  return contents.str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -57,15 +95,71 @@ int main(int argc, char** argv) {
   options.limits.calibration_queue_batches =
       absl::GetFlag(FLAGS_calibration_queue_batches);
 
+  options.limits.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  if (options.limits.max_concurrent_jobs < 0) {
+    absl::FPrintF(stderr,
+                  "quantd: --max_concurrent_jobs must be >= 0 (0: twice the "
+                  "core threads)\n");
+    return kExitUsage;
+  }
+
+  // Secrets are read here, once, at startup; the library takes PEM strings.
+  const std::string cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  const std::string key_file = absl::GetFlag(FLAGS_tls_key_file);
+  const std::string client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  if (cert_file.empty() != key_file.empty()) {
+    absl::FPrintF(stderr,
+                  "quantd: --tls_cert_file and --tls_key_file go together: "
+                  "give both (TLS) or neither (plaintext)\n");
+    return kExitUsage;
+  }
+  if (!client_ca_file.empty() && cert_file.empty()) {
+    absl::FPrintF(stderr,
+                  "quantd: --tls_client_ca_file (mutual TLS) needs "
+                  "--tls_cert_file and --tls_key_file\n");
+    return kExitUsage;
+  }
+  const struct {
+    const char* flag;
+    const std::string& path;
+    std::string* out;
+  } files[] = {
+      {"tls_cert_file", cert_file, &options.tls.cert_pem},
+      {"tls_key_file", key_file, &options.tls.key_pem},
+      {"tls_client_ca_file", client_ca_file, &options.tls.client_ca_pem},
+  };
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    std::optional<std::string> contents = ReadFlagFile(file.flag, file.path);
+    if (!contents.has_value()) return kExitUsage;
+    *file.out = std::move(*contents);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file);
+      !path.empty()) {
+    std::optional<std::string> contents = ReadFlagFile("auth_token_file", path);
+    if (!contents.has_value()) return kExitUsage;
+    options.auth.bearer_token = quantd::server::TrimToken(*contents);
+    if (options.auth.bearer_token.empty()) {
+      absl::FPrintF(stderr, "quantd: --auth_token_file=%s is empty\n", path);
+      return kExitUsage;
+    }
+  }
+
   quantd::server::Server server(options);
   if (absl::Status status = server.Start(); !status.ok()) {
     absl::FPrintF(stderr, "quantd: %s\n", status.ToString());
     return 1;
   }
   // Tests and scripts parse this line for the chosen port.
-  absl::PrintF("quantd listening on %s:%d (metrics on :%d, %d core threads)\n",
-               options.listen.host, server.selected_port(),
-               server.metrics_port(), server.core_threads());
+  absl::PrintF(
+      "quantd listening on %s:%d (metrics on :%d, %d core threads, "
+      "max %d jobs, %s%s)\n",
+      options.listen.host, server.selected_port(), server.metrics_port(),
+      server.core_threads(), server.max_concurrent_jobs(),
+      options.tls.cert_pem.empty()
+          ? "plaintext"
+          : (options.tls.client_ca_pem.empty() ? "TLS" : "mutual TLS"),
+      options.auth.bearer_token.empty() ? "" : ", bearer token");
   std::fflush(stdout);
 
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);

@@ -167,9 +167,9 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   enum class Tail { kWait, kWrite, kDone };
 
   JobReactor(const char* method, grpc::CallbackServerContext* context,
-             JobRunner* jobs, Metrics* metrics,
+             JobRunner* jobs, JobLimiter* limiter, Metrics* metrics,
              const QuantizationServiceImpl::Options& options)
-      : jobs_(jobs), metrics_(metrics), options_(options) {
+      : jobs_(jobs), limiter_(limiter), metrics_(metrics), options_(options) {
     call_.method = method;
     call_.context = context;
     call_.start = absl::Now();
@@ -215,7 +215,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     Pump();
   }
 
-  // Call right before submitting: the job's reference.
+  // Call right before submitting: the job's reference and its slot.
   void JobSubmitted() {
     refs_.fetch_add(1, std::memory_order_relaxed);  // Dropped in JobDone.
     metrics_->JobStarted();
@@ -225,6 +225,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   // result (under mu_) when the call is still going and the job succeeded.
   void JobDone(const absl::Status& status, absl::FunctionRef<void()> store) {
     metrics_->JobFinished();
+    limiter_->Release();  // Taken in StartJob.
     std::shared_ptr<BatchQueue> batches;
     {
       absl::MutexLock lock(&mu_);
@@ -315,7 +316,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
                   " bytes")));
           return;
         }
-        StartJob(/*with_queue=*/true);
+        if (!StartJob(/*with_queue=*/true)) return;
         receive_ = Receive::kBatches;
         OnBatchPart();
         return;
@@ -401,7 +402,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
                            declared_)));
           return;
         }
-        StartJob(/*with_queue=*/QueueWithoutBatches());
+        if (!StartJob(/*with_queue=*/QueueWithoutBatches())) return;
         if (queue_for_reads_ != nullptr) queue_for_reads_->Close();
         return;
       case Receive::kBatches:
@@ -410,7 +411,13 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     }
   }
 
-  void StartJob(bool with_queue) {
+  // Submits the job if a slot is free; otherwise finishes the call with
+  // RESOURCE_EXHAUSTED and returns false. The slot goes back in JobDone.
+  bool StartJob(bool with_queue) {
+    if (!limiter_->TryAcquire()) {
+      FinishWith(limiter_->BusyStatus());
+      return false;
+    }
     receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
     if (with_queue) {
       queue_for_reads_ =
@@ -420,6 +427,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
       batches_ = queue_for_reads_;
     }
     Submit(std::move(model_), queue_for_reads_);
+    return true;
   }
 
   void StopJob() {
@@ -492,6 +500,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   JobRunner* const jobs_;
+  JobLimiter* const limiter_;
   Metrics* const metrics_;
   const QuantizationServiceImpl::Options options_;
   const std::shared_ptr<CancellationToken> cancel_ =
@@ -529,9 +538,9 @@ class QuantizeReactor final
     : public JobReactor<QuantizeRequest, QuantizeResponse> {
  public:
   QuantizeReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                  Metrics* metrics,
+                  JobLimiter* limiter, Metrics* metrics,
                   const QuantizationServiceImpl::Options& options)
-      : JobReactor("Quantize", context, jobs, metrics, options) {}
+      : JobReactor("Quantize", context, jobs, limiter, metrics, options) {}
 
  private:
   Part PartOf(const QuantizeRequest& request) const override {
@@ -634,9 +643,9 @@ class CalibrateReactor final
     : public JobReactor<CalibrateRequest, CalibrateResponse> {
  public:
   CalibrateReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                   Metrics* metrics,
+                   JobLimiter* limiter, Metrics* metrics,
                    const QuantizationServiceImpl::Options& options)
-      : JobReactor("Calibrate", context, jobs, metrics, options) {}
+      : JobReactor("Calibrate", context, jobs, limiter, metrics, options) {}
 
  private:
   Part PartOf(const CalibrateRequest& request) const override {
@@ -700,33 +709,78 @@ class CalibrateReactor final
   bool result_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A Quantize/Calibrate call refused before anything is read (bad token,
+// server busy): finishes at once with `status`, counted and logged like any
+// other call.
+template <typename Request, typename Response>
+class RefusedReactor final : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  RefusedReactor(const char* method, grpc::CallbackServerContext* context,
+                 Metrics* metrics, const grpc::Status& status) {
+    CallRecord call;
+    call.method = method;
+    call.context = context;
+    call.start = absl::Now();
+    RecordCall(metrics, call, status);
+    this->Finish(status);
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 QuantizationServiceImpl::QuantizationServiceImpl(Engine* engine,
                                                  Metrics* metrics,
                                                  const Options& options)
-    : owned_jobs_(std::make_unique<EngineJobRunner>(engine)),
-      jobs_(owned_jobs_.get()),
-      metrics_(metrics),
-      options_(options) {}
+    : QuantizationServiceImpl(new EngineJobRunner(engine), metrics, options) {
+  owned_jobs_.reset(jobs_);
+}
 
 QuantizationServiceImpl::QuantizationServiceImpl(JobRunner* jobs,
                                                  Metrics* metrics,
                                                  const Options& options)
-    : jobs_(jobs), metrics_(metrics), options_(options) {}
+    : jobs_(jobs),
+      metrics_(metrics),
+      options_(options),
+      auth_(options.bearer_token),
+      limiter_(std::make_unique<JobLimiter>(
+          options.max_concurrent_jobs > 0 ? options.max_concurrent_jobs
+                                          : 2 * std::max(jobs->threads(), 1))) {
+}
 
 grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>*
 QuantizationServiceImpl::Quantize(grpc::CallbackServerContext* context) {
-  auto* reactor = new QuantizeReactor(context, jobs_, metrics_, options_);
+  if (grpc::Status status = Admit(*context); !status.ok()) {
+    return new RefusedReactor<QuantizeRequest, QuantizeResponse>(
+        "Quantize", context, metrics_, status);
+  }
+  auto* reactor =
+      new QuantizeReactor(context, jobs_, limiter_.get(), metrics_, options_);
   reactor->Begin();
   return reactor;
 }
 
 grpc::ServerBidiReactor<CalibrateRequest, CalibrateResponse>*
 QuantizationServiceImpl::Calibrate(grpc::CallbackServerContext* context) {
-  auto* reactor = new CalibrateReactor(context, jobs_, metrics_, options_);
+  if (grpc::Status status = Admit(*context); !status.ok()) {
+    return new RefusedReactor<CalibrateRequest, CalibrateResponse>(
+        "Calibrate", context, metrics_, status);
+  }
+  auto* reactor =
+      new CalibrateReactor(context, jobs_, limiter_.get(), metrics_, options_);
   reactor->Begin();
   return reactor;
+}
+
+// The token first (an unauthenticated caller learns nothing, not even that
+// the server is busy), then a quick look at the job slots so a busy server
+// refuses before the model is uploaded; the slot itself is taken when the job
+// is submitted (StartJob).
+grpc::Status QuantizationServiceImpl::Admit(
+    const grpc::CallbackServerContext& context) const {
+  if (grpc::Status status = auth_.Check(context); !status.ok()) return status;
+  if (!limiter_->HasRoom()) return limiter_->BusyStatus();
+  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
@@ -737,6 +791,12 @@ grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
   call.method = "GetServerInfo";
   call.context = context;
   call.start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status status = auth_.Check(*context); !status.ok()) {
+    RecordCall(metrics_, call, status);
+    reactor->Finish(status);
+    return reactor;
+  }
   FillServerInfo(response);
   quantd::v1::Limits* limits = response->mutable_limits();
   limits->set_max_model_bytes(options_.max_model_bytes);
@@ -745,8 +805,8 @@ grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
   limits->set_max_calibration_batches(options_.max_calibration_batches);
   limits->set_calibration_queue_batches(
       static_cast<uint32_t>(options_.calibration_queue_batches));
+  limits->set_max_concurrent_jobs(limiter_->limit());
   response->set_core_threads(jobs_->threads());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RecordCall(metrics_, call, grpc::Status::OK);
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -7,10 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
+#include "server/auth.h"
+#include "server/job_limits.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
 
@@ -37,6 +40,13 @@ class QuantizationServiceImpl final
     // flow control, and a call holds at most this many batches (plus the
     // one being read) in memory.
     size_t calibration_queue_batches = 4;
+    // Quantize/Calibrate jobs running or queued in core at once; a call
+    // beyond it is refused with RESOURCE_EXHAUSTED. 0: twice the core
+    // threads.
+    int max_concurrent_jobs = 0;
+    // When not empty, every call must carry `authorization: Bearer <token>`
+    // (else UNAUTHENTICATED); see server/auth.h.
+    std::string bearer_token;
   };
 
   // `engine` and `metrics` must outlive every call, including the core jobs
@@ -60,11 +70,18 @@ class QuantizationServiceImpl final
       const quantd::v1::GetServerInfoRequest* request,
       quantd::v1::ServerInfo* response) override;
 
+  // The job limit in force (max_concurrent_jobs resolved).
+  int max_concurrent_jobs() const { return limiter_->limit(); }
+
  private:
+  grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+
   std::unique_ptr<JobRunner> owned_jobs_;
   JobRunner* const jobs_;
   Metrics* const metrics_;
   const Options options_;
+  const BearerTokenAuth auth_;
+  std::unique_ptr<JobLimiter> limiter_;
 };
 
 }  // namespace quantd::server

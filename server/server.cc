@@ -52,6 +52,20 @@ absl::Status Server::Start() {
         "must be > 0");
   }
 
+  const Options::Tls& tls = options_.tls;
+  if (tls.cert_pem.empty() != tls.key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "tls.cert_pem and tls.key_pem go together: give both or neither");
+  }
+  if (!tls.client_ca_pem.empty() && tls.cert_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "tls.client_ca_pem (mutual TLS) needs tls.cert_pem and tls.key_pem");
+  }
+  if (limits.max_concurrent_jobs < 0) {
+    return absl::InvalidArgumentError(
+        "limits.max_concurrent_jobs must be >= 0 (0: twice the core threads)");
+  }
+
   Metrics::Options metrics_options;
   if (options_.metrics.enabled) {
     metrics_options.bind_address =
@@ -74,6 +88,8 @@ absl::Status Server::Start() {
   service_options.max_message_bytes = limits.max_message_bytes;
   service_options.max_calibration_batches = limits.max_calibration_batches;
   service_options.calibration_queue_batches = limits.calibration_queue_batches;
+  service_options.max_concurrent_jobs = limits.max_concurrent_jobs;
+  service_options.bearer_token = options_.auth.bearer_token;
   service_ = std::make_unique<QuantizationServiceImpl>(
       engine_.get(), metrics_.get(), service_options);
 
@@ -84,7 +100,7 @@ absl::Status Server::Start() {
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(HostPort(options_.listen.host, options_.listen.port),
-                           grpc::InsecureServerCredentials(), &selected_port_);
+                           ServerCredentials(), &selected_port_);
   builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
   builder.SetMaxSendMessageSize(limits.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -108,6 +124,22 @@ absl::Status Server::Start() {
 
 int Server::metrics_port() const {
   return metrics_ == nullptr ? 0 : metrics_->port();
+}
+
+int Server::max_concurrent_jobs() const {
+  return service_ == nullptr ? 0 : service_->max_concurrent_jobs();
+}
+
+std::shared_ptr<grpc::ServerCredentials> Server::ServerCredentials() const {
+  const Options::Tls& tls = options_.tls;
+  if (tls.cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      tls.client_ca_pem.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = tls.client_ca_pem;
+  ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+  return grpc::SslServerCredentials(ssl);
 }
 
 int Server::core_threads() const {

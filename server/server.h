@@ -44,7 +44,24 @@ class Server {
       // stops reading its stream (see QuantizationServiceImpl::Options).
       uint64_t max_calibration_batches = 100000;
       size_t calibration_queue_batches = 4;
+      // Quantize/Calibrate jobs running or queued at once; more is
+      // RESOURCE_EXHAUSTED. 0: twice the core threads.
+      int max_concurrent_jobs = 0;
     } limits;
+    // Transport security, as PEM contents (the binary reads the files).
+    // cert_pem and key_pem: both (TLS) or neither (plaintext). With
+    // client_ca_pem as well, mutual TLS: every client must present a
+    // certificate signed by it.
+    struct Tls {
+      std::string cert_pem;
+      std::string key_pem;
+      std::string client_ca_pem;
+    } tls;
+    struct Auth {
+      // Not empty: every QuantizationService call needs
+      // `authorization: Bearer <token>` (server/auth.h).
+      std::string bearer_token;
+    } auth;
   };
 
   explicit Server(Options options);
@@ -63,6 +80,8 @@ class Server {
   // The metrics port, once started; 0 when metrics are disabled.
   int metrics_port() const;
   int core_threads() const;
+  // The job limit in force, once started.
+  int max_concurrent_jobs() const;
 
   // Blocks until Shutdown (called from another thread) has completed.
   void Wait();
@@ -74,6 +93,8 @@ class Server {
   void Shutdown(absl::Time deadline);
 
  private:
+  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
+
   const Options options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Engine> engine_;
