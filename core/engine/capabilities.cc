@@ -36,6 +36,17 @@ quantd::v1::Capability MakeCapability(Method method, tfq::OpSet op_set,
         "Conv/Gemm/MatMul weights stored INT8 (per-channel, symmetric, "
         "narrow range) behind DequantizeLinear; activations quantized at run "
         "time by DynamicQuantizeLinear -> DequantizeLinear (uint8)");
+  } else if (method == Method::kDynamicRange && op_set == tfq::XLA &&
+             precision == tfq::PRECISION_W8A8) {
+    c.set_supported(true);
+    c.set_note(
+        "integer compute: activations quantized at run time by "
+        "DynamicQuantizeLinear (uint8); MatMul and Gemm (alpha = beta = 1, "
+        "transA = 0) -> MatMulInteger with INT8 weights (per-channel, "
+        "symmetric, narrow range), Conv -> ConvInteger with UINT8 weights "
+        "(int8 + 128, zero point 128: ONNX Runtime's CPU ConvInteger takes "
+        "uint8 x uint8 only); int32 -> Cast -> Mul(x_scale * w_scale) -> Add "
+        "bias; other Gemms are UNIMPLEMENTED");
   } else if (method == Method::kStaticRange && op_set == tfq::TF &&
              precision == tfq::PRECISION_W8A8) {
     c.set_supported(true);

@@ -70,6 +70,10 @@ absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
                               tensorflow::quantization::PRECISION_UNSPECIFIED
                           ? tensorflow::quantization::PRECISION_W8A8
                           : config.options().quantization_precision();
+  options.op_set =
+      config.options().op_set() == tensorflow::quantization::OP_SET_UNSPECIFIED
+          ? tensorflow::quantization::TF
+          : config.options().op_set();
   options.units.assign(
       config.options().unit_wise_quantization_precision().begin(),
       config.options().unit_wise_quantization_precision().end());

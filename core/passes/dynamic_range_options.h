@@ -36,6 +36,10 @@ struct DynamicRangeOptions {
   // options.unit_wise_quantization_precision, as given (checked against the
   // model by UnitPrecision::Resolve when a pass starts).
   UnitPrecisionEntries units;
+  // options.op_set (OP_SET_UNSPECIFIED resolves to TF): TF = QDQ around
+  // float ops, XLA = ConvInteger/MatMulInteger + explicit rescale
+  // (passes/xla_lowering.h).
+  tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
 };
 
 // INVALID_ARGUMENT naming the field for: min_num_elements_for_weights < -1,

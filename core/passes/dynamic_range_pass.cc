@@ -11,6 +11,7 @@
 #include "core/graph/unique_names.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/weight_plan.h"
+#include "core/passes/xla_lowering.h"
 
 namespace quantd::passes {
 namespace {
@@ -53,6 +54,7 @@ class DynamicRangePass {
   std::unique_ptr<graph::UniqueNames> names_;
   WeightPlanResult plan_;
   std::vector<WeightNames> weight_names_;
+  std::vector<std::vector<numerics::QuantParams>> weight_params_;
   PassStats stats_;
 };
 
@@ -64,12 +66,27 @@ absl::StatusOr<PassStats> DynamicRangePass::Run() {
   units_ = std::move(*units);
   plan_ = Plan();
   if (!plan_.weights.empty()) {
-    absl::Status s = PrepareOpset();
+    const bool xla = options_.op_set == tensorflow::quantization::XLA;
+    absl::Status s = xla ? CheckXlaLowerable(*graph_, plan_.weights, options_)
+                         : absl::OkStatus();
+    if (!s.ok()) return s;
+    s = PrepareOpset();
     if (!s.ok()) return s;
     if (hooks_.on_planned) hooks_.on_planned(plan_.weights.size());
     s = QuantizeWeights();
     if (!s.ok()) return s;
-    Rewrite();
+    if (xla) {
+      s = LowerToXla(plan_.weights, weight_names_, weight_params_,
+                     model_->ir_version(), names_.get(), graph_);
+      if (!s.ok()) return s;
+      absl::flat_hash_set<int> consumers;
+      for (const WeightPlan& w : plan_.weights) {
+        consumers.insert(w.consumers.begin(), w.consumers.end());
+      }
+      stats_.quantized_nodes = static_cast<int>(consumers.size());
+    } else {
+      Rewrite();
+    }
   }
   if (plan_.weights.empty() && hooks_.on_planned) hooks_.on_planned(0);
   stats_.skipped = std::move(plan_.skipped);
@@ -111,6 +128,7 @@ absl::Status DynamicRangePass::QuantizeWeights() {
   stats_.quantized_tensors = done->quantized;
   stats_.weight_bytes_before = done->bytes_before;
   stats_.weight_bytes_after = done->bytes_after;
+  weight_params_ = std::move(done->params);
   return absl::OkStatus();
 }
 

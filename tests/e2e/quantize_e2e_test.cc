@@ -151,12 +151,12 @@ TEST_F(QuantizeE2eTest, MethodUnspecifiedIsInvalidArgument) {
 
 TEST_F(QuantizeE2eTest, NotYetImplementedValuesAreUnimplementedByName) {
   TempDir tmp;
-  CommandResult r = Quantctl({"quantize", "--model=" + kModel,
-                              "--output=" + tmp.File("out.onnx"),
-                              "--method=dynamic_range", "--op_set=xla"});
+  CommandResult r = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + tmp.File("out.onnx"),
+       "--method=dynamic_range", "--op_set=uniform_quantized"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, StartsWith("UNIMPLEMENTED: "));
-  EXPECT_THAT(r.err, HasSubstr("XLA"));
+  EXPECT_THAT(r.err, HasSubstr("UNIFORM_QUANTIZED"));
   ExpectServing();
 }
 

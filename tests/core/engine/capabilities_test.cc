@@ -70,7 +70,6 @@ TEST(CheckSupportedTest, OtherCombinationsAreUnimplementedAndNamed) {
   };
   for (const Case& c :
        {Case{Options(tfq::QuantizationMethod::STATIC_RANGE, tfq::XLA), "XLA"},
-        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::XLA), "XLA"},
         Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
                      tfq::UNIFORM_QUANTIZED),
              "UNIFORM_QUANTIZED"},
@@ -84,6 +83,7 @@ TEST(CheckSupportedTest, OtherCombinationsAreUnimplementedAndNamed) {
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.named;
     EXPECT_THAT(Message(s), HasSubstr(c.named));
     EXPECT_THAT(Message(s), HasSubstr("DYNAMIC_RANGE + TF + PRECISION_W8A8"));
+    EXPECT_THAT(Message(s), HasSubstr("DYNAMIC_RANGE + XLA + PRECISION_W8A8"));
     EXPECT_THAT(Message(s), HasSubstr("STATIC_RANGE + TF + PRECISION_W8A8"));
   }
 }
@@ -113,6 +113,8 @@ TEST(CheckSupportedTest, UnitWiseIsAcceptedAndCheckedByThePasses) {
   u->set_quantization_precision(tfq::PRECISION_W8A8);
   EXPECT_TRUE(CheckSupported(o).ok());
   o.set_op_set(tfq::XLA);
+  EXPECT_TRUE(CheckSupported(o).ok());
+  o.set_op_set(tfq::UNIFORM_QUANTIZED);
   absl::Status s = CheckSupported(o);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(Message(s), HasSubstr("unit_wise_quantization_precision[0]"));
@@ -123,8 +125,9 @@ TEST(CapabilityTableTest, CoversEveryCombinationOnce) {
   ASSERT_EQ(CapabilityTable().size(), 24u);
   int supported = 0;
   for (const auto& c : CapabilityTable()) supported += c.supported();
-  // FULL everywhere, plus TF/W8A8 for both methods.
-  EXPECT_EQ(supported, 2 * 3 + 2);
+  // FULL everywhere, plus TF/W8A8 for both methods and XLA/W8A8 for
+  // DYNAMIC_RANGE.
+  EXPECT_EQ(supported, 2 * 3 + 3);
 }
 
 TEST(FillServerInfoTest, FillsCapabilities) {
@@ -133,7 +136,7 @@ TEST(FillServerInfoTest, FillsCapabilities) {
   EXPECT_EQ(info.version(), QUANTD_VERSION);
   EXPECT_THAT(info.methods(),
               ::testing::ElementsAre("STATIC_RANGE", "DYNAMIC_RANGE"));
-  EXPECT_THAT(info.op_sets(), ::testing::ElementsAre(tfq::TF));
+  EXPECT_THAT(info.op_sets(), ::testing::ElementsAre(tfq::TF, tfq::XLA));
   EXPECT_THAT(info.precisions(),
               ::testing::ElementsAre(tfq::PRECISION_FULL, tfq::PRECISION_W8A8));
   EXPECT_THAT(info.quantizable_op_types(),

@@ -149,7 +149,7 @@ TEST(RunQuantizeTest, OptionErrorsComeBeforeParsing) {
   EXPECT_THAT(Message(s), HasSubstr("activation_params.bits"));
 
   c = DynamicRange();
-  c.mutable_options()->set_op_set(tfq::XLA);
+  c.mutable_options()->set_op_set(tfq::UNIFORM_QUANTIZED);
   EXPECT_EQ(RunJob(c, "x").status().code(), absl::StatusCode::kUnimplemented);
   c = DynamicRange();
   c.mutable_options()->set_min_num_elements_for_weights(-5);
