@@ -1,11 +1,17 @@
 #include "server/quantization_service.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -32,11 +38,58 @@ using quantd::v1::QuantizeRequest;
 using quantd::v1::QuantizeResponse;
 using quantd::v1::TensorBatch;
 
+// The client's x-request-id, made safe for a log line: printable ASCII
+// without spaces or quotes (anything else becomes '_'), at most
+// kMaxRequestIdChars; empty when the client sent none.
+std::string ClientRequestId(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kRequestIdKey);
+  if (it == metadata.end()) return "";
+  std::string id(it->second.data(),
+                 std::min(it->second.size(), kMaxRequestIdChars));
+  for (char& c : id) {
+    if (c < 0x21 || c > 0x7e || c == '"') c = '_';
+  }
+  return id;
+}
+
+// Calls with a model at least this big give the freed heap back to the OS
+// when they are done (see TrimHeap).
+constexpr uint64_t kTrimHeapAfterModelBytes = uint64_t{16} << 20;
+
+// A big call's buffers (the model, its chunks, the parsed graph, the output)
+// are freed when the call and its job are done, but glibc keeps freed heap
+// pages in its arenas: without this, RSS ratchets up call after call
+// (fragmentation, not a leak) and a replica looks like it is leaking.
+void TrimHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+// A fresh id for a call whose client sent none: 16 random hex digits.
+std::string GenerateRequestId() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return absl::StrFormat("%016x", gen());
+}
+
 // What every call reports when it finishes: one metrics update and one log
 // line, so a call seen in the logs is also counted, and vice versa.
 struct CallRecord {
+  // Fills in the call's identity and start, and sends its request id back
+  // in the initial metadata (so must run before anything is sent).
+  void Begin(const char* call_method, grpc::CallbackServerContext* call) {
+    method = call_method;
+    context = call;
+    start = absl::Now();
+    request_id = ClientRequestId(*call);
+    if (request_id.empty()) request_id = GenerateRequestId();
+    call->AddInitialMetadata(kRequestIdKey, request_id);
+  }
+
   const char* method = "";
   const grpc::CallbackServerContext* context = nullptr;
+  std::string request_id;
   absl::Time start;
   // Atomic: a call may finish (cancelled) on another thread while a chunk is
   // still being counted.
@@ -59,9 +112,10 @@ void RecordCall(Metrics* metrics, const CallRecord& call,
           ? ""
           : absl::StrFormat(" calibration_batches=%d", call.batches.load());
   absl::FPrintF(stderr,
-                "quantd call method=%s code=%s duration_s=%.3f bytes_in=%d "
-                "bytes_out=%d%s peer=%s%s\n",
-                call.method, StatusCodeName(status.error_code()), seconds,
+                "quantd call method=%s request_id=%s code=%s duration_s=%.3f "
+                "bytes_in=%d bytes_out=%d%s peer=%s%s\n",
+                call.method, call.request_id,
+                StatusCodeName(status.error_code()), seconds,
                 call.bytes_in.load(), call.bytes_out.load(), batches,
                 call.context->peer(), detail);
 }
@@ -154,25 +208,31 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   // Cancelled by the client, its deadline, or server shutdown: stop core
   // promptly (also when it waits for a batch) and finish now rather than
-  // when the job notices.
+  // when the job notices. The status (logged and counted; the client has
+  // its own) says which of the three it was.
   void OnCancel() final {
     StopJob();
-    FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
-                            "call cancelled (client, deadline or shutdown)"));
+    FinishWith(CancelStatus());
   }
 
-  void OnDone() final { Unref(); }
+  void OnDone() final {
+    calls_->Exit();  // Entered in QuantizationServiceImpl::Admit.
+    Unref();
+  }
 
  protected:
   enum class Tail { kWait, kWrite, kDone };
 
   JobReactor(const char* method, grpc::CallbackServerContext* context,
              JobRunner* jobs, JobLimiter* limiter, Metrics* metrics,
+             CallTracker* calls,
              const QuantizationServiceImpl::Options& options)
-      : jobs_(jobs), limiter_(limiter), metrics_(metrics), options_(options) {
-    call_.method = method;
-    call_.context = context;
-    call_.start = absl::Now();
+      : jobs_(jobs),
+        limiter_(limiter),
+        metrics_(metrics),
+        calls_(calls),
+        options_(options) {
+    call_.Begin(method, context);
   }
   ~JobReactor() override = default;
 
@@ -227,8 +287,10 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     metrics_->JobFinished();
     limiter_->Release();  // Taken in StartJob.
     std::shared_ptr<BatchQueue> batches;
+    std::optional<absl::Time> call_finished_at;
     {
       absl::MutexLock lock(&mu_);
+      call_finished_at = finished_at_;
       if (!status.ok()) {
         if (!finish_status_.has_value()) {
           finish_status_ = ToGrpcStatus(status);
@@ -241,6 +303,16 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     // Nobody pops any more: drop what the client sent beyond what the job
     // wanted.
     if (batches != nullptr) batches->Abort();
+    // The call ended (cancelled, failed) before its job: say when the job
+    // let go, so how promptly core stops is visible in the logs.
+    if (call_finished_at.has_value()) {
+      absl::FPrintF(stderr,
+                    "quantd job-ended method=%s request_id=%s code=%s "
+                    "after_call_s=%.3f\n",
+                    call_.method, call_.request_id,
+                    StatusCodeName(ToGrpcStatus(status).error_code()),
+                    absl::ToDoubleSeconds(absl::Now() - *call_finished_at));
+    }
     Pump();
     Unref();
   }
@@ -252,7 +324,31 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   enum class Action { kNone, kWrite, kFinish };
 
   void Unref() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const bool big = declared_ >= kTrimHeapAfterModelBytes;
+    delete this;
+    if (big) TrimHeap();
+  }
+
+  // Why the call was cancelled; `during` is appended to the message.
+  grpc::Status CancelStatus(absl::string_view during = "") const {
+    // The client's own timer usually fires (and resets the stream) a moment
+    // before ours, so a deadline that is about to pass counts as passed.
+    constexpr auto kDeadlineSlack = std::chrono::milliseconds(500);
+    if (call_.context->deadline() <=
+        std::chrono::system_clock::now() + kDeadlineSlack) {
+      return grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("the client's deadline expired", during));
+    }
+    if (calls_->draining()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          absl::StrCat("server shutting down: the call "
+                                       "outlived the shutdown grace period",
+                                       during));
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        absl::StrCat("the client cancelled the call", during));
   }
 
   // Starts the next read unless the call is over. `reading_` keeps Finish
@@ -384,8 +480,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   void OnHalfClose() {
     if (call_.context->IsCancelled()) {
-      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
-                              "call cancelled while receiving the request"));
+      FinishWith(CancelStatus(" while receiving the request"));
       return;
     }
     switch (receive_) {
@@ -494,6 +589,8 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   Action FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     finished_ = true;
+    // Only a job still running cares (see JobDone).
+    if (refs_.load(std::memory_order_relaxed) > 1) finished_at_ = absl::Now();
     final_status_ = std::move(status);
     if (!finish_status_.has_value()) finish_status_ = final_status_;
     return Action::kFinish;
@@ -502,6 +599,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   JobRunner* const jobs_;
   JobLimiter* const limiter_;
   Metrics* const metrics_;
+  CallTracker* const calls_;
   const QuantizationServiceImpl::Options options_;
   const std::shared_ptr<CancellationToken> cancel_ =
       std::make_shared<CancellationToken>();
@@ -526,6 +624,8 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   // Set once the call must end: an error, or OK once everything is sent.
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // When the call finished, if its job was still running then.
+  std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   // Owned by the one writer / the one finisher (writing_ / finished_).
   Response current_;
   grpc::Status final_status_;
@@ -538,9 +638,10 @@ class QuantizeReactor final
     : public JobReactor<QuantizeRequest, QuantizeResponse> {
  public:
   QuantizeReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                  JobLimiter* limiter, Metrics* metrics,
+                  JobLimiter* limiter, Metrics* metrics, CallTracker* calls,
                   const QuantizationServiceImpl::Options& options)
-      : JobReactor("Quantize", context, jobs, limiter, metrics, options) {}
+      : JobReactor("Quantize", context, jobs, limiter, metrics, calls,
+                   options) {}
 
  private:
   Part PartOf(const QuantizeRequest& request) const override {
@@ -643,9 +744,10 @@ class CalibrateReactor final
     : public JobReactor<CalibrateRequest, CalibrateResponse> {
  public:
   CalibrateReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                   JobLimiter* limiter, Metrics* metrics,
+                   JobLimiter* limiter, Metrics* metrics, CallTracker* calls,
                    const QuantizationServiceImpl::Options& options)
-      : JobReactor("Calibrate", context, jobs, limiter, metrics, options) {}
+      : JobReactor("Calibrate", context, jobs, limiter, metrics, calls,
+                   options) {}
 
  private:
   Part PartOf(const CalibrateRequest& request) const override {
@@ -718,9 +820,7 @@ class RefusedReactor final : public grpc::ServerBidiReactor<Request, Response> {
   RefusedReactor(const char* method, grpc::CallbackServerContext* context,
                  Metrics* metrics, const grpc::Status& status) {
     CallRecord call;
-    call.method = method;
-    call.context = context;
-    call.start = absl::Now();
+    call.Begin(method, context);
     RecordCall(metrics, call, status);
     this->Finish(status);
   }
@@ -754,8 +854,8 @@ QuantizationServiceImpl::Quantize(grpc::CallbackServerContext* context) {
     return new RefusedReactor<QuantizeRequest, QuantizeResponse>(
         "Quantize", context, metrics_, status);
   }
-  auto* reactor =
-      new QuantizeReactor(context, jobs_, limiter_.get(), metrics_, options_);
+  auto* reactor = new QuantizeReactor(context, jobs_, limiter_.get(), metrics_,
+                                      &calls_, options_);
   reactor->Begin();
   return reactor;
 }
@@ -766,21 +866,66 @@ QuantizationServiceImpl::Calibrate(grpc::CallbackServerContext* context) {
     return new RefusedReactor<CalibrateRequest, CalibrateResponse>(
         "Calibrate", context, metrics_, status);
   }
-  auto* reactor =
-      new CalibrateReactor(context, jobs_, limiter_.get(), metrics_, options_);
+  auto* reactor = new CalibrateReactor(context, jobs_, limiter_.get(), metrics_,
+                                       &calls_, options_);
   reactor->Begin();
   return reactor;
 }
 
 // The token first (an unauthenticated caller learns nothing, not even that
-// the server is busy), then a quick look at the job slots so a busy server
-// refuses before the model is uploaded; the slot itself is taken when the job
-// is submitted (StartJob).
+// the server is busy), then whether the server is draining, then a quick look
+// at the job slots so a busy server refuses before the model is uploaded; the
+// slot itself is taken when the job is submitted (StartJob). An admitted call
+// is counted in calls_ until its OnDone.
 grpc::Status QuantizationServiceImpl::Admit(
     const grpc::CallbackServerContext& context) const {
   if (grpc::Status status = auth_.Check(context); !status.ok()) return status;
-  if (!limiter_->HasRoom()) return limiter_->BusyStatus();
+  if (!calls_.Enter()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "quantd is shutting down (draining running calls) "
+                        "and takes no new calls; retry on another replica");
+  }
+  if (!limiter_->HasRoom()) {
+    calls_.Exit();
+    return limiter_->BusyStatus();
+  }
   return grpc::Status::OK;
+}
+
+bool CallTracker::Enter() {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return false;
+  ++active_;
+  return true;
+}
+
+void CallTracker::Exit() {
+  absl::MutexLock lock(&mu_);
+  --active_;
+}
+
+void CallTracker::StartDraining() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool CallTracker::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+int CallTracker::active() const {
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
+int CallTracker::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](int* active) { return *active == 0; }, &active_),
+      deadline);
+  return active_;
 }
 
 grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
@@ -788,9 +933,7 @@ grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
     const quantd::v1::GetServerInfoRequest* /*request*/,
     quantd::v1::ServerInfo* response) {
   CallRecord call;
-  call.method = "GetServerInfo";
-  call.context = context;
-  call.start = absl::Now();
+  call.Begin("GetServerInfo", context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (grpc::Status status = auth_.Check(*context); !status.ok()) {
     RecordCall(metrics_, call, status);

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
@@ -18,6 +20,34 @@
 #include "server/metrics.h"
 
 namespace quantd::server {
+
+// The metadata key of a call's request id: taken from the client when it
+// sends one (sanitized), else generated; always sent back in the initial
+// metadata and logged with the call.
+inline constexpr char kRequestIdKey[] = "x-request-id";
+// Longest client-supplied request id kept (longer ones are truncated).
+inline constexpr size_t kMaxRequestIdChars = 128;
+
+// Quantize/Calibrate calls in progress (admitted, not yet done) and whether
+// the server is draining (refusing new ones). Thread-safe.
+class CallTracker {
+ public:
+  // Counts a new call in; false (and not counted) when draining.
+  bool Enter();
+  // A call counted by Enter is done.
+  void Exit();
+  void StartDraining();
+  bool draining() const;
+  int active() const;
+  // Blocks until no call is in progress or `deadline`; returns the calls
+  // still in progress.
+  int WaitIdle(absl::Time deadline);
+
+ private:
+  mutable absl::Mutex mu_;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 class QuantizationServiceImpl final
     : public quantd::v1::QuantizationService::CallbackService {
@@ -73,6 +103,14 @@ class QuantizationServiceImpl final
   // The job limit in force (max_concurrent_jobs resolved).
   int max_concurrent_jobs() const { return limiter_->limit(); }
 
+  // Server shutdown, first step: from now on new Quantize/Calibrate calls are
+  // refused with UNAVAILABLE (so clients retry elsewhere) while the running
+  // ones go on.
+  void StartDraining() { calls_.StartDraining(); }
+  // Waits until no Quantize/Calibrate call is in progress, or `deadline`;
+  // returns how many still are.
+  int WaitForCalls(absl::Time deadline) { return calls_.WaitIdle(deadline); }
+
  private:
   grpc::Status Admit(const grpc::CallbackServerContext& context) const;
 
@@ -82,6 +120,8 @@ class QuantizationServiceImpl final
   const Options options_;
   const BearerTokenAuth auth_;
   std::unique_ptr<JobLimiter> limiter_;
+  // Mutable: Admit counts the call in.
+  mutable CallTracker calls_;
 };
 
 }  // namespace quantd::server

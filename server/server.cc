@@ -1,9 +1,11 @@
 #include "server/server.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -157,6 +159,18 @@ void Server::Shutdown(absl::Time deadline) {
   if (shut_down_ || grpc_server_ == nullptr) return;
   shut_down_ = true;
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  // Drain while still listening: health checks (on new connections too) see
+  // NOT_SERVING, new Quantize/Calibrate calls are refused with a clear
+  // UNAVAILABLE (clients retry another replica), and running calls go on.
+  // gRPC's own Shutdown would close the listener and refuse new streams at
+  // the transport, so nobody could see NOT_SERVING.
+  service_->StartDraining();
+  if (const int left = service_->WaitForCalls(deadline); left > 0) {
+    absl::FPrintF(stderr,
+                  "quantd: shutdown grace over: cancelling %d running "
+                  "call(s)\n",
+                  left);
+  }
   // Returns once every call has finished (calls still running at the
   // deadline are cancelled, which also cancels their core jobs).
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));

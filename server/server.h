@@ -86,10 +86,12 @@ class Server {
   // Blocks until Shutdown (called from another thread) has completed.
   void Wait();
 
-  // Health goes NOT_SERVING (so load balancers stop sending calls), new calls
-  // are refused, running calls get until `deadline` to finish and are then
-  // cancelled; core jobs are then waited for. Safe to call more than once and
-  // from any thread.
+  // Health goes NOT_SERVING (so load balancers stop sending calls) and new
+  // Quantize/Calibrate calls are refused with UNAVAILABLE while the server
+  // still listens; running calls get until `deadline` to finish (the
+  // listener closes as soon as none is left) and are then cancelled; core
+  // jobs are then waited for. Safe to call more than once and from any
+  // thread; a second call waits for the first.
   void Shutdown(absl::Time deadline);
 
  private:

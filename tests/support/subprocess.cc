@@ -92,7 +92,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 }
 
 ServerProcess::ServerProcess(const std::vector<std::string>& extra,
-                             const std::string& binary) {
+                             const std::string& binary,
+                             const std::string& stderr_file) {
   int out_pipe[2];
   if (pipe(out_pipe) != 0) return;
   std::vector<std::string> args = {binary, "--port=0", "--metrics_port=0",
@@ -103,6 +104,10 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra,
   if (pid_ == 0) {
     dup2(out_pipe[1], 1);
     close(out_pipe[0]);
+    if (!stderr_file.empty()) {
+      int err = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) dup2(err, 2);
+    }
     execv(cargs[0], cargs.data());
     perror("execv");
     _exit(127);

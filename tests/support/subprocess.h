@@ -27,9 +27,12 @@ class ServerProcess {
  public:
   // Starts `binary` (default: QUANTD_SERVER_BIN) with --port=0
   // --metrics_port=0 plus `extra` flags, and waits (up to 30 s) for its
-  // "listening on" line. ok() tells whether it came up.
+  // "listening on" line. ok() tells whether it came up. The server's stderr
+  // goes to the test's stderr, or to the file `stderr_file` (created or
+  // truncated) when not empty.
   explicit ServerProcess(const std::vector<std::string>& extra = {},
-                         const std::string& binary = QUANTD_SERVER_BIN);
+                         const std::string& binary = QUANTD_SERVER_BIN,
+                         const std::string& stderr_file = "");
   ~ServerProcess();
 
   bool ok() const { return port_ > 0; }
