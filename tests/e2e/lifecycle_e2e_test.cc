@@ -442,7 +442,12 @@ TEST(LifecycleE2eTest, DeadlineCancelsTheCoreJobPromptlyWithoutLeaking) {
         << "core job slow to stop";
   }
   ASSERT_GT(rss_first, 0);
-  EXPECT_LE(rss_last, rss_first * 3 / 2);
+  // No per-call leak: over the 20 cancelled calls RSS grows by less than one
+  // model, so even 10% of a model kept per call would fail. (A ratio to the
+  // RSS after call 1 is not a sound bound: that baseline depends on how far
+  // the first call got, and glibc's per-thread arenas fill up in plateaus,
+  // e.g. 70 -> 123 MiB here, before they level off.)
+  EXPECT_LT(rss_last - rss_first, static_cast<int64_t>(model.size()));
   // Still healthy and working after all that.
   client::Client client(ClientOptions(server));
   absl::StatusOr<client::ServingStatus> health = client.Health();
