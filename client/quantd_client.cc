@@ -211,6 +211,31 @@ class RequestSequence {
   bool batches_done_ = false;
 };
 
+// Fills `request` with the next part of a Quantize or Calibrate stream: the
+// config, a model chunk, or a batch (which `sequence` writes into `batch`, a
+// field of `request`). False once the stream is complete.
+template <typename Request, typename Config>
+absl::StatusOr<bool> FillNextRequest(RequestSequence* sequence,
+                                     const Config& config, Request* request,
+                                     quantd::v1::TensorBatch* batch) {
+  absl::string_view chunk;
+  absl::StatusOr<RequestSequence::Kind> kind = sequence->Next(&chunk, batch);
+  if (!kind.ok()) return kind.status();
+  switch (*kind) {
+    case RequestSequence::Kind::kConfig:
+      *request->mutable_config() = config;
+      return true;
+    case RequestSequence::Kind::kChunk:
+      request->set_model_chunk(chunk.data(), chunk.size());
+      return true;
+    case RequestSequence::Kind::kBatch:
+      return true;
+    case RequestSequence::Kind::kEnd:
+      break;
+  }
+  return false;
+}
+
 }  // namespace
 
 const char* ServingStatusName(ServingStatus status) {
@@ -285,23 +310,8 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
   RequestSequence sequence(model_bytes, options_.chunk_bytes,
                            &calibration_batches);
   auto next = [&](QuantizeRequest* request) -> absl::StatusOr<bool> {
-    absl::string_view chunk;
-    absl::StatusOr<RequestSequence::Kind> kind =
-        sequence.Next(&chunk, request->mutable_calibration_batch());
-    if (!kind.ok()) return kind.status();
-    switch (*kind) {
-      case RequestSequence::Kind::kConfig:
-        *request->mutable_config() = config;
-        return true;
-      case RequestSequence::Kind::kChunk:
-        request->set_model_chunk(chunk.data(), chunk.size());
-        return true;
-      case RequestSequence::Kind::kBatch:
-        return true;
-      case RequestSequence::Kind::kEnd:
-        break;
-    }
-    return false;
+    return FillNextRequest(&sequence, config, request,
+                           request->mutable_calibration_batch());
   };
 
   QuantizeOutcome outcome;
@@ -362,23 +372,8 @@ absl::StatusOr<quantd::v1::CalibrationResult> Client::Calibrate(
   config.set_model_size_bytes(model_bytes.size());
   RequestSequence sequence(model_bytes, options_.chunk_bytes, &next_batch);
   auto next = [&](CalibrateRequest* request) -> absl::StatusOr<bool> {
-    absl::string_view chunk;
-    absl::StatusOr<RequestSequence::Kind> kind =
-        sequence.Next(&chunk, request->mutable_batch());
-    if (!kind.ok()) return kind.status();
-    switch (*kind) {
-      case RequestSequence::Kind::kConfig:
-        *request->mutable_config() = config;
-        return true;
-      case RequestSequence::Kind::kChunk:
-        request->set_model_chunk(chunk.data(), chunk.size());
-        return true;
-      case RequestSequence::Kind::kBatch:
-        return true;
-      case RequestSequence::Kind::kEnd:
-        break;
-    }
-    return false;
+    return FillNextRequest(&sequence, config, request,
+                           request->mutable_batch());
   };
 
   std::optional<quantd::v1::CalibrationResult> result;
