@@ -12,6 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   python3-torch python3-torchvision python3-sklearn python3-numpy python3-onnx
   nodejs npm curl
+  # Client SDK for Python, the Prometheus scrape test, manifest checks.
+  python3-grpcio python3-grpc-tools prometheus yamllint
 )
 
 missing=()
