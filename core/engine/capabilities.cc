@@ -158,18 +158,20 @@ absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
       }
     }
   }
+  std::string why = "not implemented";
   for (const auto& c : CapabilityTable()) {
     if (c.method() == MethodName(resolved.method) &&
         c.op_set() == resolved.op_set && c.precision() == resolved.precision) {
       if (c.supported()) return absl::OkStatus();
+      why = c.note();  // The table says why the combination is refused.
       break;
     }
   }
-  return absl::UnimplementedError(
-      absl::StrCat("method ", MethodName(resolved.method), " with op_set ",
-                   OpSetName(resolved.op_set), " and precision ",
-                   PrecisionName(resolved.precision), " is not implemented; ",
-                   SupportedList()));
+  return absl::UnimplementedError(absl::StrCat(
+      "method ", MethodName(resolved.method), " with op_set ",
+      OpSetName(resolved.op_set), " and precision ",
+      PrecisionName(resolved.precision), " is not available: ", why, "; ",
+      SupportedList()));
 }
 
 const std::vector<std::string>& QuantizableOpTypes() {
@@ -192,8 +194,13 @@ void FillServerInfo(quantd::v1::ServerInfo* info) {
     if (!has_op_set) info->add_op_sets(c.op_set());
   }
   for (const auto& m : methods) info->add_methods(m);
-  info->add_precisions(tfq::PRECISION_FULL);
-  info->add_precisions(tfq::PRECISION_W8A8);
+  // Every precision some (method, op set) serves, in the table's order.
+  for (const auto& c : CapabilityTable()) {
+    if (!c.supported()) continue;
+    bool listed = false;
+    for (int p : info->precisions()) listed |= p == c.precision();
+    if (!listed) info->add_precisions(c.precision());
+  }
   for (const auto& t : QuantizableOpTypes()) info->add_quantizable_op_types(t);
   for (const auto& c : CapabilityTable()) *info->add_capabilities() = c;
   info->set_min_input_opset(kMinInputOpset);
