@@ -10,8 +10,12 @@ namespace {
 
 // The opsets whose semantics the kernels implement (they branch on the
 // version where an op changed, e.g. Softmax 13, Squeeze 13, ReduceMean 18).
+// Opsets 19 to 21 changed the supported ops only by new element types
+// (refused by type unless held, like INT4) or new attributes / attribute
+// values (AveragePool dilations, Cast saturate, Pad "wrap", Q/DQ block_size
+// and output_dtype), which kernels read or refuse by name.
 constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 18;
+constexpr int64_t kMaxOpset = 21;
 
 bool IsDefaultDomain(const std::string& d) {
   return d.empty() || d == "ai.onnx";

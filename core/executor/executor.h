@@ -1,5 +1,6 @@
-// The FP32 graph executor: runs an ONNX model (default domain, opsets 7-18,
-// no subgraphs) on Eigen, for calibration (activation ranges through
+// The FP32 graph executor: runs an ONNX model (default domain, opsets 7-21,
+// no subgraphs; float ops plus the quantized ones of QDQ, integer and QLinear
+// models) on Eigen, for calibration (activation ranges through
 // RunOptions::on_tensor) and fidelity reports.
 #ifndef QUANTD_CORE_EXECUTOR_EXECUTOR_H_
 #define QUANTD_CORE_EXECUTOR_EXECUTOR_H_

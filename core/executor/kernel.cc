@@ -132,6 +132,7 @@ const OpRegistry& GlobalOpRegistry() {
     RegisterElementwiseOps(r);
     RegisterNnOps(r);
     RegisterShapeOps(r);
+    RegisterQuantOps(r);
     return r;
   }();
   return *registry;

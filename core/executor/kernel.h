@@ -150,6 +150,7 @@ class OpRegistry {
 void RegisterElementwiseOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
 void RegisterShapeOps(OpRegistry* r);
+void RegisterQuantOps(OpRegistry* r);
 
 // The registry of every supported op, built once.
 const OpRegistry& GlobalOpRegistry();

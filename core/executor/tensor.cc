@@ -1,11 +1,13 @@
 #include "core/executor/tensor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/graph/tensor_util.h"
+#include "core/numerics/int4.h"
 
 namespace quantd::executor {
 namespace {
@@ -37,6 +39,10 @@ int64_t ElementSize(int32_t dtype) {
     case TensorProto::INT8:
     case TensorProto::UINT8:
     case TensorProto::BOOL:
+    // 4-bit values are held one per byte (sign-extended for INT4) so
+    // kernels index them like int8; only FromProto/ToProto see the packing.
+    case numerics::kOnnxInt4:
+    case numerics::kOnnxUint4:
       return 1;
     default:
       return 0;
@@ -44,6 +50,23 @@ int64_t ElementSize(int32_t dtype) {
 }
 
 std::string DataTypeName(int32_t dtype) {
+  // Types newer than Debian's libonnx (1.12), whose enum lacks their names.
+  switch (dtype) {
+    case 17:
+      return "FLOAT8E4M3FN";
+    case 18:
+      return "FLOAT8E4M3FNUZ";
+    case 19:
+      return "FLOAT8E5M2";
+    case 20:
+      return "FLOAT8E5M2FNUZ";
+    case numerics::kOnnxUint4:
+      return "UINT4";
+    case numerics::kOnnxInt4:
+      return "INT4";
+    case 23:
+      return "FLOAT4E2M1";
+  }
   if (TensorProto::DataType_IsValid(dtype)) {
     return TensorProto::DataType_Name(
         static_cast<TensorProto::DataType>(dtype));
@@ -97,8 +120,10 @@ int64_t Tensor::IntAt(int64_t i) const {
     case TensorProto::INT32:
       return data<int32_t>()[i];
     case TensorProto::INT8:
+    case numerics::kOnnxInt4:
       return data<int8_t>()[i];
     case TensorProto::UINT8:
+    case numerics::kOnnxUint4:
       return data<uint8_t>()[i];
     case TensorProto::BOOL:
       return data<bool>()[i];
@@ -117,6 +142,45 @@ std::vector<int64_t> Tensor::ToInt64Vector() const {
   return v;
 }
 
+namespace {
+
+// INT4 / UINT4: raw_data holds the packed bytes; int32_data holds one packed
+// byte per entry (onnx.proto: "UINT4 and INT4 values must be packed to
+// 4bitx2 prior to writing to the buffer").
+absl::StatusOr<Tensor> FourBitFromProto(const TensorProto& proto) {
+  const int64_t n = graph::NumElements(proto);
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", proto.name(), "' has a negative or overflowing shape"));
+  }
+  std::string packed;
+  if (proto.has_raw_data()) {
+    packed = proto.raw_data();
+  } else {
+    packed.reserve(proto.int32_data_size());
+    for (int32_t v : proto.int32_data()) {
+      if (v < 0 || v > 255) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", proto.name(), "': int32_data entry ", v,
+                         " is not a byte of packed 4-bit values"));
+      }
+      packed.push_back(static_cast<char>(v));
+    }
+  }
+  const bool is_signed = proto.data_type() == numerics::kOnnxInt4;
+  absl::StatusOr<std::vector<int8_t>> values =
+      numerics::UnpackInt4(packed, n, is_signed);
+  if (!values.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", proto.name(), "': ", values.status().message()));
+  }
+  Tensor t(static_cast<DataType>(proto.data_type()), graph::Dims(proto));
+  if (n > 0) std::memcpy(t.raw(), values->data(), n);
+  return t;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
   const int32_t type = proto.data_type();
   if (ElementSize(type) == 0) {
@@ -128,6 +192,7 @@ absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor '", proto.name(), "' stores its values in an external file"));
   }
+  if (numerics::IsFourBitType(type)) return FourBitFromProto(proto);
   absl::Status s = graph::CheckTensorSize(proto);
   if (!s.ok()) return s;
   Tensor t(static_cast<DataType>(type), graph::Dims(proto));
@@ -166,6 +231,19 @@ TensorProto Tensor::ToProto(const std::string& name) const {
   p.set_name(name);
   p.set_data_type(dtype_);
   for (int64_t d : shape_) p.add_dims(d);
+  if (numerics::IsFourBitType(dtype_)) {
+    // Every producer of 4-bit values (FromProto, the quantize kernels)
+    // keeps them on the grid, so the clamp never changes a value; it only
+    // makes PackInt4's error unreachable.
+    const bool is_signed = dtype_ == numerics::kOnnxInt4;
+    const int64_t lo = is_signed ? -8 : 0, hi = is_signed ? 7 : 15;
+    std::vector<int32_t> values(size_);
+    for (int64_t i = 0; i < size_; ++i) {
+      values[i] = static_cast<int32_t>(std::clamp(IntAt(i), lo, hi));
+    }
+    p.set_raw_data(numerics::PackInt4(values, is_signed).value());
+    return p;
+  }
   p.set_raw_data(std::string(static_cast<const char*>(raw()), bytes()));
   return p;
 }

@@ -20,6 +20,9 @@ namespace quantd::executor {
 using DataType = onnx::TensorProto::DataType;
 
 // Bytes per element for the types a Tensor can hold; 0 for any other type.
+// INT4 / UINT4 (numerics::kOnnxInt4 / kOnnxUint4) are held one value per
+// byte (int8_t / uint8_t storage), keeping their dtype so kernels know the
+// grid; only FromProto and ToProto see the packed form.
 int64_t ElementSize(int32_t dtype);
 // "FLOAT", "INT64", ... (ONNX's enum names).
 std::string DataTypeName(int32_t dtype);
@@ -80,10 +83,12 @@ class Tensor {
     return FromVector<T>({}, {v});
   }
 
-  // Raw data or the typed field; INVALID_ARGUMENT for size mismatches and
-  // external data, UNIMPLEMENTED for element types a Tensor cannot hold.
+  // Raw data or the typed field (for INT4 / UINT4: packed raw_data, or
+  // int32_data holding one packed byte per entry); INVALID_ARGUMENT for size
+  // mismatches and external data, UNIMPLEMENTED for element types a Tensor
+  // cannot hold.
   static absl::StatusOr<Tensor> FromProto(const onnx::TensorProto& proto);
-  // Always raw_data.
+  // Always raw_data (packed two values per byte for INT4 / UINT4).
   onnx::TensorProto ToProto(const std::string& name = "") const;
 
   bool empty() const { return dtype_ == onnx::TensorProto::UNDEFINED; }
