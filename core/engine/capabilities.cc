@@ -56,6 +56,79 @@ quantd::v1::Capability MakeCapability(Method method, tfq::OpSet op_set,
         "QuantizeLinear -> DequantizeLinear (uint8, calibrated range) per "
         "activation between its producer and all its consumers; needs "
         "config.calibration or calibration batches");
+  } else if (method == Method::kStaticRange && op_set == tfq::XLA &&
+             precision == tfq::PRECISION_W8A8) {
+    c.set_supported(true);
+    c.set_note(
+        "integer compute from the calibrated QDQ graph: QuantizeLinear "
+        "(uint8, calibrated scale) -> MatMulInteger with INT8 weights "
+        "(MatMul; Gemm with alpha = beta = 1, transA = 0) or ConvInteger "
+        "with UINT8 weights (int8 + 128, zero point 128) -> int32 [+ int32 "
+        "bias] -> Cast -> Mul(x_scale * w_scale); nodes it cannot express "
+        "stay QDQ and are named in the summary; needs calibration");
+  } else if (method == Method::kStaticRange &&
+             op_set == tfq::UNIFORM_QUANTIZED &&
+             precision == tfq::PRECISION_W8A8) {
+    c.set_supported(true);
+    c.set_note(
+        "QLinearConv (per-channel INT8 weights, INT32 bias, Relu folded when "
+        "its output's zero point is 0) and QLinearMatMul (per-column "
+        "weights; a Gemm with a bias becomes a 1x1 QLinearConv), uint8 "
+        "between consecutive quantized ops, QuantizeLinear / "
+        "DequantizeLinear only at the edges of quantized regions; a node "
+        "whose output has no calibrated quantization point (e.g. a graph "
+        "output) stays QDQ and is named in the summary; needs calibration");
+  } else if (method == Method::kDynamicRange &&
+             op_set == tfq::UNIFORM_QUANTIZED) {
+    c.set_supported(false);
+    c.set_note(
+        "cannot be produced: QLinearConv / QLinearMatMul need a static "
+        "output scale and zero point, which DYNAMIC_RANGE does not have "
+        "(activations are quantized at run time); use STATIC_RANGE with "
+        "op_set UNIFORM_QUANTIZED (needs calibration), or DYNAMIC_RANGE with "
+        "op_set XLA or TF");
+  } else if (method == Method::kStaticRange &&
+             (op_set == tfq::XLA || op_set == tfq::UNIFORM_QUANTIZED) &&
+             (precision == tfq::PRECISION_W4A8 ||
+              precision == tfq::PRECISION_W4A4)) {
+    c.set_supported(false);
+    c.set_note(op_set == tfq::XLA
+                   ? "4-bit weights: ConvInteger / MatMulInteger take 8-bit "
+                     "inputs only; use op_set TF for 4-bit weights"
+                   : "4-bit weights: QLinearConv / QLinearMatMul take 8-bit "
+                     "inputs only; use op_set TF for 4-bit weights");
+  } else if (op_set == tfq::TF && precision == tfq::PRECISION_W4A8) {
+    c.set_supported(true);
+    c.set_note(absl::StrCat(
+        "Conv/Gemm/MatMul weights stored INT4 (two per byte; per-channel, "
+        "symmetric, narrow range [-7, 7]) behind DequantizeLinear; the model "
+        "is raised to opset 21 / IR 10 after checking every op against the "
+        "changes up to 21 (changed ops are rewritten or refused by name); ",
+        method == Method::kDynamicRange
+            ? "activations quantized at run time by DynamicQuantizeLinear -> "
+              "DequantizeLinear (uint8)"
+            : "biases INT32, one QuantizeLinear -> DequantizeLinear (uint8, "
+              "calibrated range) per activation; needs calibration"));
+  } else if (method == Method::kStaticRange && op_set == tfq::TF &&
+             precision == tfq::PRECISION_W4A4) {
+    c.set_supported(true);
+    c.set_note(
+        "as W4A8, with activations QuantizeLinear -> DequantizeLinear to "
+        "UINT4 (calibrated range on the 16-value grid, opset 21); needs "
+        "calibration");
+  } else if (method == Method::kDynamicRange &&
+             precision == tfq::PRECISION_W4A4) {
+    c.set_supported(false);
+    c.set_note(
+        "cannot be produced: DYNAMIC_RANGE quantizes activations at run time "
+        "with DynamicQuantizeLinear, whose output is uint8 only, so 4-bit "
+        "activations cannot be expressed; use STATIC_RANGE with op_set TF");
+  } else if (method == Method::kDynamicRange && op_set == tfq::XLA &&
+             precision == tfq::PRECISION_W4A8) {
+    c.set_supported(false);
+    c.set_note(
+        "4-bit weights: the XLA lowering feeds MatMulInteger / ConvInteger, "
+        "which take 8-bit inputs only; use op_set TF for W4A8");
   } else {
     c.set_supported(false);
     c.set_note("not implemented yet");
@@ -139,22 +212,23 @@ absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
   if (s.ok()) s = CheckEnums(options);
   if (!s.ok()) return s;
   // unit_wise_quantization_precision entries are checked against the model
-  // by the passes (passes/unit_precision.h). Under a model-wide FULL, units
-  // asking for W8A8 need the method and op_set at W8A8.
-  if (resolved.precision == tfq::PRECISION_FULL) {
-    for (int i = 0; i < options.unit_wise_quantization_precision_size(); ++i) {
-      const auto& unit = options.unit_wise_quantization_precision(i);
-      if (unit.quantization_precision() != tfq::PRECISION_W8A8) continue;
-      for (const auto& c : CapabilityTable()) {
-        if (c.method() == MethodName(resolved.method) &&
-            c.op_set() == resolved.op_set &&
-            c.precision() == tfq::PRECISION_W8A8 && !c.supported()) {
-          return absl::UnimplementedError(absl::StrCat(
-              "unit_wise_quantization_precision[", i, "] asks for W8A8, but ",
-              "method ", MethodName(resolved.method), " with op_set ",
-              OpSetName(resolved.op_set),
-              " and precision W8A8 is not implemented; ", SupportedList()));
-        }
+  // by the passes (passes/unit_precision.h). Each unit's precision (other
+  // than FULL) needs the method and op_set at that precision, whatever the
+  // model-wide one.
+  for (int i = 0; i < options.unit_wise_quantization_precision_size(); ++i) {
+    const auto& unit = options.unit_wise_quantization_precision(i);
+    const tfq::QuantizationPrecision p = unit.quantization_precision();
+    if (p == tfq::PRECISION_FULL || p == tfq::PRECISION_UNSPECIFIED) continue;
+    for (const auto& c : CapabilityTable()) {
+      if (c.method() == MethodName(resolved.method) &&
+          c.op_set() == resolved.op_set && c.precision() == p &&
+          !c.supported()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "unit_wise_quantization_precision[", i, "] asks for ",
+            PrecisionName(p), ", but method ", MethodName(resolved.method),
+            " with op_set ", OpSetName(resolved.op_set), " and precision ",
+            PrecisionName(p), " is not available (", c.note(), "); ",
+            SupportedList()));
       }
     }
   }
@@ -167,11 +241,11 @@ absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
       break;
     }
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "method ", MethodName(resolved.method), " with op_set ",
-      OpSetName(resolved.op_set), " and precision ",
-      PrecisionName(resolved.precision), " is not available: ", why, "; ",
-      SupportedList()));
+  return absl::UnimplementedError(
+      absl::StrCat("method ", MethodName(resolved.method), " with op_set ",
+                   OpSetName(resolved.op_set), " and precision ",
+                   PrecisionName(resolved.precision),
+                   " is not available: ", why, "; ", SupportedList()));
 }
 
 const std::vector<std::string>& QuantizableOpTypes() {

@@ -6,7 +6,41 @@
 #include "absl/strings/str_join.h"
 
 namespace quantd::passes {
+
+bool HasFourBitWeights(tensorflow::quantization::QuantizationPrecision p) {
+  return p == tensorflow::quantization::PRECISION_W4A8 ||
+         p == tensorflow::quantization::PRECISION_W4A4;
+}
+
+bool HasFourBitActivations(tensorflow::quantization::QuantizationPrecision p) {
+  return p == tensorflow::quantization::PRECISION_W4A4;
+}
+
 namespace {
+
+absl::Status CheckWeightBitsFitPrecision(
+    const quantd::v1::QuantizeConfig& config) {
+  const quantd::v1::QuantOpParams& w = config.weight_params();
+  if (!w.has_bits() || w.bits() <= 4) return absl::OkStatus();
+  std::string four_bit;
+  if (HasFourBitWeights(config.options().quantization_precision())) {
+    four_bit =
+        absl::StrCat("the model-wide quantization_precision is ",
+                     tensorflow::quantization::QuantizationPrecision_Name(
+                         config.options().quantization_precision()));
+  }
+  const auto& units = config.options().unit_wise_quantization_precision();
+  for (int i = 0; four_bit.empty() && i < units.size(); ++i) {
+    if (HasFourBitWeights(units[i].quantization_precision())) {
+      four_bit = absl::StrCat(DescribeUnitEntry(i, units[i]), " is 4-bit");
+    }
+  }
+  if (four_bit.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight_params.bits is ", w.bits(), " but ", four_bit,
+      ": 4-bit weights are stored as INT4, which holds at most 4 bits; leave "
+      "weight_params.bits unset (4 for W4 units, 8 for W8A8) or set it <= 4"));
+}
 
 using quantd::v1::QuantOpParams;
 
@@ -65,6 +99,33 @@ absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
     const quantd::v1::QuantizeConfig& config) {
   absl::Status s = CheckNotForDynamicRange(config);
   if (!s.ok()) return s;
+  // DynamicQuantizeLinear (the run-time activation quantizer) outputs uint8
+  // only: 4-bit activations have no expression.
+  constexpr char kNoA4[] =
+      " cannot be honoured by DYNAMIC_RANGE: activations are quantized at run "
+      "time by DynamicQuantizeLinear, whose output is uint8 only, so 4-bit "
+      "activations cannot be expressed; use STATIC_RANGE for W4A4, or W4A8 "
+      "with DYNAMIC_RANGE";
+  if (config.options().quantization_precision() ==
+      tensorflow::quantization::PRECISION_W4A4) {
+    return absl::UnimplementedError(
+        absl::StrCat("quantization_precision PRECISION_W4A4", kNoA4));
+  }
+  const auto& unit_entries =
+      config.options().unit_wise_quantization_precision();
+  for (int i = 0; i < unit_entries.size(); ++i) {
+    if (HasFourBitActivations(unit_entries[i].quantization_precision())) {
+      return absl::UnimplementedError(
+          absl::StrCat(DescribeUnitEntry(i, unit_entries[i]), kNoA4));
+    }
+  }
+  return ResolveWeightSideOptions(config);
+}
+
+absl::StatusOr<DynamicRangeOptions> ResolveWeightSideOptions(
+    const quantd::v1::QuantizeConfig& config) {
+  absl::Status s = CheckWeightBitsFitPrecision(config);
+  if (!s.ok()) return s;
   DynamicRangeOptions options;
   options.precision = config.options().quantization_precision() ==
                               tensorflow::quantization::PRECISION_UNSPECIFIED
@@ -95,6 +156,7 @@ absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
           "weight_params.bits is ", w.bits(), "; it must be in 2..8"));
     }
     weights.spec.bits = w.bits();
+    weights.bits_from_params = true;
   }
   if (w.has_symmetric()) weights.spec.symmetric = w.symmetric();
   if (w.has_narrow_range()) weights.spec.narrow_range = w.narrow_range();

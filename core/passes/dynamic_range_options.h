@@ -17,9 +17,28 @@ namespace quantd::passes {
 // min_num_elements_for_weights when the request leaves it 0.
 inline constexpr int64_t kDefaultMinElementsForWeights = 1024;
 
+// True for the precisions with 4-bit weights (W4A8, W4A4): their weights
+// are stored as packed ONNX INT4 (opset 21).
+bool HasFourBitWeights(tensorflow::quantization::QuantizationPrecision p);
+// True for W4A4 (4-bit activations too).
+bool HasFourBitActivations(tensorflow::quantization::QuantizationPrecision p);
+
 struct WeightQuantOptions {
-  // Defaults: int8 storage, symmetric, narrow range [-127, 127].
+  // Defaults: int8 storage, symmetric, narrow range [-127, 127]. `bits` is
+  // weight_params.bits when set, else 8; SpecFor() gives a unit's grid.
   numerics::QuantSpec spec;
+  // weight_params.bits was set: it applies to every precision (it must be
+  // <= 4 when some unit is 4-bit).
+  bool bits_from_params = false;
+  // The grid of a unit's weights at `precision`: `spec`, with 4 bits for
+  // W4A8 / W4A4 unless weight_params.bits says otherwise. INT4 grid narrow
+  // range is [-7, 7].
+  numerics::QuantSpec SpecFor(
+      tensorflow::quantization::QuantizationPrecision precision) const {
+    numerics::QuantSpec s = spec;
+    if (HasFourBitWeights(precision) && !bits_from_params) s.bits = 4;
+    return s;
+  }
   bool per_channel = true;
   // Weights whose tensor name does not start with producer_scope, or with a
   // consumer whose node name does not start with consumer_scope, stay float.
@@ -43,10 +62,21 @@ struct DynamicRangeOptions {
 };
 
 // INVALID_ARGUMENT naming the field for: min_num_elements_for_weights < -1,
-// weight_params.bits outside 2..8, weight_params range-tracking fields
-// (moving_avg, ema_decay, init_min, init_max, quant_delay), any
-// activation_params field, and a non-empty calibration.
+// weight_params.bits outside 2..8 (or above 4 when the model-wide precision
+// or a unit_wise_quantization_precision entry is W4A8 / W4A4: INT4 storage
+// holds 4 bits), weight_params range-tracking fields (moving_avg, ema_decay,
+// init_min, init_max, quant_delay), any activation_params field, and a
+// non-empty calibration. UNIMPLEMENTED for PRECISION_W4A4, model-wide or in
+// a unit entry: DYNAMIC_RANGE quantizes activations with
+// DynamicQuantizeLinear, whose output is uint8 only, so 4-bit activations
+// cannot be expressed.
 absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
+    const quantd::v1::QuantizeConfig& config);
+
+// The weight side alone (options, min_num_elements_for_weights,
+// weight_params, unit entries), shared with STATIC_RANGE: no check of
+// activation_params, calibration or 4-bit activations.
+absl::StatusOr<DynamicRangeOptions> ResolveWeightSideOptions(
     const quantd::v1::QuantizeConfig& config);
 
 }  // namespace quantd::passes

@@ -34,6 +34,9 @@ class DynamicRangePass {
     graph::GraphIndex index(*graph_);
     return PlanWeights(*graph_, index, options_, ir_version_, &units_);
   }
+  // UNIMPLEMENTED naming the first weight planned at 4 bits: the XLA
+  // lowering feeds MatMulInteger / ConvInteger, which take 8-bit inputs.
+  absl::Status CheckXlaFourBit() const;
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
   void Rewrite();
@@ -67,8 +70,8 @@ absl::StatusOr<PassStats> DynamicRangePass::Run() {
   plan_ = Plan();
   if (!plan_.weights.empty()) {
     const bool xla = options_.op_set == tensorflow::quantization::XLA;
-    absl::Status s = xla ? CheckXlaLowerable(*graph_, plan_.weights, options_)
-                         : absl::OkStatus();
+    absl::Status s = xla ? CheckXlaFourBit() : absl::OkStatus();
+    if (s.ok() && xla) s = CheckXlaLowerable(*graph_, plan_.weights, options_);
     if (!s.ok()) return s;
     s = PrepareOpset();
     if (!s.ok()) return s;
@@ -93,12 +96,32 @@ absl::StatusOr<PassStats> DynamicRangePass::Run() {
   return std::move(stats_);
 }
 
+absl::Status DynamicRangePass::CheckXlaFourBit() const {
+  for (const WeightPlan& w : plan_.weights) {
+    if (!HasFourBitWeights(w.precision)) continue;
+    const NodeProto& node = graph_->node(w.consumers.front());
+    return absl::UnimplementedError(absl::StrCat(
+        "op_set XLA with 4-bit weights is not implemented: weight '", w.tensor,
+        "' of ", node.op_type(), " '", node.name(), "' is ",
+        tensorflow::quantization::QuantizationPrecision_Name(w.precision),
+        ", and the XLA lowering feeds MatMulInteger / ConvInteger, which take "
+        "8-bit inputs only; use op_set TF for W4A8"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DynamicRangePass::PrepareOpset() {
   const bool per_channel =
       std::any_of(plan_.weights.begin(), plan_.weights.end(),
                   [](const WeightPlan& w) { return w.axis >= 0; });
-  absl::StatusOr<OpsetOutcome> outcome = EnsureOpset(
-      model_, per_channel ? kPerChannelOpset : kDynamicQuantizeOpset);
+  // INT4 weights need DequantizeLinear-21.
+  const bool four_bit = std::any_of(
+      plan_.weights.begin(), plan_.weights.end(),
+      [](const WeightPlan& w) { return HasFourBitWeights(w.precision); });
+  absl::StatusOr<OpsetOutcome> outcome =
+      EnsureOpset(model_, four_bit      ? kInt4Opset
+                          : per_channel ? kPerChannelOpset
+                                        : kDynamicQuantizeOpset);
   if (!outcome.ok()) return outcome.status();
   stats_.opset_note = outcome->note;
   switch (outcome->mode) {

@@ -5,8 +5,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
+#include "core/graph/unique_names.h"
+#include "core/numerics/int4.h"
 #include "onnx/version_converter/convert.h"
 
 namespace quantd::passes {
@@ -42,7 +47,287 @@ void RestoreInitializerData(std::vector<onnx::TensorProto> stash,
   }
 }
 
+bool IsDefaultDomainName(const std::string& domain) {
+  return domain.empty() || domain == "ai.onnx";
+}
+
+const onnx::AttributeProto* FindAttr(const onnx::NodeProto& node,
+                                     const std::string& name) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+void EraseAttr(onnx::NodeProto* node, const std::string& name) {
+  auto* attrs = node->mutable_attribute();
+  for (int i = 0; i < attrs->size(); ++i) {
+    if (attrs->Get(i).name() == name) {
+      attrs->DeleteSubrange(i, 1);
+      return;
+    }
+  }
+}
+
+void SetStringAttr(onnx::NodeProto* node, const std::string& name,
+                   const std::string& value) {
+  EraseAttr(node, name);
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(value);
+}
+
+// Ops whose `axes` attribute became an input in opset 18 (ReduceSum did so
+// in 13, so a model at 13 already has it as an input).
+const absl::flat_hash_set<std::string>& ReduceOpsAxesToInput() {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "ReduceL1",   "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+      "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
+  return *ops;
+}
+
+// Every tensor name some node reads (in any graph or function) or a graph
+// returns: an output in this set cannot be dropped.
+void CollectReadNames(const onnx::GraphProto& graph,
+                      absl::flat_hash_set<std::string>* read) {
+  for (const auto& v : graph.output()) read->insert(v.name());
+  for (const auto& node : graph.node()) {
+    for (const auto& in : node.input()) read->insert(in);
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) CollectReadNames(a.g(), read);
+      for (const auto& g : a.graphs()) CollectReadNames(g, read);
+    }
+  }
+}
+
+// Checks (apply = false) or rewrites (apply = true) one node list whose
+// default-domain opset is `from`, recursing into subgraphs. Checking never
+// changes anything, so a refusal leaves the model as it was.
+class Raiser {
+ public:
+  Raiser(const absl::flat_hash_set<std::string>& read,
+         graph::UniqueNames* names)
+      : read_(read), names_(names) {}
+
+  absl::Status Visit(google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes,
+                     int64_t from, const std::string& where, bool apply) {
+    for (int i = 0; i < nodes->size(); ++i) {
+      onnx::NodeProto* node = nodes->Mutable(i);
+      for (auto& a : *node->mutable_attribute()) {
+        const std::string inner = absl::StrCat(where, " > subgraph '", a.name(),
+                                               "' of ", Describe(*node));
+        if (a.has_g()) {
+          absl::Status s =
+              Visit(a.mutable_g()->mutable_node(), from, inner, apply);
+          if (!s.ok()) return s;
+        }
+        for (auto& g : *a.mutable_graphs()) {
+          absl::Status s = Visit(g.mutable_node(), from, inner, apply);
+          if (!s.ok()) return s;
+        }
+      }
+      if (!IsDefaultDomainName(node->domain())) continue;
+      absl::StatusOr<bool> needs_constant = CheckNode(*node, from, where);
+      if (!needs_constant.ok()) return needs_constant.status();
+      if (apply) Rewrite(node, from, *needs_constant, nodes, &i);
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<std::string>& rewrites() const { return rewrites_; }
+
+ private:
+  static std::string Describe(const onnx::NodeProto& node) {
+    return absl::StrCat(node.op_type(), " '", node.name(), "'");
+  }
+
+  absl::Status Refuse(const onnx::NodeProto& node, const std::string& where,
+                      int64_t from, int64_t since, const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cannot raise the model from opset ", from, " to ", kInt4Opset,
+        " (needed for INT4/UINT4 QuantizeLinear/DequantizeLinear): node ",
+        Describe(node), " in ", where, ": ", node.op_type(),
+        " changed in opset ", since, ": ", why,
+        "; quantd does not rewrite this case (use PRECISION_W8A8 for this "
+        "model, or export it at opset 21)"));
+  }
+
+  // OK(true) when the node needs an axes Constant (Reduce* with `axes`).
+  absl::StatusOr<bool> CheckNode(const onnx::NodeProto& node, int64_t from,
+                                 const std::string& where) {
+    const std::string& op = node.op_type();
+    if (op == "BatchNormalization" && from < 14) {
+      for (int k = 1; k < node.output_size(); ++k) {
+        if (!node.output(k).empty() && read_.contains(node.output(k))) {
+          return Refuse(node, where, from, 14,
+                        absl::StrCat("its output ", k, " ('", node.output(k),
+                                     "', a training statistic) is read, and "
+                                     "opset 14 outputs those only in "
+                                     "training_mode"));
+        }
+      }
+    }
+    if (op == "Resize" && from < 18) {
+      const onnx::AttributeProto* mode =
+          FindAttr(node, "coordinate_transformation_mode");
+      if (mode != nullptr && mode->s() == "tf_half_pixel_for_nn") {
+        return Refuse(node, where, from, 18,
+                      "coordinate_transformation_mode tf_half_pixel_for_nn "
+                      "was removed");
+      }
+    }
+    if (op == "DFT" && from < 20) {
+      return Refuse(node, where, from, 20,
+                    "`axis` moved from an attribute to an input whose default "
+                    "differs");
+    }
+    if (op == "GroupNormalization" && from < 21) {
+      return Refuse(node, where, from, 21,
+                    "scale and bias went from one value per group to one per "
+                    "channel");
+    }
+    return from < 18 && ReduceOpsAxesToInput().contains(op) &&
+           FindAttr(node, "axes") != nullptr;
+  }
+
+  void Rewrite(onnx::NodeProto* node, int64_t from, bool needs_constant,
+               google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes,
+               int* index) {
+    const std::string& op = node->op_type();
+    if (op == "BatchNormalization" && from < 14 && node->output_size() > 1) {
+      node->mutable_output()->DeleteSubrange(1, node->output_size() - 1);
+      rewrites_.push_back(
+          absl::StrCat(Describe(*node), ": unread training outputs dropped"));
+    }
+    if (op == "RoiAlign" && from < 16 &&
+        FindAttr(*node, "coordinate_transformation_mode") == nullptr) {
+      SetStringAttr(node, "coordinate_transformation_mode",
+                    "output_half_pixel");
+      rewrites_.push_back(absl::StrCat(
+          Describe(*node),
+          ": coordinate_transformation_mode = output_half_pixel (the "
+          "behaviour before opset 16)"));
+    }
+    if (op == "Split" && from < 18 &&
+        (node->input_size() < 2 || node->input(1).empty()) &&
+        FindAttr(*node, "num_outputs") == nullptr) {
+      graph::SetIntAttribute(node, "num_outputs", node->output_size());
+      rewrites_.push_back(absl::StrCat(Describe(*node),
+                                       ": num_outputs = ", node->output_size(),
+                                       " (even split, as before)"));
+    }
+    if (op == "GridSample" && from < 20) {
+      const onnx::AttributeProto* mode = FindAttr(*node, "mode");
+      if (mode != nullptr &&
+          (mode->s() == "bilinear" || mode->s() == "bicubic")) {
+        const std::string renamed =
+            mode->s() == "bilinear" ? "linear" : "cubic";
+        rewrites_.push_back(absl::StrCat(Describe(*node), ": mode ", mode->s(),
+                                         " -> ", renamed));
+        SetStringAttr(node, "mode", renamed);
+      }
+    }
+    if (needs_constant) {
+      const onnx::AttributeProto* axes = FindAttr(*node, "axes");
+      onnx::TensorProto t;
+      t.set_data_type(onnx::TensorProto::INT64);
+      t.add_dims(axes->ints_size());
+      for (int64_t a : axes->ints()) t.add_int64_data(a);
+      const std::string name = names_->Make(node->name() + "_axes");
+      t.set_name(name);
+      onnx::NodeProto constant = graph::MakeNode(
+          "Constant", names_->Make(node->name() + "_axes_Constant"), {},
+          {name});
+      onnx::AttributeProto* value = constant.add_attribute();
+      value->set_name("value");
+      value->set_type(onnx::AttributeProto::TENSOR);
+      *value->mutable_t() = std::move(t);
+      EraseAttr(node, "axes");
+      while (node->input_size() < 1) node->add_input("");
+      if (node->input_size() < 2) node->add_input(name);
+      rewrites_.push_back(
+          absl::StrCat(Describe(*node), ": axes attribute -> input"));
+      // Insert the Constant right before its reader (keeps topological
+      // order); `node` moves one slot on.
+      nodes->Add(std::move(constant));
+      for (int j = nodes->size() - 1; j > *index; --j) {
+        nodes->SwapElements(j, j - 1);
+      }
+      ++*index;
+    }
+  }
+
+  const absl::flat_hash_set<std::string>& read_;
+  graph::UniqueNames* names_;
+  std::vector<std::string> rewrites_;
+};
+
+int64_t FunctionDefaultOpset(const onnx::FunctionProto& f) {
+  for (const auto& o : f.opset_import()) {
+    if (IsDefaultDomainName(o.domain())) return o.version();
+  }
+  return 0;
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> RaiseOpsetForInt4(onnx::ModelProto* model) {
+  const int64_t from = graph::DefaultOpset(*model);
+  if (from >= kInt4Opset) {
+    if (model->ir_version() < numerics::kInt4MinIrVersion) {
+      model->set_ir_version(numerics::kInt4MinIrVersion);
+    }
+    return std::string();
+  }
+  if (from < kPerChannelOpset) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot raise the model from opset ", from, " to ", kInt4Opset,
+        ": only opsets >= ", kPerChannelOpset, " are raised (convert first)"));
+  }
+  absl::flat_hash_set<std::string> read;
+  CollectReadNames(model->graph(), &read);
+  for (const auto& f : model->functions()) {
+    for (const auto& o : f.output()) read.insert(o);
+    for (const auto& n : f.node()) {
+      for (const auto& in : n.input()) read.insert(in);
+    }
+  }
+  graph::UniqueNames names(model->graph());
+  Raiser raiser(read, &names);
+  // Check everything first, then rewrite: a refusal changes nothing.
+  for (bool apply : {false, true}) {
+    absl::Status s = raiser.Visit(model->mutable_graph()->mutable_node(), from,
+                                  "the main graph", apply);
+    if (!s.ok()) return s;
+    for (auto& f : *model->mutable_functions()) {
+      const int64_t f_from = FunctionDefaultOpset(f);
+      if (f_from == 0 || f_from >= kInt4Opset) continue;
+      s = raiser.Visit(f.mutable_node(), f_from,
+                       absl::StrCat("local function '", f.name(), "'"), apply);
+      if (!s.ok()) return s;
+    }
+  }
+  // ONNX wants one version per domain across the model and its functions.
+  for (auto& f : *model->mutable_functions()) {
+    for (auto& o : *f.mutable_opset_import()) {
+      if (IsDefaultDomainName(o.domain())) o.set_version(kInt4Opset);
+    }
+  }
+  graph::SetDefaultOpset(model, kInt4Opset);
+  if (model->ir_version() < numerics::kInt4MinIrVersion) {
+    model->set_ir_version(numerics::kInt4MinIrVersion);
+  }
+  std::string note = absl::StrCat(
+      "opset raised from ", from, " to ", kInt4Opset,
+      " (INT4/UINT4 QuantizeLinear/DequantizeLinear) after checking every "
+      "node against the operator changes in between");
+  if (!raiser.rewrites().empty()) {
+    absl::StrAppend(&note,
+                    "; rewritten: ", absl::StrJoin(raiser.rewrites(), "; "));
+  }
+  return note;
+}
 
 absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
   std::vector<onnx::TensorProto> stash =
@@ -72,34 +357,59 @@ absl::StatusOr<OpsetOutcome> EnsureOpset(onnx::ModelProto* model,
   OpsetOutcome out;
   out.from = graph::DefaultOpset(*model);
   out.to = out.from;
-  if (out.from >= needed) return out;
-  absl::Status converted = ConvertOpset(model, needed);
-  if (converted.ok()) {
-    out.mode = OpsetOutcome::kUpgraded;
-    out.to = graph::DefaultOpset(*model);
-    out.note = absl::StrCat("opset upgraded from ", out.from, " to ", out.to,
-                            " with the ONNX version converter (",
-                            needed == kPerChannelOpset
-                                ? "per-channel DequantizeLinear needs 13"
-                                : "DynamicQuantizeLinear needs 11",
-                            ")");
+  if (out.from >= needed) {
+    if (needed >= kInt4Opset &&
+        model->ir_version() < numerics::kInt4MinIrVersion) {
+      model->set_ir_version(numerics::kInt4MinIrVersion);
+    }
     return out;
   }
-  if (out.from >= kDynamicQuantizeOpset) {
-    out.mode = OpsetOutcome::kPerTensorFallback;
-    out.note = absl::StrCat(
-        "per-tensor scales: per-channel DequantizeLinear needs opset 13, the "
-        "model has ",
-        out.from, " and the ONNX version converter could not upgrade it (",
-        converted.message(), ")");
-    return out;
+  const bool int4 = needed >= kInt4Opset;
+  // The converter (ONNX 1.12) goes no further than 13 for our purposes.
+  const int64_t convert_to = int4 ? kPerChannelOpset : needed;
+  std::string converter_note;
+  if (out.from < convert_to) {
+    absl::Status converted = ConvertOpset(model, convert_to);
+    if (!converted.ok()) {
+      if (out.from >= kDynamicQuantizeOpset && !int4) {
+        out.mode = OpsetOutcome::kPerTensorFallback;
+        out.note = absl::StrCat(
+            "per-tensor scales: per-channel DequantizeLinear needs opset 13, "
+            "the model has ",
+            out.from, " and the ONNX version converter could not upgrade it (",
+            converted.message(), ")");
+        return out;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model's default opset is ", out.from, "; ",
+          int4 ? "4-bit precisions need opset 21 (INT4/UINT4 "
+                 "QuantizeLinear/DequantizeLinear), reached through 13,"
+               : "DYNAMIC_RANGE needs opset >= 11 (DynamicQuantizeLinear),",
+          " and the ONNX version converter could not upgrade it to ",
+          convert_to, ": ", converted.message(),
+          ". Export the model with opset 13 or newer"));
+    }
+    converter_note = absl::StrCat(
+        "opset upgraded from ", out.from, " to ", graph::DefaultOpset(*model),
+        " with the ONNX version converter (",
+        int4 ? "on the way to 21"
+             : (needed == kPerChannelOpset
+                    ? "per-channel DequantizeLinear needs 13"
+                    : "DynamicQuantizeLinear needs 11"),
+        ")");
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the model's default opset is ", out.from,
-      "; DYNAMIC_RANGE needs opset >= 11 (DynamicQuantizeLinear) and the "
-      "ONNX version converter could not upgrade it to ",
-      needed, ": ", converted.message(),
-      ". Export the model with opset 13 or newer"));
+  out.mode = OpsetOutcome::kUpgraded;
+  if (int4) {
+    absl::StatusOr<std::string> raised = RaiseOpsetForInt4(model);
+    if (!raised.ok()) return raised.status();
+    out.note = converter_note.empty()
+                   ? *raised
+                   : absl::StrCat(converter_note, "; ", *raised);
+  } else {
+    out.note = converter_note;
+  }
+  out.to = graph::DefaultOpset(*model);
+  return out;
 }
 
 }  // namespace quantd::passes

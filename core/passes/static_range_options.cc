@@ -36,6 +36,7 @@ absl::Status ResolveActivations(const QuantOpParams& a,
     absl::Status s = CheckBits("activation_params", a.bits());
     if (!s.ok()) return s;
     act.spec.bits = a.bits();
+    act.bits_from_params = true;
   }
   if (a.has_symmetric()) {
     act.spec.symmetric = a.symmetric();
@@ -100,7 +101,7 @@ absl::StatusOr<StaticRangeOptions> ResolveStaticRangeOptions(
   *weights_only.mutable_options() = config.options();
   *weights_only.mutable_weight_params() = config.weight_params();
   absl::StatusOr<DynamicRangeOptions> w =
-      ResolveDynamicRangeOptions(weights_only);
+      ResolveWeightSideOptions(weights_only);
   if (!w.ok()) return w.status();
 
   StaticRangeOptions options;
@@ -108,17 +109,30 @@ absl::StatusOr<StaticRangeOptions> ResolveStaticRangeOptions(
   options.min_num_elements = w->min_num_elements;
   options.precision = w->precision;
   options.units = w->units;
-  // Bits implied by the precision, unless the params set them.
-  if (!config.weight_params().has_bits() &&
-      (options.precision == tfq::PRECISION_W4A8 ||
-       options.precision == tfq::PRECISION_W4A4)) {
-    options.weights.spec.bits = 4;
-  }
-  if (options.precision == tfq::PRECISION_W4A4) {
-    options.activations.spec.bits = 4;
-  }
+  options.op_set = w->op_set;
+  // Bits follow each unit's precision (SpecFor), unless the params set them.
   absl::Status s = ResolveActivations(config.activation_params(), &options);
   if (!s.ok()) return s;
+  const QuantOpParams& a = config.activation_params();
+  if (a.has_bits() && a.bits() > 4) {
+    std::string four_bit;
+    if (HasFourBitActivations(options.precision)) {
+      four_bit = "the model-wide quantization_precision is PRECISION_W4A4";
+    }
+    for (int i = 0;
+         four_bit.empty() && i < static_cast<int>(options.units.size()); ++i) {
+      if (HasFourBitActivations(options.units[i].quantization_precision())) {
+        four_bit = absl::StrCat(DescribeUnitEntry(i, options.units[i]),
+                                " is PRECISION_W4A4");
+      }
+    }
+    if (!four_bit.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "activation_params.bits is ", a.bits(), " but ", four_bit,
+          ": 4-bit activations are stored as UINT4, which holds at most 4 "
+          "bits; leave activation_params.bits unset or set it <= 4"));
+    }
+  }
   return options;
 }
 

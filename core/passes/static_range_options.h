@@ -18,8 +18,19 @@ namespace quantd::passes {
 // Where activation quantization points go and on which grid. Defaults: uint8
 // asymmetric on the full grid [0, 255] (TensorFlow's nudging), no scopes.
 struct ActivationQuantOptions {
+  // `bits` is activation_params.bits when set, else 8; SpecFor() gives a
+  // point's grid.
   numerics::QuantSpec spec{/*bits=*/8, /*is_signed=*/false,
                            /*symmetric=*/false, /*narrow_range=*/false};
+  bool bits_from_params = false;
+  // The grid of an activation point at `precision`: 4 bits for W4A4 (stored
+  // UINT4 / INT4), unless activation_params.bits says otherwise.
+  numerics::QuantSpec SpecFor(
+      tensorflow::quantization::QuantizationPrecision precision) const {
+    numerics::QuantSpec s = spec;
+    if (HasFourBitActivations(precision) && !bits_from_params) s.bits = 4;
+    return s;
+  }
   // _InsertQuantOp's filters: no point when the producer node's name (a
   // graph input's or initializer's own tensor name) does not start with
   // producer_scope, or when ANY consumer's node name does not start with
@@ -52,6 +63,10 @@ struct StaticRangeOptions {
   RangeTrackingOptions tracking;
   // options.unit_wise_quantization_precision, as given.
   UnitPrecisionEntries units;
+  // options.op_set (OP_SET_UNSPECIFIED resolves to TF): the pass writes QDQ
+  // (TF), then lowers it to integer ops (XLA) or QLinear ops
+  // (UNIFORM_QUANTIZED); see static_range_pass.h.
+  tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
 
   // The weight side as the shared weight planner/quantizer takes it.
   DynamicRangeOptions WeightOptions() const {
@@ -64,9 +79,11 @@ struct StaticRangeOptions {
   }
 };
 
-// Resolves `config` for STATIC_RANGE. Bits default to the precision's
-// (W8A8: 8/8, W4A8: weights 4, W4A4: both 4) and weight_params.bits /
-// activation_params.bits override them. weight_params as for DYNAMIC_RANGE;
+// Resolves `config` for STATIC_RANGE. Bits default to each unit's
+// precision's (W8A8: 8/8, W4A8: weights 4, W4A4: both 4; see SpecFor) and
+// weight_params.bits / activation_params.bits override them (INVALID_ARGUMENT
+// when above 4 while the model-wide precision or a unit entry needs 4-bit
+// storage of that side). weight_params as for DYNAMIC_RANGE;
 // its range-tracking fields (moving_avg, ema_decay, init_min, init_max,
 // quant_delay) are refused because weights are quantized offline from their
 // values. activation_params: bits 2..8; symmetric selects a signed (int8)

@@ -17,7 +17,9 @@
 #include "core/numerics/quant_params.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/static_range_quant_point.h"
+#include "core/passes/uniform_quantized_lowering.h"
 #include "core/passes/weight_plan.h"
+#include "core/passes/xla_lowering.h"
 
 namespace quantd::passes {
 namespace {
@@ -50,6 +52,9 @@ struct ActivationPlan {
   // The node named in the report: the first quantizable reader, else the
   // first reader.
   std::string node_name, op_type;
+  // W4A4 when its point is 4-bit (UINT4), else the precision reported.
+  tensorflow::quantization::QuantizationPrecision precision =
+      tensorflow::quantization::PRECISION_W8A8;
 };
 
 // A bias to store as INT32.
@@ -73,7 +78,8 @@ SkippedTensor MakeSkip(const std::string& tensor, const NodeProto& node,
   return s;
 }
 
-std::string StorageType(const numerics::QuantSpec& spec) {
+std::string StorageType(const numerics::QuantSpec& spec, bool four_bit) {
+  if (four_bit) return spec.is_signed ? "INT4" : "UINT4";
   return spec.is_signed ? "INT8" : "UINT8";
 }
 
@@ -126,6 +132,14 @@ class StaticRangePass {
                ? tensorflow::quantization::PRECISION_W8A8
                : options_.precision;
   }
+  // The precision of an activation point on `tensor` read by `readers`
+  // (unit-wise precision): W4A4 (a 4-bit point) when every non-FULL
+  // quantizable node touching the tensor (its readers, and its producer or,
+  // through one Relu/Clip, the producer's producer) is W4A4; with no such
+  // node, the model-wide precision's activations; otherwise 8-bit.
+  tensorflow::quantization::QuantizationPrecision PointPrecision(
+      const graph::GraphIndex& index, const std::string& tensor,
+      const std::vector<int>& readers) const;
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
   void PlaceWeightNodes();
@@ -140,6 +154,8 @@ class StaticRangePass {
     return static_cast<int64_t>(weights_.weights.size() + activations_.size() +
                                 biases_.size());
   }
+  // op_set XLA / UNIFORM_QUANTIZED: rewrites the QDQ graph just written.
+  absl::Status LowerOpSet();
   void Finish();
 
   const StaticRangeOptions& options_;
@@ -163,6 +179,7 @@ class StaticRangePass {
   absl::flat_hash_map<std::string, numerics::QuantParams> activation_params_;
   int64_t done_ = 0;
   int64_t total_ = 0;
+  int lowered_nodes_ = 0;  // Now integer / QLinear ops (op_set XLA, UQ).
   StaticRangeStats stats_;
 };
 
@@ -190,6 +207,8 @@ absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
     s = QuantizeActivations();
     if (!s.ok()) return s;
     s = QuantizeBiases();
+    if (!s.ok()) return s;
+    s = LowerOpSet();
     if (!s.ok()) return s;
   }
   Finish();
@@ -334,7 +353,8 @@ void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
         }
       }
       const NodeProto& r = graph_->node(report_node);
-      activations_.push_back({tensor, r.name(), r.op_type()});
+      activations_.push_back({tensor, r.name(), r.op_type(),
+                              PointPrecision(index, tensor, consumers)});
       break;
     }
     case QuantPoint::kProducerOutOfScope:
@@ -422,8 +442,57 @@ void StaticRangePass::PlanBiases(const graph::GraphIndex& index) {
   }
 }
 
+tensorflow::quantization::QuantizationPrecision StaticRangePass::PointPrecision(
+    const graph::GraphIndex& index, const std::string& tensor,
+    const std::vector<int>& readers) const {
+  std::vector<int> touching;
+  for (int n : readers) {
+    if (IsQuantizableOp(graph_->node(n))) touching.push_back(n);
+  }
+  int producer = index.Producer(tensor);
+  if (producer >= 0) {
+    const NodeProto& p = graph_->node(producer);
+    if (IsDefaultDomain(p) &&
+        (p.op_type() == "Relu" || p.op_type() == "Clip") &&
+        p.input_size() > 0) {
+      producer = index.Producer(p.input(0));
+    }
+  }
+  if (producer >= 0 && IsQuantizableOp(graph_->node(producer)) &&
+      !KeepsFloat(graph_->node(producer))) {
+    touching.push_back(producer);
+  }
+  if (touching.empty()) return ReportPrecision();
+  // 4-bit activations only around layers whose weights are 4-bit too: a
+  // layer whose weight stays float (too small, FULL, out of scope) computes
+  // in float anyway, and ONNX Runtime 1.30's extended optimizations fuse
+  // DequantizeLinear(UINT4) -> Conv(float weight) -> QuantizeLinear into a
+  // QLinearConv on uint4, which it then refuses as an invalid model.
+  absl::flat_hash_set<int> quantized_weight_readers;
+  for (const WeightPlan& w : weights_.weights) {
+    quantized_weight_readers.insert(w.consumers.begin(), w.consumers.end());
+  }
+  for (int n : touching) {
+    const auto p = units_.For(graph_->node(n)).precision;
+    if (!HasFourBitActivations(p)) return p;
+    if (!quantized_weight_readers.contains(n)) {
+      return tensorflow::quantization::PRECISION_W4A8;
+    }
+  }
+  return tensorflow::quantization::PRECISION_W4A4;
+}
+
 absl::Status StaticRangePass::PrepareOpset() {
-  absl::StatusOr<OpsetOutcome> outcome = EnsureOpset(model_, kPerChannelOpset);
+  // INT4 weights and UINT4 activations need opset 21.
+  bool four_bit = false;
+  for (const WeightPlan& w : weights_.weights) {
+    four_bit |= HasFourBitWeights(w.precision);
+  }
+  for (const ActivationPlan& a : activations_) {
+    four_bit |= HasFourBitActivations(a.precision);
+  }
+  absl::StatusOr<OpsetOutcome> outcome =
+      EnsureOpset(model_, four_bit ? kInt4Opset : kPerChannelOpset);
   if (!outcome.ok()) return outcome.status();
   stats_.opset_note = outcome->note;
   switch (outcome->mode) {
@@ -479,15 +548,17 @@ void StaticRangePass::PlaceWeightNodes() {
 }
 
 absl::Status StaticRangePass::QuantizeActivations() {
-  const numerics::QuantSpec& spec = options_.activations.spec;
-  absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(spec);
-  if (!grid.ok()) return grid.status();
   if (hooks_.check_cancelled) {
     absl::Status s = hooks_.check_cancelled();
     if (!s.ok()) return s;
   }
   for (size_t i = 0; i < activations_.size(); ++i) {
     const std::string& x = activations_[i].tensor;
+    const bool four_bit = HasFourBitActivations(activations_[i].precision);
+    const numerics::QuantSpec spec =
+        options_.activations.SpecFor(activations_[i].precision);
+    absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(spec);
+    if (!grid.ok()) return grid.status();
     const ActivationRange& range = ranges_.at(x);
     absl::StatusOr<numerics::QuantParams> qp =
         numerics::ChooseQuantParams(range.min, range.max, spec);
@@ -495,7 +566,8 @@ absl::Status StaticRangePass::QuantizeActivations() {
       return absl::InvalidArgumentError(absl::StrCat(
           "range of activation '", x, "': ", qp.status().message()));
     }
-    QuantPointParams params{*qp, spec, options_.activations.producer_scope,
+    QuantPointParams params{*qp, spec, four_bit,
+                            options_.activations.producer_scope,
                             options_.activations.consumer_scope};
     absl::StatusOr<QuantPoint> point = InsertQuantPoint(
         graph_, x, PointReaders(ConsumersOf(*graph_, x)), params, names_.get());
@@ -507,14 +579,14 @@ absl::Status StaticRangePass::QuantizeActivations() {
       r.set_node_name(activations_[i].node_name);
       r.set_op_type(activations_[i].op_type);
       r.set_tensor_name(x);
-      r.set_precision(ReportPrecision());
+      r.set_precision(four_bit ? activations_[i].precision : ReportPrecision());
       r.set_num_elements(0);  // Not known without shapes; unused here.
       quantd::v1::QuantScheme* s = r.mutable_scheme();
       s->set_bits(spec.bits);
       s->set_symmetric(spec.symmetric);
       s->set_narrow_range(spec.narrow_range);
       s->set_per_channel(false);
-      s->set_storage_type(StorageType(spec));
+      s->set_storage_type(StorageType(spec, four_bit));
       s->set_quant_min(grid->quant_min);
       s->set_quant_max(grid->quant_max);
       r.set_scale_min(qp->scale);
@@ -528,7 +600,7 @@ absl::Status StaticRangePass::QuantizeActivations() {
         absl::StrAppend(&note,
                         "; a Clip to that range precedes "
                         "QuantizeLinear (the grid is smaller than ",
-                        StorageType(spec), ")");
+                        StorageType(spec, four_bit), ")");
       }
       if (range.channels > 0) {
         absl::StrAppend(&note, "; calibration gave per-channel ranges (",
@@ -663,6 +735,36 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   return absl::OkStatus();
 }
 
+absl::Status StaticRangePass::LowerOpSet() {
+  namespace tfq = tensorflow::quantization;
+  if (options_.op_set != tfq::XLA &&
+      options_.op_set != tfq::UNIFORM_QUANTIZED) {
+    return absl::OkStatus();
+  }
+  if (hooks_.check_cancelled) {
+    absl::Status s = hooks_.check_cancelled();
+    if (!s.ok()) return s;
+  }
+  const bool xla = options_.op_set == tfq::XLA;
+  absl::StatusOr<QdqLoweringStats> lowered =
+      xla ? LowerQdqToXla(model_->ir_version(), graph_)
+          : LowerQdqToUniformQuantized(model_->ir_version(), graph_);
+  if (!lowered.ok()) return lowered.status();
+  lowered_nodes_ = lowered->lowered_nodes;
+  std::string& note = stats_.lowering_note;
+  note = absl::StrCat(
+      "op_set ", xla ? "XLA" : "UNIFORM_QUANTIZED", ": ",
+      lowered->lowered_nodes, " node(s) lowered to ",
+      xla ? "ConvInteger / MatMulInteger" : "QLinearConv / QLinearMatMul", ", ",
+      lowered->kept.size(), " left in QDQ form; ", lowered->quantize_linear,
+      " QuantizeLinear and ", lowered->dequantize_linear,
+      " DequantizeLinear left");
+  if (!lowered->kept.empty()) {
+    absl::StrAppend(&note, " (", absl::StrJoin(lowered->kept, "; "), ")");
+  }
+  return absl::OkStatus();
+}
+
 void StaticRangePass::Finish() {
   // Before IR version 4 every initializer must also be a graph input.
   if (model_->ir_version() < 4) {
@@ -679,6 +781,7 @@ void StaticRangePass::Finish() {
     }
   }
   const graph::GraphIndex index(*graph_);
+  stats_.quantized_nodes = lowered_nodes_;
   for (const NodeProto& node : graph_->node()) {
     if (!IsQuantizableOp(node)) continue;
     for (const std::string& in : node.input()) {

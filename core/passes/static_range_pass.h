@@ -22,6 +22,10 @@
 // comes out of a DequantizeLinear (so a second run adds nothing); scopes
 // skip points as _InsertQuantOp does. Activations are quantized whether or
 // not the node's weight is (min_num_elements_for_weights is about weights).
+// op_set XLA and UNIFORM_QUANTIZED: the QDQ graph above is then rewritten
+// by LowerQdqToXla (xla_lowering.h) or LowerQdqToUniformQuantized
+// (uniform_quantized_lowering.h); nodes they cannot express stay QDQ and are
+// named in StaticRangeStats::lowering_note.
 // Unit-wise precision (unit_precision.h): a quantizable node at FULL suggests
 // no point, and is never rewired to a dequantized tensor; a tensor still gets
 // a point when a non-FULL node suggests it and it has other readers.
@@ -51,6 +55,9 @@ struct StaticRangeStats {
   uint64_t weight_bytes_before = 0;  // Float bytes of quantized weights/biases.
   uint64_t weight_bytes_after = 0;   // Their quantized values and params.
   std::string opset_note;            // Empty when the opset was new enough.
+  // op_set XLA / UNIFORM_QUANTIZED: what the lowering did, and each
+  // quantized node it left in QDQ form with the reason. Empty for TF.
+  std::string lowering_note;
 };
 
 // Rewrites `model` in place (default opset upgraded to 13 when older).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
+#include "core/numerics/int4.h"
 
 namespace quantd::passes {
 namespace {
@@ -171,6 +172,12 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
         " and zero point ", qp.zero_point, " do not fit the grid [",
         grid->quant_min, ", ", grid->quant_max, "]"));
   }
+  if (params.four_bit_storage && params.spec.bits > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantization point on '", producer_tensor,
+                     "': ", params.spec.bits, "-bit grid cannot be stored as ",
+                     params.spec.is_signed ? "INT4" : "UINT4"));
+  }
   std::unique_ptr<graph::UniqueNames> own;
   if (names == nullptr) {
     own = std::make_unique<graph::UniqueNames>(*graph);
@@ -183,16 +190,32 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
   point->dequantized = names->Make(x + "_dequantized");
 
   const bool is_signed = params.spec.is_signed;
+  // The zero point's type is the quantized tensor's (QuantizeLinear's
+  // output type follows it).
+  onnx::TensorProto zp_tensor;
+  if (params.four_bit_storage) {
+    absl::StatusOr<std::string> packed =
+        numerics::PackInt4({qp.zero_point}, is_signed);
+    if (!packed.ok()) return packed.status();
+    zp_tensor.set_name(zp);
+    zp_tensor.set_data_type(is_signed ? numerics::kOnnxInt4
+                                      : numerics::kOnnxUint4);
+    zp_tensor.set_raw_data(std::move(*packed));
+  } else {
+    zp_tensor = graph::MakeByteTensor(
+        zp, is_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8, {},
+        std::string(1, static_cast<char>(
+                           is_signed ? static_cast<int8_t>(qp.zero_point)
+                                     : static_cast<uint8_t>(qp.zero_point))));
+  }
   *graph->add_initializer() = graph::MakeFloatTensor(scale, {}, {qp.scale});
-  *graph->add_initializer() = graph::MakeByteTensor(
-      zp, is_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8, {},
-      std::string(1, static_cast<char>(
-                         is_signed ? static_cast<int8_t>(qp.zero_point)
-                                   : static_cast<uint8_t>(qp.zero_point))));
+  *graph->add_initializer() = std::move(zp_tensor);
   std::vector<onnx::NodeProto> added;
   std::string q_input = x;
-  const int32_t type_min = is_signed ? -128 : 0;
-  const int32_t type_max = is_signed ? 127 : 255;
+  const int type_bits = params.four_bit_storage ? 4 : 8;
+  const int32_t type_min = is_signed ? -(1 << (type_bits - 1)) : 0;
+  const int32_t type_max =
+      is_signed ? (1 << (type_bits - 1)) - 1 : (1 << type_bits) - 1;
   if (grid->quant_min != type_min || grid->quant_max != type_max) {
     const std::string lo = names->Make(x + "_clip_min");
     const std::string hi = names->Make(x + "_clip_max");

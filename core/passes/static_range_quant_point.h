@@ -21,6 +21,9 @@ struct QuantPointParams {
   numerics::QuantParams params;
   // bits, signedness (UINT8 or INT8 storage) and narrow range.
   numerics::QuantSpec spec;
+  // Store the quantized tensor as UINT4 / INT4 (opset 21, the caller raises
+  // the model) instead of UINT8 / INT8; spec.bits must then be <= 4.
+  bool four_bit_storage = false;
   std::string producer_scope;
   std::string consumer_scope;
 };
@@ -63,9 +66,11 @@ absl::StatusOr<QuantPoint> CheckQuantPoint(const onnx::GraphProto& graph,
 //   tensor [-> Clip] -> QuantizeLinear -> DequantizeLinear -> every consumer
 // (each input slot of a consumer that read the tensor is rewired; other
 // readers keep the float tensor). Scale and zero point are scalar
-// initializers (zero point UINT8, or INT8 when spec.is_signed). ONNX's
-// QuantizeLinear saturates to the whole 8-bit type, so when spec's grid is
-// smaller (bits < 8, narrow range) a Clip to the grid's real range
+// initializers (zero point UINT8, or INT8 when spec.is_signed; UINT4 / INT4
+// with four_bit_storage, INVALID_ARGUMENT when spec.bits > 4 then). ONNX's
+// QuantizeLinear saturates to the whole storage type, so when spec's grid is
+// smaller (fewer bits than the type, narrow range) a Clip to the grid's real
+// range
 // [DequantizeValue(quant_min), DequantizeValue(quant_max)] comes first,
 // which is FakeQuant's clamp. The new nodes go right after the producer
 // (first for a graph input or initializer), so a topologically ordered graph

@@ -86,11 +86,6 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
           p == tfq::PRECISION_UNSPECIFIED
               ? "quantization_precision is PRECISION_UNSPECIFIED"
               : absl::StrCat("quantization_precision has unknown value ", p));
-    } else if (p == tfq::PRECISION_W4A4 || p == tfq::PRECISION_W4A8) {
-      unimplemented[i].push_back(absl::StrCat(
-          tfq::QuantizationPrecision_Name(p),
-          " is not implemented per unit yet (4-bit output is not built); "
-          "use PRECISION_FULL or PRECISION_W8A8"));
     }
     if (!type_ok || e.unit_name().empty()) continue;
 

@@ -16,10 +16,12 @@
 //    carried by more than one main-graph node (ambiguous).
 //  - Then UNIMPLEMENTED, listing every such entry: a func_name naming an
 //    existing local function or subgraph (quantd quantizes only the main
-//    graph), and a precision of PRECISION_W4A4 / PRECISION_W4A8 (4-bit
-//    output is not built yet).
-//  - An entry may only be FULL or W8A8; since the model-wide default is
-//    checked elsewhere (CheckSupported), every quantized tensor is W8A8.
+//    graph).
+//  - An entry may be FULL, W8A8, W4A8 or W4A4, so W8A8 and 4-bit layers mix
+//    in one model (4-bit weights are INT4, opset 21). Whether the method
+//    can express the precision is checked by the pass options: DYNAMIC_RANGE
+//    refuses W4A4 units (ResolveDynamicRangeOptions: DynamicQuantizeLinear
+//    is uint8 only), and op_set XLA refuses 4-bit weights.
 #ifndef QUANTD_CORE_PASSES_UNIT_PRECISION_H_
 #define QUANTD_CORE_PASSES_UNIT_PRECISION_H_
 

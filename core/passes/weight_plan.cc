@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
+#include "core/numerics/int4.h"
 
 namespace quantd::passes {
 namespace {
@@ -224,6 +225,11 @@ class Planner {
       } else if (quantized < 0) {
         quantized = n;
         plan->precision = c.precision;
+      } else if (HasFourBitWeights(plan->precision) &&
+                 !HasFourBitWeights(c.precision)) {
+        // One DequantizeLinear serves every reader: a weight shared by a
+        // 4-bit and an 8-bit unit keeps the finer 8-bit grid.
+        plan->precision = c.precision;
       }
     }
     if (full < 0) return std::nullopt;
@@ -348,7 +354,9 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   s->set_narrow_range(q.spec.narrow_range);
   s->set_per_channel(q.axis >= 0);
   s->set_axis(std::max(q.axis, 0));
-  s->set_storage_type("INT8");
+  s->set_storage_type(HasFourBitWeights(plan.precision)
+                          ? (q.spec.is_signed ? "INT4" : "UINT4")
+                          : "INT8");
   absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(q.spec);
   if (grid.ok()) {
     s->set_quant_min(grid->quant_min);
@@ -362,20 +370,51 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   return r;
 }
 
+// A tensor of packed 4-bit values (INT4, or UINT4 when !is_signed), from
+// values already on the grid.
+absl::StatusOr<TensorProto> MakeFourBitTensor(const std::string& name,
+                                              absl::Span<const int64_t> dims,
+                                              absl::Span<const int32_t> values,
+                                              bool is_signed) {
+  absl::StatusOr<std::string> packed = numerics::PackInt4(values, is_signed);
+  if (!packed.ok()) return packed.status();
+  TensorProto t;
+  t.set_name(name);
+  t.set_data_type(is_signed ? numerics::kOnnxInt4 : numerics::kOnnxUint4);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_raw_data(std::move(*packed));
+  return t;
+}
+
 // Scale and zero point initializers: [C] when per channel, scalars else.
-void MakeParamTensors(const numerics::QuantizedTensor& q,
-                      const WeightNames& names, QuantizedWeight* out) {
+// The zero point has the values' type (INT8, or INT4 when `four_bit`), as
+// DequantizeLinear requires.
+absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
+                              const WeightNames& names, bool four_bit,
+                              QuantizedWeight* out) {
   std::vector<float> scales;
-  std::string zero_points;
+  std::vector<int32_t> zero_points;
   for (const auto& p : q.params) {
     scales.push_back(p.scale);
-    zero_points.push_back(static_cast<char>(static_cast<int8_t>(p.zero_point)));
+    zero_points.push_back(p.zero_point);
   }
   std::vector<int64_t> dims;
   if (q.axis >= 0) dims.push_back(static_cast<int64_t>(q.params.size()));
   out->scale = graph::MakeFloatTensor(names.scale, dims, scales);
+  if (four_bit) {
+    absl::StatusOr<TensorProto> zp = MakeFourBitTensor(
+        names.zero_point, dims, zero_points, q.spec.is_signed);
+    if (!zp.ok()) return zp.status();
+    out->zero_point = std::move(*zp);
+    return absl::OkStatus();
+  }
+  std::string bytes;
+  for (int32_t z : zero_points) {
+    bytes.push_back(static_cast<char>(static_cast<int8_t>(z)));
+  }
   out->zero_point = graph::MakeByteTensor(names.zero_point, TensorProto::INT8,
-                                          dims, std::move(zero_points));
+                                          dims, std::move(bytes));
+  return absl::OkStatus();
 }
 
 // Quantizes one weight; runs concurrently with others (touches only its own
@@ -392,8 +431,10 @@ QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
   }
   out.bytes_before = graph::DataBytes(*tensor);
   graph::ClearTensorData(tensor);
-  absl::StatusOr<numerics::QuantizedTensor> q = numerics::QuantizeTensor(
-      *values, plan.dims, plan.axis >= 0, plan.axis, options.weights.spec);
+  const bool four_bit = HasFourBitWeights(plan.precision);
+  absl::StatusOr<numerics::QuantizedTensor> q =
+      numerics::QuantizeTensor(*values, plan.dims, plan.axis >= 0, plan.axis,
+                               options.weights.SpecFor(plan.precision));
   if (!q.ok()) {
     out.status = absl::InvalidArgumentError(absl::StrCat(
         "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
@@ -407,8 +448,31 @@ QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
     out.report.set_sqnr_db(err.sqnr_db);
   }
   std::vector<float>().swap(*values);
-  MakeParamTensors(*q, names, &out);
+  absl::Status made = MakeParamTensors(*q, names, four_bit, &out);
+  if (!made.ok()) {
+    out.status = made;
+    return out;
+  }
   out.params = q->params;
+  if (four_bit) {
+    // QuantizeTensor writes one byte per value (the int8 / uint8 bit
+    // pattern); INT4 storage packs two per byte.
+    std::vector<int32_t> grid(q->values.size());
+    for (size_t i = 0; i < grid.size(); ++i) {
+      grid[i] = q->spec.is_signed
+                    ? static_cast<int32_t>(static_cast<int8_t>(q->values[i]))
+                    : static_cast<int32_t>(static_cast<uint8_t>(q->values[i]));
+    }
+    std::string().swap(q->values);
+    absl::StatusOr<TensorProto> packed =
+        MakeFourBitTensor(names.values, plan.dims, grid, q->spec.is_signed);
+    if (!packed.ok()) {
+      out.status = packed.status();
+      return out;
+    }
+    out.values = std::move(*packed);
+    return out;
+  }
   out.values = graph::MakeByteTensor(names.values, TensorProto::INT8, plan.dims,
                                      std::move(q->values));
   return out;

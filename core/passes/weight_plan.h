@@ -1,7 +1,8 @@
 // Which constant weights of a model the weight passes quantize, on which
 // channel axis, and why the others stay float; and quantizing the planned
-// weights into INT8 initializers behind one DequantizeLinear each (shared by
-// the DYNAMIC_RANGE and STATIC_RANGE passes).
+// weights into INT8 (W8A8) or packed INT4 (W4A8 / W4A4, opset 21)
+// initializers behind one DequantizeLinear each (shared by the DYNAMIC_RANGE
+// and STATIC_RANGE passes).
 #ifndef QUANTD_CORE_PASSES_WEIGHT_PLAN_H_
 #define QUANTD_CORE_PASSES_WEIGHT_PLAN_H_
 
@@ -34,7 +35,10 @@ struct WeightPlan {
   int64_t num_elements = 0;
   // Channel axis of the scales, or -1 for one scale for the whole tensor.
   int axis = -1;
-  // The precision of its consumers (all agree, never FULL).
+  // The precision of its consumers (never FULL). When quantized consumers
+  // disagree on weight bits, the 8-bit one wins: one DequantizeLinear serves
+  // them all, and the finer grid costs the 4-bit readers nothing in
+  // accuracy. Decides the storage: INT4 for W4A8 / W4A4, else INT8.
   tensorflow::quantization::QuantizationPrecision precision =
       tensorflow::quantization::PRECISION_W8A8;
 };
@@ -78,13 +82,17 @@ onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
 struct QuantizedWeights {
   int quantized = 0;
   uint64_t bytes_before = 0;  // Float bytes of the quantized weights.
-  uint64_t bytes_after = 0;   // Their int8 values, scales, zero points.
+  uint64_t bytes_after = 0;   // Their int8/int4 values, scales, zero points.
   // Per planned weight (same order), its scale and zero point per channel
   // (one entry when per tensor).
   std::vector<std::vector<numerics::QuantParams>> params;
 };
 
-// Quantizes every planned weight of `model`'s graph: in groups of
+// Quantizes every planned weight of `model`'s graph on the grid of its
+// precision (options.weights.SpecFor(plan.precision)), stored INT8 or, for
+// 4-bit precisions, INT4 packed by numerics::PackInt4 (zero points too, as
+// DequantizeLinear wants them of the values' type; the caller must have
+// raised the opset to 21): in groups of
 // hooks.group_size run through hooks.parallel_for, polling
 // hooks.check_cancelled before each group, freeing each float tensor's values
 // as it goes. Adds the values, scales and zero points as initializers (named

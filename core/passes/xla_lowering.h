@@ -1,5 +1,6 @@
-// Op set XLA for the DYNAMIC_RANGE pass: integer compute in standard ops a
-// compiler can fuse. Each quantized MatMul / Gemm / Conv becomes
+// Op set XLA: integer compute in standard ops a compiler can fuse.
+//
+// DYNAMIC_RANGE (LowerToXla): each quantized MatMul / Gemm / Conv becomes
 //
 //   x -> DynamicQuantizeLinear -> (x_q uint8, x_scale, x_zp)
 //   MatMulInteger(x_q, W_q int8, x_zp, W_zp)       (MatMul, Gemm)
@@ -12,6 +13,17 @@
 // CPU ConvInteger only takes uint8 x uint8 with a per-tensor weight zero
 // point. Gemm is lowered only with alpha = beta = 1 and transA = 0 (a
 // transB = 1 weight is stored transposed); its C is added after the rescale.
+//
+// STATIC_RANGE (LowerQdqToXla), from the pass's QDQ graph: the activation's
+// QuantizeLinear (calibrated scale and zero point, uint8) stays and feeds
+//
+//   ConvInteger / MatMulInteger(x_q, W_q, x_zp, W_zp) -> int32
+//     [-> Add(int32 bias)] -> Cast(FLOAT) -> Mul(x_scale * w_scale) -> y
+//
+// with the weights in the layouts above, x_scale * w_scale folded into one
+// initializer, and the int32 bias (scale x_scale * w_scale) added to the
+// accumulator before the Cast. A MatMul of two activations becomes a uint8 x
+// uint8 MatMulInteger. DequantizeLinears left without readers are removed.
 #ifndef QUANTD_CORE_PASSES_XLA_LOWERING_H_
 #define QUANTD_CORE_PASSES_XLA_LOWERING_H_
 
@@ -22,6 +34,7 @@
 #include "core/graph/unique_names.h"
 #include "core/numerics/quant_params.h"
 #include "core/passes/dynamic_range_options.h"
+#include "core/passes/qdq_pattern.h"
 #include "core/passes/weight_plan.h"
 #include "onnx/onnx_pb.h"
 
@@ -47,6 +60,14 @@ absl::Status LowerToXla(
     const std::vector<WeightNames>& names,
     const std::vector<std::vector<numerics::QuantParams>>& params,
     int64_t ir_version, graph::UniqueNames* unique, onnx::GraphProto* graph);
+
+// STATIC_RANGE: rewrites the QDQ graph in place (see the top). A quantized
+// node that cannot be expressed (a Gemm with alpha or beta != 1 or transA =
+// 1, int8 activations, per-channel weight zero points of a Conv, ...) stays
+// in QDQ form and is listed in `kept` with the reason. INTERNAL only for
+// bugs.
+absl::StatusOr<QdqLoweringStats> LowerQdqToXla(int64_t ir_version,
+                                               onnx::GraphProto* graph);
 
 }  // namespace quantd::passes
 

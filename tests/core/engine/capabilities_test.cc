@@ -68,17 +68,18 @@ TEST(CheckSupportedTest, OtherCombinationsAreUnimplementedAndNamed) {
     tfq::QuantizationOptions options;
     std::string named;
   };
-  for (const Case& c :
-       {Case{Options(tfq::QuantizationMethod::STATIC_RANGE, tfq::XLA), "XLA"},
-        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
-                     tfq::UNIFORM_QUANTIZED),
-             "UNIFORM_QUANTIZED"},
-        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::TF,
-                     tfq::PRECISION_W4A8),
-             "PRECISION_W4A8"},
-        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::TF,
-                     tfq::PRECISION_W4A4),
-             "PRECISION_W4A4"}}) {
+  for (const Case& c : {Case{Options(tfq::QuantizationMethod::STATIC_RANGE,
+                                     tfq::XLA, tfq::PRECISION_W4A8),
+                             "XLA"},
+                        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
+                                     tfq::UNIFORM_QUANTIZED),
+                             "UNIFORM_QUANTIZED"},
+                        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
+                                     tfq::XLA, tfq::PRECISION_W4A8),
+                             "PRECISION_W4A8"},
+                        Case{Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
+                                     tfq::TF, tfq::PRECISION_W4A4),
+                             "PRECISION_W4A4"}}) {
     absl::Status s = CheckSupported(c.options);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.named;
     EXPECT_THAT(Message(s), HasSubstr(c.named));
@@ -125,9 +126,10 @@ TEST(CapabilityTableTest, CoversEveryCombinationOnce) {
   ASSERT_EQ(CapabilityTable().size(), 24u);
   int supported = 0;
   for (const auto& c : CapabilityTable()) supported += c.supported();
-  // FULL everywhere, plus TF/W8A8 for both methods and XLA/W8A8 for
-  // DYNAMIC_RANGE.
-  EXPECT_EQ(supported, 2 * 3 + 3);
+  // FULL everywhere, plus TF/W8A8 and XLA/W8A8 for both methods,
+  // UNIFORM_QUANTIZED/W8A8 for STATIC_RANGE, TF/W4A8 for both methods and
+  // TF/W4A4 for STATIC_RANGE.
+  EXPECT_EQ(supported, 2 * 3 + 5 + 3);
 }
 
 TEST(FillServerInfoTest, FillsCapabilities) {
@@ -136,14 +138,52 @@ TEST(FillServerInfoTest, FillsCapabilities) {
   EXPECT_EQ(info.version(), QUANTD_VERSION);
   EXPECT_THAT(info.methods(),
               ::testing::ElementsAre("STATIC_RANGE", "DYNAMIC_RANGE"));
-  EXPECT_THAT(info.op_sets(), ::testing::ElementsAre(tfq::TF, tfq::XLA));
+  EXPECT_THAT(info.op_sets(), ::testing::ElementsAre(tfq::TF, tfq::XLA,
+                                                     tfq::UNIFORM_QUANTIZED));
   EXPECT_THAT(info.precisions(),
-              ::testing::ElementsAre(tfq::PRECISION_FULL, tfq::PRECISION_W8A8));
+              ::testing::ElementsAre(tfq::PRECISION_FULL, tfq::PRECISION_W4A4,
+                                     tfq::PRECISION_W4A8, tfq::PRECISION_W8A8));
   EXPECT_THAT(info.quantizable_op_types(),
               ::testing::ElementsAre("Conv", "Gemm", "MatMul"));
   EXPECT_EQ(info.capabilities_size(), 24);
   EXPECT_EQ(info.max_checked_opset(), 17);
   EXPECT_GE(info.min_input_opset(), 1);
+}
+
+TEST(CheckSupportedTest, FourBitPrecisions) {
+  // W4A8 with op set TF: both methods; W4A4: STATIC_RANGE only.
+  EXPECT_TRUE(CheckSupported(Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
+                                     tfq::TF, tfq::PRECISION_W4A8))
+                  .ok());
+  EXPECT_TRUE(CheckSupported(Options(tfq::QuantizationMethod::STATIC_RANGE,
+                                     tfq::TF, tfq::PRECISION_W4A8))
+                  .ok());
+  EXPECT_TRUE(CheckSupported(Options(tfq::QuantizationMethod::STATIC_RANGE,
+                                     tfq::TF, tfq::PRECISION_W4A4))
+                  .ok());
+  // DYNAMIC_RANGE cannot express 4-bit activations: the error says why.
+  absl::Status s = CheckSupported(Options(
+      tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::TF, tfq::PRECISION_W4A4));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(s), HasSubstr("PRECISION_W4A4"));
+  EXPECT_THAT(Message(s), HasSubstr("DynamicQuantizeLinear"));
+  // The same for a unit under a W8A8 default.
+  tfq::QuantizationOptions o = Options(tfq::QuantizationMethod::DYNAMIC_RANGE,
+                                       tfq::TF, tfq::PRECISION_W8A8);
+  auto* u = o.add_unit_wise_quantization_precision();
+  u->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_OP);
+  u->set_unit_name("Conv");
+  u->set_quantization_precision(tfq::PRECISION_W4A4);
+  s = CheckSupported(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(s), HasSubstr("unit_wise_quantization_precision[0]"));
+  EXPECT_THAT(Message(s), HasSubstr("DynamicQuantizeLinear"));
+  u->set_quantization_precision(tfq::PRECISION_W4A8);
+  EXPECT_TRUE(CheckSupported(o).ok());
+  o.set_op_set(tfq::XLA);  // 4-bit weights have no XLA lowering.
+  s = CheckSupported(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(s), HasSubstr("MatMulInteger"));
 }
 
 }  // namespace

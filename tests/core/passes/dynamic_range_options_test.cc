@@ -104,5 +104,57 @@ TEST(DynamicRangeOptionsTest, CalibrationIsRefused) {
   EXPECT_TRUE(ResolveWith([](auto* c) { c->mutable_calibration(); }).ok());
 }
 
+namespace tfq = tensorflow::quantization;
+
+TEST(DynamicRangeOptionsTest, FourBitWeightsFollowTheUnitPrecision) {
+  auto o = ResolveWith([](auto* c) {
+    c->mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  });
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->precision, tfq::PRECISION_W4A8);
+  const numerics::QuantSpec w4 = o->weights.SpecFor(tfq::PRECISION_W4A8);
+  EXPECT_EQ(w4.bits, 4);
+  EXPECT_TRUE(w4.is_signed);
+  EXPECT_TRUE(w4.narrow_range);
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W8A8).bits, 8);
+  // weight_params.bits, when set, applies to every unit...
+  o = ResolveWith([](auto* c) {
+    c->mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+    c->mutable_weight_params()->set_bits(3);
+  });
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W4A8).bits, 3);
+  // ...but INT4 storage holds no more than 4 bits.
+  o = ResolveWith([](auto* c) {
+    auto* u = c->mutable_options()->add_unit_wise_quantization_precision();
+    u->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_OP);
+    u->set_unit_name("MatMul");
+    u->set_quantization_precision(tfq::PRECISION_W4A8);
+    c->mutable_weight_params()->set_bits(6);
+  });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(o), HasSubstr("weight_params.bits is 6"));
+  EXPECT_THAT(Message(o), HasSubstr("unit_wise_quantization_precision[0]"));
+}
+
+TEST(DynamicRangeOptionsTest, FourBitActivationsAreRefusedWithTheReason) {
+  auto o = ResolveWith([](auto* c) {
+    c->mutable_options()->set_quantization_precision(tfq::PRECISION_W4A4);
+  });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(o), HasSubstr("PRECISION_W4A4"));
+  EXPECT_THAT(Message(o), HasSubstr("DynamicQuantizeLinear"));
+  EXPECT_THAT(Message(o), HasSubstr("uint8 only"));
+  o = ResolveWith([](auto* c) {
+    auto* u = c->mutable_options()->add_unit_wise_quantization_precision();
+    u->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_NODE);
+    u->set_unit_name("m1");
+    u->set_quantization_precision(tfq::PRECISION_W4A4);
+  });
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Message(o), HasSubstr("unit_wise_quantization_precision[0]"));
+  EXPECT_THAT(Message(o), HasSubstr("DynamicQuantizeLinear"));
+}
+
 }  // namespace
 }  // namespace quantd::passes

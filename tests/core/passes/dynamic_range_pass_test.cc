@@ -1,5 +1,6 @@
 #include "core/passes/dynamic_range_pass.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -9,6 +10,7 @@
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/graph/validate.h"
+#include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/graph/test_models.h"
@@ -403,6 +405,70 @@ TEST_F(PassTest, FourBitWeightsUseSevenLevelsEachSide) {
   EXPECT_EQ(reports_[0].scheme().bits(), 4);
   EXPECT_EQ(reports_[0].scheme().quant_min(), -7);
   EXPECT_EQ(reports_[0].scheme().quant_max(), 7);
+}
+
+// W4A8: INT4 storage, two values per byte, zero points INT4 too, opset 21;
+// the packed values, unpacked independently of the packer's caller, give
+// back every weight within half a step of its channel's grid.
+TEST_F(PassTest, W4A8StoresPackedInt4AtOpset21) {
+  options_.precision = tensorflow::quantization::PRECISION_W4A8;
+  onnx::ModelProto m = testing::MatMulModel(64, 32).Build();
+  const std::vector<float> original =
+      *graph::ReadFloatTensor(m.graph().initializer(0));
+  PassStats stats = Run(&m);
+  EXPECT_EQ(graph::DefaultOpset(m), 21);
+  EXPECT_GE(m.ir_version(), 10);
+  EXPECT_THAT(stats.opset_note, HasSubstr("opset raised from 13 to 21"));
+  const onnx::NodeProto* dq = nullptr;
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() == "DequantizeLinear" && n.output(0) == "W") dq = &n;
+  }
+  ASSERT_NE(dq, nullptr);
+  EXPECT_EQ(AxisOf(*dq), 1);
+  const onnx::TensorProto* q = Init(m, dq->input(0));
+  const onnx::TensorProto* s = Init(m, dq->input(1));
+  const onnx::TensorProto* z = Init(m, dq->input(2));
+  ASSERT_TRUE(q && s && z);
+  EXPECT_EQ(q->data_type(), numerics::kOnnxInt4);
+  EXPECT_EQ(z->data_type(), numerics::kOnnxInt4);
+  EXPECT_THAT(graph::Dims(*q), ElementsAre(64, 32));
+  EXPECT_EQ(q->raw_data().size(), 64u * 32 / 2);
+  EXPECT_EQ(z->raw_data().size(), 16u);
+  absl::StatusOr<std::vector<int8_t>> values =
+      numerics::UnpackInt4(q->raw_data(), 64 * 32, true);
+  absl::StatusOr<std::vector<int8_t>> zps =
+      numerics::UnpackInt4(z->raw_data(), 32, true);
+  ASSERT_TRUE(values.ok() && zps.ok());
+  const std::vector<float> scales = *graph::ReadFloatTensor(*s);
+  ASSERT_EQ(scales.size(), 32u);
+  std::vector<float> max_abs(32, 0.0f);
+  for (int i = 0; i < 64 * 32; ++i) {
+    max_abs[i % 32] = std::max(max_abs[i % 32], std::abs(original[i]));
+  }
+  for (int i = 0; i < 64 * 32; ++i) {
+    const int c = i % 32;
+    EXPECT_EQ((*zps)[c], 0);
+    ASSERT_GE((*values)[i], -7);
+    ASSERT_LE((*values)[i], 7);
+    ASSERT_NEAR(scales[c] * (*values)[i], original[i],
+                max_abs[c] / 7.0f / 2.0f * 1.001f)
+        << "at element " << i;
+  }
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_EQ(reports_[0].scheme().storage_type(), "INT4");
+  EXPECT_EQ(stats.weight_bytes_after, 1024u + 32 * 4 + 16);
+  EXPECT_EQ(stats.weight_bytes_before, 64u * 32 * 4);
+}
+
+TEST_F(PassTest, XlaWithFourBitWeightsIsRefusedByName) {
+  options_.precision = tensorflow::quantization::PRECISION_W4A8;
+  options_.op_set = tensorflow::quantization::XLA;
+  onnx::ModelProto m = testing::MatMulModel().Build();
+  absl::StatusOr<PassStats> s = RunDynamicRangePass(options_, {}, &m);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(s.status().message(), HasSubstr("weight 'W'"));
+  EXPECT_THAT(s.status().message(), HasSubstr("MatMulInteger"));
+  EXPECT_EQ(graph::DefaultOpset(m), 13);  // Refused before any change.
 }
 
 TEST_F(PassTest, FullRangeAsymmetricWeights) {

@@ -95,12 +95,48 @@ TEST(StaticRangeOptionsTest, PrecisionImpliesBitsUnlessSet) {
   c.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A4);
   absl::StatusOr<StaticRangeOptions> o = ResolveStaticRangeOptions(c);
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->weights.spec.bits, 4);
-  EXPECT_EQ(o->activations.spec.bits, 4);
-  c.mutable_activation_params()->set_bits(8);
+  // Bits follow each unit's precision.
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W4A4).bits, 4);
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W4A8).bits, 4);
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W8A8).bits, 8);
+  EXPECT_EQ(o->activations.SpecFor(tfq::PRECISION_W4A4).bits, 4);
+  EXPECT_EQ(o->activations.SpecFor(tfq::PRECISION_W4A8).bits, 8);
+  EXPECT_EQ(o->activations.SpecFor(tfq::PRECISION_W8A8).bits, 8);
+  c.mutable_activation_params()->set_bits(3);
+  c.mutable_weight_params()->set_bits(2);
   o = ResolveStaticRangeOptions(c);
-  ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->activations.spec.bits, 8);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->activations.SpecFor(tfq::PRECISION_W4A4).bits, 3);
+  EXPECT_EQ(o->weights.SpecFor(tfq::PRECISION_W4A4).bits, 2);
+}
+
+TEST(StaticRangeOptionsTest, FourBitStorageRefusesWiderBits) {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A4);
+  c.mutable_activation_params()->set_bits(8);
+  absl::Status s = ResolveStaticRangeOptions(c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("activation_params.bits is 8"));
+  EXPECT_THAT(s.message(), HasSubstr("PRECISION_W4A4"));
+
+  // A W4A4 unit under a W8A8 default needs 4-bit activations too.
+  quantd::v1::QuantizeConfig u;
+  auto* unit = u.mutable_options()->add_unit_wise_quantization_precision();
+  unit->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_OP);
+  unit->set_unit_name("Conv");
+  unit->set_quantization_precision(tfq::PRECISION_W4A4);
+  u.mutable_activation_params()->set_bits(6);
+  s = ResolveStaticRangeOptions(u).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("unit_wise_quantization_precision[0]"));
+  u.mutable_activation_params()->clear_bits();
+  u.mutable_weight_params()->set_bits(8);
+  s = ResolveStaticRangeOptions(u).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("weight_params.bits is 8"));
+  // W4A4 is fine for STATIC_RANGE (it is DYNAMIC_RANGE that refuses it).
+  u.mutable_weight_params()->clear_bits();
+  EXPECT_TRUE(ResolveStaticRangeOptions(u).ok());
 }
 
 TEST(StaticRangeOptionsTest, RangesFromCalibration) {

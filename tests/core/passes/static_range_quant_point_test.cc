@@ -1,9 +1,11 @@
 #include "core/passes/static_range_quant_point.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/graph/validate.h"
+#include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/graph/test_models.h"
@@ -208,6 +210,56 @@ TEST(InsertQuantPointTest, ConsumersOfListsEachReaderOnce) {
   const onnx::NodeProto* add = NodeNamed(m.graph(), "add");
   EXPECT_EQ(add->input(0), "x_dequantized");
   EXPECT_EQ(add->input(1), "x_dequantized");
+}
+
+// W4A4 points: the zero point (and so the quantized tensor) is UINT4 or
+// INT4, packed; a Clip comes first only when the grid is smaller than the
+// 4-bit type.
+TEST(InsertQuantPointTest, FourBitStorage) {
+  auto zero_point_of = [](const onnx::GraphProto& g, const QuantPoint& p) {
+    for (const auto& n : g.node()) {
+      if (n.op_type() != "QuantizeLinear" ||
+          std::find(p.nodes.begin(), p.nodes.end(), n.name()) ==
+              p.nodes.end()) {
+        continue;
+      }
+      for (const auto& t : g.initializer()) {
+        if (t.name() == n.input(2)) return t;
+      }
+    }
+    return onnx::TensorProto();
+  };
+  onnx::ModelProto m = Fanout();
+  onnx::GraphProto* g = m.mutable_graph();
+  QuantPointParams params = Uint8(0.25f, 3);
+  params.spec.bits = 4;
+  params.four_bit_storage = true;
+  absl::StatusOr<QuantPoint> p =
+      InsertQuantPoint(g, "a", {Index(*g, "c/neg")}, params, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->clipped);  // [0, 15] is all of UINT4.
+  onnx::TensorProto zp = zero_point_of(*g, *p);
+  EXPECT_EQ(zp.data_type(), numerics::kOnnxUint4);
+  EXPECT_EQ(zp.dims_size(), 0);
+  EXPECT_EQ(zp.raw_data(), std::string(1, '\x03'));  // Low nibble first.
+
+  // Signed narrow range [-7, 7] inside INT4's [-8, 7]: Clip first.
+  params.spec = {4, true, true, true};
+  params.params = {0.5f, -2};
+  p = InsertQuantPoint(g, "t", {Index(*g, "c/exp")}, params, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->clipped);
+  zp = zero_point_of(*g, *p);
+  EXPECT_EQ(zp.data_type(), numerics::kOnnxInt4);
+  EXPECT_EQ(zp.raw_data(), std::string(1, '\x0e'));  // -2 in two's complement.
+
+  // 5 bits do not fit 4-bit storage.
+  params.spec = {5, false, false, false};
+  params.params = {0.5f, 1};
+  EXPECT_EQ(InsertQuantPoint(g, "in", {Index(*g, "p/tanh")}, params, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/engine/engine.h"
 #include "core/graph/model_io.h"
+#include "core/numerics/int4.h"
 #include "core/passes/dynamic_range_pass.h"
 #include "core/passes/static_range_pass.h"
 #include "gmock/gmock.h"
@@ -226,7 +227,7 @@ TEST(UnitPrecisionTest, EveryInvalidEntryIsListedInOneError) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(UnitPrecisionTest, FourBitAndFunctionScopesAreUnimplemented) {
+TEST(UnitPrecisionTest, FunctionScopesAreUnimplemented) {
   onnx::ModelProto m = TwoMatMuls();
   m.add_functions()->set_name("my_func");
   // A Loop-like holder of a subgraph.
@@ -239,7 +240,6 @@ TEST(UnitPrecisionTest, FourBitAndFunctionScopesAreUnimplemented) {
   a->mutable_g()->set_name("then");
   const std::vector<Unit> units = {
       MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),
-      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_W4A4),
       MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "my_func"),
       MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "loop0"),
       MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL),
@@ -248,11 +248,12 @@ TEST(UnitPrecisionTest, FourBitAndFunctionScopesAreUnimplemented) {
       UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units);
   ASSERT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
   const std::string msg(u.status().message());
-  for (int i : {0, 1, 2, 3}) {
+  for (int i : {1, 2}) {
     EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, units[i]))) << i;
   }
-  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[4]")));
-  EXPECT_THAT(msg, HasSubstr("PRECISION_W4A8 is not implemented per unit"));
+  // 4-bit units are implemented now.
+  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[0]")));
+  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[3]")));
   EXPECT_THAT(msg, HasSubstr("quantizing inside functions/subgraphs is not "
                              "supported yet"));
 }
@@ -367,6 +368,85 @@ TEST(UnitPrecisionTest, DefaultFullQuantizesOnlyTheW8A8Node) {
   ASSERT_TRUE(out.ok());
   ExpectFloatWeight(*out, "W1");
   ExpectQuantizedWeight(*out, "W2");
+}
+
+int32_t StoredType(const onnx::ModelProto& m, const std::string& weight) {
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() == "DequantizeLinear" && n.output(0) == weight) {
+      const onnx::TensorProto* t = Init(m, n.input(0));
+      return t != nullptr ? t->data_type() : -1;
+    }
+  }
+  return -1;
+}
+
+// The zero point type of the QuantizeLinear reading `tensor`.
+int32_t PointType(const onnx::ModelProto& m, const std::string& tensor) {
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() == "QuantizeLinear" && n.input(0) == tensor) {
+      const onnx::TensorProto* t = Init(m, n.input(2));
+      return t != nullptr ? t->data_type() : -1;
+    }
+  }
+  return -1;
+}
+
+TEST(UnitPrecisionTest, DynamicRangeMixesW8A8AndW4A8) {
+  onnx::ModelProto m = TwoMatMuls();
+  DynamicRangeOptions o =
+      Dynamic(tfq::PRECISION_W8A8,
+              {MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8)});
+  o.min_num_elements = 0;
+  std::vector<quantd::v1::TensorReport> reports;
+  PassHooks hooks;
+  hooks.on_report = [&](const quantd::v1::TensorReport& r) {
+    reports.push_back(r);
+  };
+  absl::StatusOr<PassStats> stats = RunDynamicRangePass(o, hooks, &m);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(StoredType(m, "W1"), numerics::kOnnxInt4);
+  EXPECT_EQ(StoredType(m, "W2"), onnx::TensorProto::INT8);
+  EXPECT_EQ(graph::DefaultOpset(m), 21);
+  EXPECT_GE(m.ir_version(), 10);
+  EXPECT_THAT(stats->opset_note, HasSubstr("opset raised from 13 to 21"));
+  // Activations are uint8 either way (DynamicQuantizeLinear).
+  EXPECT_EQ(CountOp(m, "DynamicQuantizeLinear"), 2);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].precision(), tfq::PRECISION_W4A8);
+  EXPECT_EQ(reports[0].scheme().storage_type(), "INT4");
+  EXPECT_EQ(reports[0].scheme().bits(), 4);
+  EXPECT_EQ(reports[0].scheme().quant_min(), -7);
+  EXPECT_EQ(reports[0].scheme().quant_max(), 7);
+  EXPECT_EQ(reports[1].scheme().storage_type(), "INT8");
+  // 64 x 32 INT4 values are 1024 bytes, plus 32 scales and 16 zero-point
+  // bytes; W2 is 2048 int8 values + 64 scales + 64 zero points.
+  EXPECT_EQ(stats->weight_bytes_after,
+            (1024u + 32 * 4 + 16) + (2048u + 64 * 4 + 64));
+}
+
+TEST(UnitPrecisionTest, StaticRangeW4A4UnitGetsUint4Points) {
+  onnx::ModelProto m = TwoMatMuls();
+  StaticRangeOptions o =
+      Static(tfq::PRECISION_W8A8,
+             {MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A4)});
+  o.min_num_elements = 0;
+  absl::StatusOr<StaticRangeStats> s =
+      RunStaticRangePass(o, Ranges(), PassHooks(), &m);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(StoredType(m, "W1"), numerics::kOnnxInt4);
+  EXPECT_EQ(StoredType(m, "W2"), onnx::TensorProto::INT8);
+  // x is read by the W4A4 node only: 4-bit. h joins m1 (W4A4) and m2
+  // (W8A8): the 8-bit grid.
+  EXPECT_EQ(PointType(m, "x"), numerics::kOnnxUint4);
+  EXPECT_EQ(PointType(m, "h"), onnx::TensorProto::UINT8);
+  EXPECT_EQ(graph::DefaultOpset(m), 21);
+
+  // A DYNAMIC_RANGE request cannot have 4-bit activations at all.
+  quantd::v1::QuantizeConfig config;
+  auto* unit = config.mutable_options()->add_unit_wise_quantization_precision();
+  *unit = MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A4);
+  EXPECT_EQ(ResolveDynamicRangeOptions(config).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST(UnitPrecisionTest, SharedWeightWithDisagreeingConsumersStaysFloat) {
