@@ -29,7 +29,8 @@ void Report(const CalibrateEvents& events, quantd::v1::Stage stage,
 absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     CalibrationSession* session, BatchQueue* batches,
     const std::function<void(int64_t)>& on_batch,
-    const CancellationToken& cancel, ThreadPool* pool) {
+    const CancellationToken& cancel, ThreadPool* pool,
+    const std::function<void(quantd::v1::TensorBatch)>& keep) {
   while (std::optional<quantd::v1::TensorBatch> batch = batches->Pop()) {
     absl::Status s = cancel.Check("calibration");
     if (s.ok()) s = session->AddBatch(*batch, pool, cancel);
@@ -41,6 +42,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
                                                  ": ", s.message()));
     }
     if (on_batch) on_batch(session->batch_count());
+    if (keep) keep(*std::move(batch));
   }
   absl::Status s = cancel.Check("calibration");
   if (!s.ok()) return s;
@@ -50,7 +52,8 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
     const quantd::v1::CalibrateConfig& config, std::string model_bytes,
     BatchQueue* batches, const CalibrateEvents& events,
-    const CancellationToken& cancel, ThreadPool* pool) {
+    const CancellationToken& cancel, ThreadPool* pool,
+    const JobLimits& limits) {
   // Whatever happens, the producer must not wait for room that never comes.
   struct AbortOnExit {
     BatchQueue* q;
@@ -64,12 +67,18 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
 
   Report(events, quantd::v1::STAGE_PARSE, 0, 1,
          absl::StrCat("parsing ", model_bytes.size(), " bytes"));
-  absl::StatusOr<onnx::ModelProto> model = graph::ParseModel(model_bytes);
+  absl::StatusOr<onnx::ModelProto> model =
+      graph::ParseModel(model_bytes, &cancel);
   if (!model.ok()) return model.status();
   std::string().swap(model_bytes);
+  // Before any other work: an oversized model costs one parse, no more.
+  s = CheckJobLimits(*model, limits);
+  if (!s.ok()) return s;
   Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
   std::vector<std::string> validations;
   s = graph::ValidateModel(*model, "input model", &validations);
+  if (!s.ok()) return s;
+  s = cancel.Check("validate");
   if (!s.ok()) return s;
 
   absl::StatusOr<std::unique_ptr<CalibrationSession>> session =

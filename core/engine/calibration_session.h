@@ -76,11 +76,14 @@ class CalibrationSession {
 // on the first error, whose message names the batch), and returns the
 // ranges (batch_count 0 when no batch came: the caller decides what that
 // means); CANCELLED when cancelled.
-// `on_batch` (may be empty) gets the number of batches observed so far.
+// `on_batch` (may be empty) gets the number of batches observed so far;
+// `keep` (may be empty) then gets each observed batch, moved (a Quantize call
+// keeps some to measure fidelity after the pass).
 absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     CalibrationSession* session, BatchQueue* batches,
     const std::function<void(int64_t)>& on_batch,
-    const CancellationToken& cancel, ThreadPool* pool);
+    const CancellationToken& cancel, ThreadPool* pool,
+    const std::function<void(quantd::v1::TensorBatch)>& keep = {});
 
 // A NamedTensor as an executor Tensor: INVALID_ARGUMENT naming the tensor for
 // unknown dtypes, negative dims or a data size that does not match.

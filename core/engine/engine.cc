@@ -5,7 +5,8 @@
 namespace quantd {
 
 Engine::Engine(const Options& options)
-    : pool_(std::make_unique<ThreadPool>(options.threads)) {}
+    : limits_(options.limits),
+      pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 Engine::~Engine() {
   // Stream-fed jobs first (they may still use the pool), then the pool,
@@ -48,17 +49,18 @@ void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,
                             QuantizeDone done,
                             std::shared_ptr<BatchQueue> calibration_batches) {
   ThreadPool* pool = pool_.get();
+  const JobLimits limits = limits_;
   // std::function needs a copyable callable; the model bytes can be large,
   // so they travel in a shared_ptr and are moved out exactly once.
   auto bytes = std::make_shared<std::string>(std::move(model_bytes));
   auto job = [config = std::move(config), bytes, events = std::move(events),
               cancel = std::move(cancel), done = std::move(done), pool,
-              calibration_batches] {
+              calibration_batches, limits] {
     absl::StatusOr<QuantizeResult> result =
         cancel->IsCancelled()
             ? absl::StatusOr<QuantizeResult>(cancel->Check("queue"))
             : RunQuantize(config, std::move(*bytes), events, *cancel, pool,
-                          calibration_batches.get());
+                          calibration_batches.get(), limits);
     done(std::move(result));
   };
   if (calibration_batches != nullptr) {
@@ -75,16 +77,18 @@ void Engine::SubmitCalibrate(quantd::v1::CalibrateConfig config,
                              std::shared_ptr<const CancellationToken> cancel,
                              CalibrateDone done) {
   ThreadPool* pool = pool_.get();
+  const JobLimits limits = limits_;
   auto bytes = std::make_shared<std::string>(std::move(model_bytes));
   RunOnOwnThread([config = std::move(config), bytes,
                   batches = std::move(batches), events = std::move(events),
-                  cancel = std::move(cancel), done = std::move(done), pool] {
+                  cancel = std::move(cancel), done = std::move(done), pool,
+                  limits] {
     absl::StatusOr<quantd::v1::CalibrationResult> result =
         cancel->IsCancelled()
             ? absl::StatusOr<quantd::v1::CalibrationResult>(
                   cancel->Check("queue"))
             : RunCalibrate(config, std::move(*bytes), batches.get(), events,
-                           *cancel, pool);
+                           *cancel, pool, limits);
     done(std::move(result));
   });
 }

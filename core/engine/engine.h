@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/cancellation.h"
+#include "core/engine/limits.h"
 #include "core/engine/thread_pool.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -36,26 +37,35 @@ struct QuantizeResult {
 // so calling this from a pool thread cannot deadlock. For STATIC_RANGE,
 // `calibration_batches` (may be null) streams calibration batches that follow
 // the model in the same call; otherwise config.calibration must hold ranges.
+// A model over `limits` is INVALID_ARGUMENT right after the parse. Once
+// `cancel` is set the job stops within a piece of work (a MiB of parsing or
+// serializing, a group of weights, a node of a calibration run) and returns
+// CANCELLED.
 absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
-    ThreadPool* pool, BatchQueue* calibration_batches = nullptr);
+    ThreadPool* pool, BatchQueue* calibration_batches = nullptr,
+    const JobLimits& limits = JobLimits());
 
 struct CalibrateEvents {
   std::function<void(const quantd::v1::Progress&)> on_progress;
 };
 
 // One Calibrate job: parse and check the model, then observe every batch
-// popped from `batches` until it is closed, and return the ranges.
+// popped from `batches` until it is closed, and return the ranges. Limits
+// and cancellation as for RunQuantize.
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
     const quantd::v1::CalibrateConfig& config, std::string model_bytes,
     BatchQueue* batches, const CalibrateEvents& events,
-    const CancellationToken& cancel, ThreadPool* pool);
+    const CancellationToken& cancel, ThreadPool* pool,
+    const JobLimits& limits = JobLimits());
 
 class Engine {
  public:
   struct Options {
     int threads = 0;  // 0: one per hardware thread.
+    // Applied to every job's model.
+    JobLimits limits;
   };
   explicit Engine(const Options& options);
   ~Engine();  // Waits for submitted jobs to finish.
@@ -92,6 +102,7 @@ class Engine {
   // Starts `job` on a dedicated thread, joined by the destructor.
   void RunOnOwnThread(std::function<void()> job);
 
+  const JobLimits limits_;
   std::unique_ptr<ThreadPool> pool_;
   absl::Mutex threads_mu_;
   struct JobThread {

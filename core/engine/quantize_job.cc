@@ -1,13 +1,16 @@
 // RunQuantize: one Quantize call from bytes to bytes, stage by stage:
 // options -> parse -> validate -> [calibrate] -> plan -> quantize ->
-// serialize (+ re-check).
+// fidelity -> serialize (+ re-check).
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
+#include "core/engine/fidelity.h"
 #include "core/engine/resolved_options.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
@@ -25,12 +28,14 @@ class QuantizeJob {
  public:
   QuantizeJob(const quantd::v1::QuantizeConfig& config,
               const QuantizeEvents& events, const CancellationToken& cancel,
-              ThreadPool* pool, BatchQueue* calibration_batches)
+              ThreadPool* pool, BatchQueue* calibration_batches,
+              const JobLimits& limits)
       : config_(config),
         events_(events),
         cancel_(cancel),
         pool_(pool),
         calibration_batches_(calibration_batches),
+        limits_(limits),
         resolved_(Resolve(config.options())) {}
 
   absl::StatusOr<QuantizeResult> Run(std::string bytes);
@@ -51,6 +56,13 @@ class QuantizeJob {
   absl::Status Calibrate();
   passes::PassHooks MakeHooks();
   absl::Status Quantize();
+  // The quantized model against the float one over the kept calibration
+  // batches (summary.fidelity). Only cancellation fails the call: anything
+  // else makes fidelity "skipped" with the reason.
+  absl::Status Fidelity();
+  void SkipFidelity(std::string reason);
+  // Keeps a calibration batch for Fidelity, within the memory budget.
+  void KeepForFidelity(quantd::v1::TensorBatch batch);
   absl::Status Serialize();
   void FillOptionWords();
 
@@ -65,10 +77,22 @@ class QuantizeJob {
   const CancellationToken& cancel_;
   ThreadPool* pool_;
   BatchQueue* calibration_batches_;  // May be null.
+  const JobLimits limits_;
   const ResolvedOptions resolved_;
   passes::DynamicRangeOptions dynamic_options_;
   passes::StaticRangeOptions static_options_;
   passes::ActivationRanges ranges_;
+
+  // Fidelity: the float model's executor (built before the pass rewrites
+  // model_), the batches kept for it and what happened to the others.
+  std::unique_ptr<FidelityEvaluator> fidelity_;
+  std::string fidelity_skipped_;  // Why fidelity_ could not be built.
+  std::vector<quantd::v1::TensorBatch> fidelity_batches_;
+  int64_t fidelity_bytes_ = 0;
+  int64_t batches_received_ = 0;
+  int64_t batches_over_budget_ = 0;
+  int64_t activation_batches_ = 0;
+  double fidelity_setup_seconds_ = 0;
 
   onnx::ModelProto model_;
   QuantizeResult result_;
@@ -146,14 +170,17 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   result_.summary.set_input_bytes(bytes->size());
   StartStage(quantd::v1::STAGE_PARSE, 1,
              absl::StrCat("parsing ", bytes->size(), " bytes"));
-  absl::StatusOr<onnx::ModelProto> model = graph::ParseModel(*bytes);
+  absl::StatusOr<onnx::ModelProto> model = graph::ParseModel(*bytes, &cancel_);
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
+  // Before any other work: an oversized model costs one parse, no more.
+  absl::Status s = CheckJobLimits(model_, limits_);
+  if (!s.ok()) return s;
   // The parsed model now holds everything; keep at most one copy around
   // unless the bytes are the answer.
   if (!PassThrough()) std::string().swap(*bytes);
   EndStage();
-  absl::Status s = cancel_.Check("parse");
+  s = cancel_.Check("parse");
   if (!s.ok()) return s;
 
   StartStage(quantd::v1::STAGE_VALIDATE, 1, "checking the input model");
@@ -183,7 +210,12 @@ passes::PassHooks QuantizeJob::MakeHooks() {
                                 const std::function<void(int64_t)>& fn) {
       pool_->ParallelFor(n, fn);
     };
-    hooks.group_size = pool_->size() + 1;  // The caller works too.
+    // One tensor per pool thread between two cancellation checks: a job
+    // without calibration batches runs on a pool thread, so pool_->size()
+    // workers (the caller among them) share a group and it takes about one
+    // tensor's time; a larger group only makes a cancel wait for more
+    // tensors.
+    hooks.group_size = std::max(1, pool_->size());
   }
   return hooks;
 }
@@ -228,10 +260,28 @@ absl::Status QuantizeJob::Calibrate() {
     calibration_batches_->Abort();
     return session.status();
   }
+  {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<FidelityEvaluator>> evaluator =
+        FidelityEvaluator::Create(model_);
+    if (evaluator.ok()) {
+      fidelity_ = std::move(*evaluator);
+    } else {
+      fidelity_skipped_ =
+          absl::StrCat("the executor cannot run the float model: ",
+                       evaluator.status().message());
+    }
+    const std::chrono::duration<double> seconds =
+        std::chrono::steady_clock::now() - start;
+    fidelity_setup_seconds_ += seconds.count();
+  }
   absl::StatusOr<quantd::v1::CalibrationResult> result = CalibrateFromQueue(
       session->get(), calibration_batches_,
       [this](int64_t n) { Progress(n, 0, absl::StrCat(n, " batches")); },
-      cancel_, pool_);
+      cancel_, pool_,
+      [this](quantd::v1::TensorBatch batch) {
+        KeepForFidelity(std::move(batch));
+      });
   if (!result.ok()) return result.status();
   if (result->batch_count() == 0) {
     return absl::FailedPreconditionError(
@@ -273,6 +323,9 @@ absl::Status QuantizeJob::Quantize() {
     s.set_weight_bytes_after(stats->weight_bytes_after);
     skipped = std::move(stats->skipped);
     opset_note = std::move(stats->opset_note);
+    if (!stats->lowering_note.empty()) {
+      s.add_validations(absl::StrCat("note: ", stats->lowering_note));
+    }
   } else {
     absl::StatusOr<passes::PassStats> stats =
         passes::RunDynamicRangePass(dynamic_options_, hooks, &model_);
@@ -293,6 +346,111 @@ absl::Status QuantizeJob::Quantize() {
   return cancel_.Check("quantize");
 }
 
+void QuantizeJob::KeepForFidelity(quantd::v1::TensorBatch batch) {
+  ++batches_received_;
+  if (fidelity_ == nullptr) return;
+  if (!fidelity_->FeedsGraphInputs(batch)) {
+    ++activation_batches_;
+    return;
+  }
+  const int64_t bytes = static_cast<int64_t>(batch.ByteSizeLong());
+  if (batches_over_budget_ > 0 ||
+      fidelity_bytes_ + bytes > kFidelityBatchBudgetBytes) {
+    ++batches_over_budget_;
+    return;
+  }
+  fidelity_bytes_ += bytes;
+  fidelity_batches_.push_back(std::move(batch));
+}
+
+void QuantizeJob::SkipFidelity(std::string reason) {
+  quantd::v1::FidelityReport* f = result_.summary.mutable_fidelity();
+  f->Clear();
+  f->set_evaluated(false);
+  f->set_skipped_reason(std::move(reason));
+  f->set_batches_received(batches_received_);
+  fidelity_.reset();
+  std::vector<quantd::v1::TensorBatch>().swap(fidelity_batches_);
+}
+
+absl::Status QuantizeJob::Fidelity() {
+  if (resolved_.method != Method::kStaticRange) {
+    SkipFidelity(
+        "DYNAMIC_RANGE quantizes activations at run time and takes no "
+        "calibration batches: there is no data to compare the models on");
+    return absl::OkStatus();
+  }
+  if (batches_received_ == 0) {
+    SkipFidelity(
+        "the activation ranges came from config.calibration: the call "
+        "carried no calibration batches to compare the models on");
+    return absl::OkStatus();
+  }
+  if (fidelity_ == nullptr) {
+    SkipFidelity(fidelity_skipped_);
+    return absl::OkStatus();
+  }
+  if (fidelity_batches_.empty()) {
+    SkipFidelity(absl::StrCat(
+        "all ", batches_received_,
+        " calibration batches held observed activations, not graph inputs: "
+        "there is no model run to compare"));
+    return absl::OkStatus();
+  }
+  const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
+  StartStage(quantd::v1::STAGE_FIDELITY, total,
+             absl::StrCat("comparing the quantized model with the float one "
+                          "on ",
+                          total, " batches"));
+  // The float model's executor was built before the pass (which rewrites
+  // the model in place); its cost belongs to this stage too.
+  stage_start_ -=
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(fidelity_setup_seconds_));
+  absl::Status s = fidelity_->SetQuantizedModel(model_);
+  if (!s.ok()) {
+    SkipFidelity(absl::StrCat("the executor cannot run the quantized model: ",
+                              s.message()));
+    EndStage();
+    return cancel_.Check("fidelity");
+  }
+  for (int64_t i = 0; i < total; ++i) {
+    s = cancel_.Check("fidelity");
+    if (!s.ok()) return s;
+    s = fidelity_->AddBatch(fidelity_batches_[i], pool_, cancel_);
+    if (!s.ok()) {
+      if (cancel_.IsCancelled()) return cancel_.Check("fidelity");
+      SkipFidelity(
+          absl::StrCat("calibration batch ", i + 1, ": ", s.message()));
+      EndStage();
+      return cancel_.Check("fidelity");
+    }
+    // Done with it: free its data now rather than at the end.
+    quantd::v1::TensorBatch().Swap(&fidelity_batches_[i]);
+    Progress(i + 1, total, "");
+  }
+  quantd::v1::FidelityReport report = fidelity_->Report();
+  report.set_batches_received(batches_received_);
+  std::vector<std::string> notes;
+  if (activation_batches_ > 0) {
+    notes.push_back(absl::StrCat(activation_batches_,
+                                 " batches of observed activations were not "
+                                 "compared (no graph inputs to run)"));
+  }
+  if (batches_over_budget_ > 0) {
+    notes.push_back(absl::StrCat(
+        batches_over_budget_, " batches past the first ",
+        kFidelityBatchBudgetBytes >> 20,
+        " MiB of calibration data were calibrated with but not compared"));
+  }
+  report.set_note(absl::StrJoin(notes, "; "));
+  *result_.summary.mutable_fidelity() = std::move(report);
+  fidelity_.reset();
+  std::vector<quantd::v1::TensorBatch>().swap(fidelity_batches_);
+  EndStage();
+  return cancel_.Check("fidelity");
+}
+
 absl::Status QuantizeJob::Serialize() {
   StartStage(quantd::v1::STAGE_SERIALIZE, 1,
              "checking and serializing the output model");
@@ -307,7 +465,7 @@ absl::Status QuantizeJob::Serialize() {
   }
   for (auto& v : validations) result_.summary.add_validations(std::move(v));
   result_.summary.set_output_opset(graph::DefaultOpset(model_));
-  absl::StatusOr<std::string> bytes = graph::SerializeModel(model_);
+  absl::StatusOr<std::string> bytes = graph::SerializeModel(model_, &cancel_);
   if (!bytes.ok()) return bytes.status();
   onnx::ModelProto().Swap(&model_);
   result_.model = std::move(*bytes);
@@ -336,6 +494,7 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
   }
   s = Calibrate();
   if (s.ok()) s = Quantize();
+  if (s.ok()) s = Fidelity();
   if (s.ok()) s = Serialize();
   if (!s.ok()) return s;
   return std::move(result_);
@@ -346,7 +505,8 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
 absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
-    ThreadPool* pool, BatchQueue* calibration_batches) {
+    ThreadPool* pool, BatchQueue* calibration_batches,
+    const JobLimits& limits) {
   // Whatever happens, a producer must not wait for room that never comes.
   struct AbortOnExit {
     BatchQueue* q;
@@ -354,7 +514,7 @@ absl::StatusOr<QuantizeResult> RunQuantize(
       if (q != nullptr) q->Abort();
     }
   } abort_on_exit{calibration_batches};
-  return QuantizeJob(config, events, cancel, pool, calibration_batches)
+  return QuantizeJob(config, events, cancel, pool, calibration_batches, limits)
       .Run(std::move(model_bytes));
 }
 

@@ -8,19 +8,30 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/engine/cancellation.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::graph {
 
+// The bytes are handed to protobuf in pieces of this size; `cancel` is
+// polled before each, so a cancelled parse or serialization stops within one
+// piece (well under a millisecond of copying) rather than after the whole
+// model.
+inline constexpr int kModelIoChunkBytes = 1 << 20;
+
 // Parses a serialized ModelProto of any size protobuf can represent (the
 // default 64 MiB total-bytes limit is lifted). INVALID_ARGUMENT for empty,
 // truncated or otherwise unparsable bytes, and for a parse that yields no
-// graph (almost any byte string is a valid empty message).
-absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes);
+// graph (almost any byte string is a valid empty message). CANCELLED
+// ("cancelled during parse") once `cancel` (may be null) is set.
+absl::StatusOr<onnx::ModelProto> ParseModel(
+    absl::string_view bytes, const CancellationToken* cancel = nullptr);
 
 // Serializes deterministically. INVALID_ARGUMENT when the model is over
-// protobuf's 2 GiB message limit.
-absl::StatusOr<std::string> SerializeModel(const onnx::ModelProto& model);
+// protobuf's 2 GiB message limit; CANCELLED ("cancelled during serialize")
+// once `cancel` (may be null) is set.
+absl::StatusOr<std::string> SerializeModel(
+    const onnx::ModelProto& model, const CancellationToken* cancel = nullptr);
 
 // The version of the default ("" or "ai.onnx") domain in opset_import; 0 when
 // the model imports none.

@@ -1,0 +1,119 @@
+// Fidelity of a quantized model: runs it and the float model it came from
+// over the same batches in quantd's executor, and accumulates per tensor the
+// sums that SQNR and top-1 agreement need (never the activations of more
+// than one batch), for QuantizeSummary.fidelity.
+#ifndef QUANTD_CORE_ENGINE_FIDELITY_H_
+#define QUANTD_CORE_ENGINE_FIDELITY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/engine/cancellation.h"
+#include "core/engine/thread_pool.h"
+#include "core/executor/executor.h"
+#include "onnx/onnx_pb.h"
+#include "quantd/v1/quantization_service.pb.h"
+
+namespace quantd {
+
+// Calibration batches a Quantize call keeps for the fidelity comparison
+// (they are only known after calibration, and the quantized model only after
+// the pass, so they must be kept); batches past this many bytes are
+// calibrated with but not compared, and the report says so.
+inline constexpr int64_t kFidelityBatchBudgetBytes = int64_t{64} << 20;
+
+// Running error sums of one tensor over batches.
+struct ErrorSums {
+  double signal = 0;  // sum(ref^2)
+  double noise = 0;   // sum((ref - q)^2)
+  double max_abs_error = 0;
+  int64_t elements = 0;
+
+  // Adds one batch; `ref` and `q` must have the same size. Double
+  // accumulation: float sums lose the small noise next to a large signal.
+  void Add(absl::Span<const float> ref, absl::Span<const float> q);
+};
+
+// 10*log10(signal / noise) in dB. Exact (noise == 0, whatever the signal):
+// +infinity. signal == 0 < noise: -infinity. NaN in: NaN out.
+double SqnrDb(double signal, double noise);
+
+// True when a tensor of `shape` has a class axis: rank >= 2 and a last axis
+// at least 2 wide (a row per position of the other axes).
+bool HasClassAxis(absl::Span<const int64_t> shape);
+
+// Top-1 agreement counts of one output over batches.
+struct Top1Counts {
+  int64_t agree = 0;
+  int64_t rows = 0;
+
+  // `ref` and `q` hold `rows` rows of `classes` values each; a row agrees
+  // when both argmaxes (first index on ties, NaN never the max) are equal.
+  void Add(const float* ref, const float* q, int64_t rows, int64_t classes);
+};
+
+class FidelityEvaluator {
+ public:
+  // Builds the float model's executor and notes its graph order, before the
+  // pass rewrites the model in place. Errors are the executor's (the float
+  // model ran for calibration, so they are unexpected).
+  static absl::StatusOr<std::unique_ptr<FidelityEvaluator>> Create(
+      const onnx::ModelProto& float_model);
+
+  // Builds the quantized model's executor: UNIMPLEMENTED naming the op,
+  // attribute or type the executor cannot run (the caller reports fidelity
+  // as skipped for that reason).
+  absl::Status SetQuantizedModel(const onnx::ModelProto& quantized_model);
+
+  // Whether `batch` feeds graph inputs (a model run) rather than holding
+  // observed activations, which cannot be compared.
+  bool FeedsGraphInputs(const quantd::v1::TensorBatch& batch) const;
+
+  // Runs both models on one batch of graph inputs (a tensor without a name
+  // feeds the only input) and adds the errors. Needs SetQuantizedModel.
+  // CANCELLED when cancelled (checked between nodes); INVALID_ARGUMENT for a
+  // batch that does not fit the model; the executors' errors otherwise.
+  absl::Status AddBatch(const quantd::v1::TensorBatch& batch, ThreadPool* pool,
+                        const CancellationToken& cancel);
+
+  int64_t batch_count() const { return batch_count_; }
+
+  // evaluated = true with the numbers so far (the caller fills
+  // batches_received and note).
+  quantd::v1::FidelityReport Report() const;
+
+ private:
+  struct Layer {
+    std::string tensor;
+    std::string node;
+    std::string op;
+  };
+  struct Output {
+    ErrorSums sums;
+    Top1Counts top1;
+    bool has_top1 = true;  // Until a batch's shape says otherwise.
+    bool compared = false;
+  };
+
+  FidelityEvaluator() = default;
+
+  std::unique_ptr<executor::Executor> float_;
+  std::unique_ptr<executor::Executor> quantized_;
+  // Node outputs of the float model in graph order (graph inputs excluded).
+  std::vector<Layer> layers_;
+  absl::flat_hash_set<std::string> layer_names_;
+  absl::flat_hash_map<std::string, ErrorSums> layer_sums_;
+  std::vector<std::string> output_names_;  // Of the float model.
+  absl::flat_hash_map<std::string, Output> outputs_;
+  int64_t batch_count_ = 0;
+};
+
+}  // namespace quantd
+
+#endif  // QUANTD_CORE_ENGINE_FIDELITY_H_

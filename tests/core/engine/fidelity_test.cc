@@ -1,0 +1,461 @@
+// Tests of the fidelity report: the SQNR / top-1 math, FidelityEvaluator on
+// hand-made float and "quantized" models checked against a plain loop
+// computation in the test, and RunQuantize filling summary.fidelity.
+#include "core/engine/fidelity.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/engine/batch_queue.h"
+#include "core/engine/engine.h"
+#include "core/executor/executor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+#include "tests/support/test_paths.h"
+
+namespace quantd {
+namespace {
+
+namespace tfq = tensorflow::quantization;
+using ::quantd::testing::ModelBuilder;
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(SqnrDbTest, EdgeCasesAndValues) {
+  EXPECT_DOUBLE_EQ(SqnrDb(100.0, 1.0), 20.0);
+  EXPECT_DOUBLE_EQ(SqnrDb(1.0, 1.0), 0.0);
+  EXPECT_NEAR(SqnrDb(1.0, 10.0), -10.0, 1e-12);
+  EXPECT_EQ(SqnrDb(5.0, 0.0), kInf);   // Exact.
+  EXPECT_EQ(SqnrDb(0.0, 0.0), kInf);   // Exact, all zeros.
+  EXPECT_EQ(SqnrDb(0.0, 2.0), -kInf);  // Zero signal, some error.
+  EXPECT_TRUE(std::isnan(SqnrDb(std::nan(""), 1.0)));
+  EXPECT_TRUE(std::isnan(SqnrDb(1.0, std::nan(""))));
+}
+
+TEST(ErrorSumsTest, BatchesAddUpToTheWhole) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  std::vector<float> ref(1000), q(1000);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = dist(rng);
+    q[i] = ref[i] + 0.01f * dist(rng);
+  }
+  ErrorSums whole, parts;
+  whole.Add(ref, q);
+  parts.Add(absl::MakeConstSpan(ref).subspan(0, 300),
+            absl::MakeConstSpan(q).subspan(0, 300));
+  parts.Add(absl::MakeConstSpan(ref).subspan(300),
+            absl::MakeConstSpan(q).subspan(300));
+  EXPECT_EQ(parts.elements, 1000);
+  EXPECT_NEAR(parts.signal, whole.signal, 1e-9 * whole.signal);
+  EXPECT_NEAR(parts.noise, whole.noise, 1e-9 * whole.noise);
+  EXPECT_EQ(parts.max_abs_error, whole.max_abs_error);
+  double max_abs = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(double(ref[i]) - double(q[i])));
+  }
+  EXPECT_DOUBLE_EQ(whole.max_abs_error, max_abs);
+  // Noise ~ 1e-4 of the signal power: about 40 dB.
+  EXPECT_NEAR(SqnrDb(whole.signal, whole.noise), 40.0, 1.0);
+}
+
+TEST(ErrorSumsTest, NanSticks) {
+  ErrorSums s;
+  const std::vector<float> ref = {1, 2, 3};
+  const std::vector<float> q = {1, std::nanf(""), 3};
+  s.Add(ref, q);
+  s.Add(ref, ref);
+  EXPECT_TRUE(std::isnan(s.max_abs_error));
+  EXPECT_TRUE(std::isnan(SqnrDb(s.signal, s.noise)));
+}
+
+TEST(Top1CountsTest, CountsRowsAndTakesTheFirstMaxOnTies) {
+  // 3 rows of 3 classes.
+  const std::vector<float> ref = {0, 5, 1, /**/ 2, 2, 0, /**/ 9, 1, 1};
+  const std::vector<float> q = {0, 4, 4, /**/ 1, 3, 0, /**/ 9, 1, 1};
+  Top1Counts c;
+  c.Add(ref.data(), q.data(), 3, 3);
+  // Row 0: 1 vs 1 (tie in q: first index). Row 1: 0 (tie in ref) vs 1.
+  EXPECT_EQ(c.rows, 3);
+  EXPECT_EQ(c.agree, 2);
+  const std::vector<float> nan_row = {std::nanf(""), 1, 0};
+  const std::vector<float> plain = {0, 1, 0};
+  c.Add(nan_row.data(), plain.data(), 1, 3);  // NaN is never the max.
+  EXPECT_EQ(c.agree, 3);
+  EXPECT_EQ(c.rows, 4);
+}
+
+TEST(HasClassAxisTest, RankAndWidth) {
+  EXPECT_TRUE(HasClassAxis(std::vector<int64_t>{4, 10}));
+  EXPECT_TRUE(HasClassAxis(std::vector<int64_t>{2, 3, 2}));
+  EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{10}));
+  EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{4, 1}));
+  EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{}));
+}
+
+// ------------------------------------------------------------------------
+// FidelityEvaluator on small models it can run today.
+
+constexpr int64_t kBatch = 6, kIn = 16, kHidden = 12, kClasses = 5;
+
+std::vector<float> Values(int64_t n, int seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * dist(rng);
+  return v;
+}
+
+// x[6,16] -> MatMul W1 -> h -> Relu -> r -> MatMul W2 -> logits[6,5].
+onnx::ModelProto FloatModel(const std::vector<float>& w1,
+                            const std::vector<float>& w2) {
+  ModelBuilder b;
+  b.Input("x", {kBatch, kIn})
+      .Initializer("W1", {kIn, kHidden}, w1)
+      .Initializer("W2", {kHidden, kClasses}, w2)
+      .Node("MatMul", {"x", "W1"}, {"h"}, "mm1")
+      .Node("Relu", {"h"}, {"r"}, "relu")
+      .Node("MatMul", {"r", "W2"}, {"logits"}, "mm2")
+      .Output("logits", {kBatch, kClasses});
+  return b.Build();
+}
+
+// Like a pass's output: W1 comes from a node (as a DequantizeLinear would
+// produce it), h and logits keep their names, but the Relu output is
+// renamed, so "r" no longer exists.
+onnx::ModelProto QuantizedLikeModel(const std::vector<float>& w1q,
+                                    const std::vector<float>& w2q) {
+  ModelBuilder b;
+  b.Input("x", {kBatch, kIn})
+      .Initializer("W1_stored", {kIn, kHidden}, w1q)
+      .Initializer("W2", {kHidden, kClasses}, w2q)
+      .Node("Identity", {"W1_stored"}, {"W1"}, "w1_dq")
+      .Node("MatMul", {"x", "W1"}, {"h"}, "mm1")
+      .Node("Relu", {"h"}, {"r_renamed"}, "relu")
+      .Node("MatMul", {"r_renamed", "W2"}, {"logits"}, "mm2")
+      .Output("logits", {kBatch, kClasses});
+  return b.Build();
+}
+
+// The same network by plain loops (double accumulation), as the oracle.
+struct Activations {
+  std::vector<double> h, logits;
+};
+Activations Forward(const std::vector<float>& x, const std::vector<float>& w1,
+                    const std::vector<float>& w2) {
+  Activations a;
+  a.h.assign(kBatch * kHidden, 0);
+  a.logits.assign(kBatch * kClasses, 0);
+  for (int b = 0; b < kBatch; ++b) {
+    for (int j = 0; j < kHidden; ++j) {
+      double s = 0;
+      for (int k = 0; k < kIn; ++k)
+        s += double(x[b * kIn + k]) * w1[k * kHidden + j];
+      a.h[b * kHidden + j] = s;
+    }
+    for (int c = 0; c < kClasses; ++c) {
+      double s = 0;
+      for (int j = 0; j < kHidden; ++j) {
+        s += std::max(0.0, a.h[b * kHidden + j]) * w2[j * kClasses + c];
+      }
+      a.logits[b * kClasses + c] = s;
+    }
+  }
+  return a;
+}
+
+quantd::v1::TensorBatch Batch(const std::vector<float>& x,
+                              const std::string& name = "") {
+  quantd::v1::TensorBatch batch;
+  quantd::v1::NamedTensor* t = batch.add_tensors();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_shape(kBatch);
+  t->add_shape(kIn);
+  t->set_data(reinterpret_cast<const char*>(x.data()),
+              x.size() * sizeof(float));
+  return batch;
+}
+
+struct Oracle {
+  double signal = 0, noise = 0, max_abs = 0;
+  int64_t agree = 0, rows = 0;
+  void Add(const std::vector<double>& ref, const std::vector<double>& q) {
+    for (size_t i = 0; i < ref.size(); ++i) {
+      signal += ref[i] * ref[i];
+      noise += (ref[i] - q[i]) * (ref[i] - q[i]);
+      max_abs = std::max(max_abs, std::fabs(ref[i] - q[i]));
+    }
+  }
+  double Db() const { return 10 * std::log10(signal / noise); }
+};
+
+int64_t ArgMaxRow(const std::vector<double>& v, int row) {
+  int64_t best = 0;
+  for (int c = 1; c < kClasses; ++c) {
+    if (v[row * kClasses + c] > v[row * kClasses + best]) best = c;
+  }
+  return best;
+}
+
+TEST(FidelityEvaluatorTest, MatchesAPlainComputationOverSeveralBatches) {
+  const std::vector<float> w1 = Values(kIn * kHidden, 1, 0.3f);
+  const std::vector<float> w2 = Values(kHidden * kClasses, 2, 0.3f);
+  std::vector<float> w1q = w1, w2q = w2;
+  const std::vector<float> noise1 = Values(w1.size(), 3, 0.02f);
+  const std::vector<float> noise2 = Values(w2.size(), 4, 0.05f);
+  for (size_t i = 0; i < w1q.size(); ++i) w1q[i] += noise1[i];
+  for (size_t i = 0; i < w2q.size(); ++i) w2q[i] += noise2[i];
+
+  absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+      FidelityEvaluator::Create(FloatModel(w1, w2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*e)->SetQuantizedModel(QuantizedLikeModel(w1q, w2q)).ok());
+
+  Oracle h, logits;
+  CancellationToken cancel;
+  for (int b = 0; b < 3; ++b) {
+    const std::vector<float> x = Values(kBatch * kIn, 10 + b, 1.0f);
+    quantd::v1::TensorBatch batch = Batch(x, b == 1 ? "x" : "");
+    ASSERT_TRUE((*e)->FeedsGraphInputs(batch));
+    ASSERT_TRUE((*e)->AddBatch(batch, nullptr, cancel).ok());
+    const Activations ref = Forward(x, w1, w2);
+    const Activations q = Forward(x, w1q, w2q);
+    h.Add(ref.h, q.h);
+    logits.Add(ref.logits, q.logits);
+    for (int r = 0; r < kBatch; ++r) {
+      logits.agree += ArgMaxRow(ref.logits, r) == ArgMaxRow(q.logits, r);
+      ++logits.rows;
+    }
+  }
+  const quantd::v1::FidelityReport report = (*e)->Report();
+  EXPECT_TRUE(report.evaluated());
+  EXPECT_EQ(report.batches_evaluated(), 3);
+  ASSERT_EQ(report.outputs_size(), 1);
+  const quantd::v1::OutputFidelity& out = report.outputs(0);
+  EXPECT_EQ(out.name(), "logits");
+  EXPECT_EQ(out.elements(), 3 * kBatch * kClasses);
+  // float32 kernels against a double oracle: a few thousandths of a dB.
+  EXPECT_NEAR(out.sqnr_db(), logits.Db(), 0.01);
+  EXPECT_NEAR(out.max_abs_error(), logits.max_abs, 1e-4);
+  EXPECT_TRUE(out.has_top1());
+  EXPECT_EQ(out.top1_rows(), logits.rows);
+  EXPECT_DOUBLE_EQ(out.top1_agreement(),
+                   static_cast<double>(logits.agree) / logits.rows);
+  std::printf("measured: logits SQNR %.3f dB (oracle %.3f), top-1 %.3f\n",
+              out.sqnr_db(), logits.Db(), out.top1_agreement());
+
+  // Graph order; "r" was renamed away, W1 is an initializer of the float
+  // model (not a layer), so only h and logits remain.
+  ASSERT_EQ(report.layers_size(), 2);
+  EXPECT_EQ(report.layers(0).tensor_name(), "h");
+  EXPECT_EQ(report.layers(0).node_name(), "mm1");
+  EXPECT_EQ(report.layers(0).op_type(), "MatMul");
+  EXPECT_NEAR(report.layers(0).sqnr_db(), h.Db(), 0.01);
+  EXPECT_EQ(report.layers(0).elements(), 3 * kBatch * kHidden);
+  EXPECT_EQ(report.layers(1).tensor_name(), "logits");
+  EXPECT_NEAR(report.layers(1).sqnr_db(), logits.Db(), 0.01);
+  // Error enters at mm1 and grows: the later layer is worse.
+  EXPECT_LT(report.layers(1).sqnr_db(), report.layers(0).sqnr_db());
+}
+
+TEST(FidelityEvaluatorTest, IdenticalModelsAreExact) {
+  const std::vector<float> w1 = Values(kIn * kHidden, 1, 0.3f);
+  const std::vector<float> w2 = Values(kHidden * kClasses, 2, 0.3f);
+  absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+      FidelityEvaluator::Create(FloatModel(w1, w2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*e)->SetQuantizedModel(FloatModel(w1, w2)).ok());
+  CancellationToken cancel;
+  ASSERT_TRUE(
+      (*e)->AddBatch(Batch(Values(kBatch * kIn, 5, 1)), nullptr, cancel).ok());
+  const quantd::v1::FidelityReport report = (*e)->Report();
+  ASSERT_EQ(report.outputs_size(), 1);
+  EXPECT_EQ(report.outputs(0).sqnr_db(), kInf);
+  EXPECT_EQ(report.outputs(0).top1_agreement(), 1.0);
+  ASSERT_EQ(report.layers_size(), 3);  // h, r, logits.
+  for (const auto& layer : report.layers()) {
+    EXPECT_EQ(layer.sqnr_db(), kInf) << layer.tensor_name();
+    EXPECT_EQ(layer.max_abs_error(), 0) << layer.tensor_name();
+  }
+}
+
+TEST(FidelityEvaluatorTest, RefusesAModelTheExecutorCannotRun) {
+  const std::vector<float> w1 = Values(kIn * kHidden, 1, 0.3f);
+  const std::vector<float> w2 = Values(kHidden * kClasses, 2, 0.3f);
+  absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+      FidelityEvaluator::Create(FloatModel(w1, w2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  onnx::ModelProto odd = FloatModel(w1, w2);
+  odd.mutable_graph()->mutable_node(1)->set_op_type("NoSuchOpAnywhere");
+  const absl::Status s = (*e)->SetQuantizedModel(odd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("NoSuchOpAnywhere"));
+  // And no batch runs without a quantized model.
+  CancellationToken cancel;
+  EXPECT_EQ(
+      (*e)->AddBatch(Batch(Values(kBatch * kIn, 5, 1)), nullptr, cancel).code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FidelityEvaluatorTest, ObservedActivationBatchesDoNotFeedInputs) {
+  absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+      FidelityEvaluator::Create(FloatModel(Values(kIn * kHidden, 1, 1),
+                                           Values(kHidden * kClasses, 2, 1)));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FALSE((*e)->FeedsGraphInputs(Batch(Values(kBatch * kIn, 1, 1), "h")));
+  EXPECT_TRUE((*e)->FeedsGraphInputs(Batch(Values(kBatch * kIn, 1, 1), "x")));
+}
+
+TEST(FidelityEvaluatorTest, CancelledBatchReturnsCancelled) {
+  const std::vector<float> w1 = Values(kIn * kHidden, 1, 0.3f);
+  const std::vector<float> w2 = Values(kHidden * kClasses, 2, 0.3f);
+  absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+      FidelityEvaluator::Create(FloatModel(w1, w2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*e)->SetQuantizedModel(FloatModel(w1, w2)).ok());
+  CancellationToken cancel;
+  cancel.Cancel();
+  EXPECT_EQ(
+      (*e)->AddBatch(Batch(Values(kBatch * kIn, 5, 1)), nullptr, cancel).code(),
+      absl::StatusCode::kCancelled);
+}
+
+// ------------------------------------------------------------------------
+// RunQuantize fills summary.fidelity.
+
+quantd::v1::QuantizeConfig StaticRange() {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_options()->mutable_quantization_method()->set_experimental_method(
+      tfq::QuantizationMethod::STATIC_RANGE);
+  c.mutable_options()->set_min_num_elements_for_weights(-1);
+  return c;
+}
+
+bool ExecutorRunsQdq() {
+  const std::vector<std::string> ops = executor::Executor::SupportedOps();
+  return std::count(ops.begin(), ops.end(), "QuantizeLinear") > 0 &&
+         std::count(ops.begin(), ops.end(), "DequantizeLinear") > 0;
+}
+
+struct JobRun {
+  absl::StatusOr<QuantizeResult> result;
+  std::vector<quantd::v1::Progress> fidelity_progress;
+};
+
+JobRun RunWithBatches(const quantd::v1::QuantizeConfig& config,
+                      const onnx::ModelProto& model, int batches,
+                      bool cancel_in_fidelity = false) {
+  BatchQueue queue(batches + 1);
+  for (int b = 0; b < batches; ++b) {
+    queue.Push(Batch(Values(kBatch * kIn, 20 + b, 1.0f)));
+  }
+  queue.Close();
+  CancellationToken cancel;
+  JobRun run;
+  QuantizeEvents events;
+  events.on_progress = [&](const quantd::v1::Progress& p) {
+    if (p.stage() != quantd::v1::STAGE_FIDELITY) return;
+    run.fidelity_progress.push_back(p);
+    if (cancel_in_fidelity) cancel.Cancel();
+  };
+  ThreadPool pool(1);
+  run.result = RunQuantize(config, model.SerializeAsString(), events, cancel,
+                           &pool, batches > 0 ? &queue : nullptr);
+  return run;
+}
+
+TEST(RunQuantizeFidelityTest, StaticRangeWithBatchesReportsFidelity) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  JobRun run = RunWithBatches(StaticRange(), model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::QuantizeSummary& s = run.result->summary;
+  ASSERT_TRUE(s.has_fidelity());
+  const quantd::v1::FidelityReport& f = s.fidelity();
+  EXPECT_EQ(f.batches_received(), 4);
+  bool timed = false;
+  for (const auto& d : s.stage_durations()) {
+    timed |= d.stage() == quantd::v1::STAGE_FIDELITY;
+  }
+  EXPECT_TRUE(timed);
+  ASSERT_FALSE(run.fidelity_progress.empty());
+  if (!ExecutorRunsQdq()) {
+    // Until the executor runs QDQ ops: skipped, with the op named, and the
+    // call still succeeds.
+    EXPECT_FALSE(f.evaluated());
+    EXPECT_THAT(f.skipped_reason(), HasSubstr("QuantizeLinear"));
+    std::printf("measured: fidelity skipped: %s\n", f.skipped_reason().c_str());
+    return;
+  }
+  ASSERT_TRUE(f.evaluated()) << f.skipped_reason();
+  EXPECT_EQ(f.batches_evaluated(), 4);
+  ASSERT_EQ(f.outputs_size(), 1);
+  EXPECT_GT(f.outputs(0).sqnr_db(), 20.0);
+  EXPECT_TRUE(f.outputs(0).has_top1());
+  EXPECT_EQ(f.outputs(0).top1_rows(), 4 * kBatch);
+  ASSERT_EQ(f.layers_size(), 3);  // h, r, logits (QDQ keeps the names).
+  EXPECT_EQ(f.layers(0).tensor_name(), "h");
+  EXPECT_EQ(f.layers(1).tensor_name(), "r");
+  EXPECT_EQ(f.layers(2).tensor_name(), "logits");
+  EXPECT_EQ(run.fidelity_progress.back().done(), 4);
+  std::printf("measured: static W8A8 MLP logits SQNR %.2f dB, top-1 %.3f\n",
+              f.outputs(0).sqnr_db(), f.outputs(0).top1_agreement());
+}
+
+TEST(RunQuantizeFidelityTest, CancelledDuringFidelityIsCancelled) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  JobRun run = RunWithBatches(StaticRange(), model, 3, true);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kCancelled)
+      << run.result.status();
+}
+
+TEST(RunQuantizeFidelityTest, RangesFromConfigSkipWithTheReason) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  for (const char* name : {"x", "h", "r", "logits"}) {
+    quantd::v1::TensorRange* r = config.mutable_calibration()->add_ranges();
+    r->set_tensor_name(name);
+    r->set_min(-4);
+    r->set_max(4);
+  }
+  JobRun run = RunWithBatches(config, model, 0);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::FidelityReport& f = run.result->summary.fidelity();
+  EXPECT_FALSE(f.evaluated());
+  EXPECT_THAT(f.skipped_reason(), HasSubstr("config.calibration"));
+  EXPECT_TRUE(run.fidelity_progress.empty());
+}
+
+TEST(RunQuantizeFidelityTest, DynamicRangeSkipsWithTheReason) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  JobRun run = RunWithBatches(config, model, 0);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::FidelityReport& f = run.result->summary.fidelity();
+  EXPECT_FALSE(f.evaluated());
+  EXPECT_THAT(f.skipped_reason(), HasSubstr("DYNAMIC_RANGE"));
+}
+
+TEST(RunQuantizeFidelityTest, UnchangedModelHasNoFidelity) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  JobRun run = RunWithBatches(quantd::v1::QuantizeConfig(), model, 0);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_FALSE(run.result->summary.has_fidelity());
+}
+
+}  // namespace
+}  // namespace quantd
