@@ -44,6 +44,19 @@ Metrics::Metrics()
                     "and not finished yet.")
               .Register(*registry_)
               .Add({})),
+      queued_jobs_(prometheus::BuildGauge()
+                       .Name("quantd_queued_jobs")
+                       .Help("Quantize/Calibrate calls whose model is "
+                             "received, waiting for a free job slot "
+                             "(--max_queued_jobs).")
+                       .Register(*registry_)
+                       .Add({})),
+      quantized_tensors_(
+          prometheus::BuildCounter()
+              .Name("quantd_quantized_tensors_total")
+              .Help("Tensors quantized by finished Quantize jobs, by the "
+                    "options' quantization_precision and op_set.")
+              .Register(*registry_)),
       calibration_batches_(
           prometheus::BuildCounter()
               .Name("quantd_calibration_batches_total")
@@ -95,5 +108,17 @@ void Metrics::AddCalibrationBatches(absl::string_view method,
 
 void Metrics::JobStarted() { inflight_jobs_.Increment(); }
 void Metrics::JobFinished() { inflight_jobs_.Decrement(); }
+
+void Metrics::SetQueuedJobs(int queued) {
+  queued_jobs_.Set(static_cast<double>(queued));
+}
+
+void Metrics::AddQuantizedTensors(absl::string_view precision,
+                                  absl::string_view op_set, uint64_t tensors) {
+  quantized_tensors_
+      .Add({{"precision", std::string(precision)},
+            {"op_set", std::string(op_set)}})
+      .Increment(static_cast<double>(tensors));
+}
 
 }  // namespace quantd::server

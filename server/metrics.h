@@ -1,5 +1,6 @@
 // Prometheus metrics of the server, exposed over HTTP for scraping. Label
-// values are bounded: method names of our service and gRPC code names.
+// values are bounded: method names of our service, gRPC code names, and the
+// names of QuantizationOptions enum values.
 #ifndef QUANTD_SERVER_METRICS_H_
 #define QUANTD_SERVER_METRICS_H_
 
@@ -42,6 +43,12 @@ class Metrics {
   void AddCalibrationBatches(absl::string_view method, uint64_t batches);
   void JobStarted();
   void JobFinished();
+  // Calls with their model received, waiting for a job slot.
+  void SetQueuedJobs(int queued);
+  // A Quantize job's quantized tensors, by the options' precision and op
+  // set (enum names, e.g. "PRECISION_W8A8", "TF").
+  void AddQuantizedTensors(absl::string_view precision,
+                           absl::string_view op_set, uint64_t tensors);
 
   // The port /metrics is served on (the chosen one when 0 was asked for);
   // 0 when there is no endpoint.
@@ -58,6 +65,8 @@ class Metrics {
   prometheus::Counter& bytes_in_;
   prometheus::Counter& bytes_out_;
   prometheus::Gauge& inflight_jobs_;
+  prometheus::Gauge& queued_jobs_;
+  prometheus::Family<prometheus::Counter>& quantized_tensors_;
   prometheus::Family<prometheus::Counter>& calibration_batches_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;

@@ -26,15 +26,35 @@ ABSL_FLAG(int, metrics_port, 9464,
           "Prometheus /metrics port; 0 picks a free one, -1 disables.");
 ABSL_FLAG(int, threads, 0, "Core worker threads; 0 = one per CPU.");
 ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{1} << 30,
-          "Largest model a client may send, in bytes.");
+          "Largest model a client may send, in bytes; a larger declared "
+          "config.model_size_bytes is RESOURCE_EXHAUSTED before any model "
+          "byte is read.");
 ABSL_FLAG(uint64_t, max_calibration_batches, 100000,
           "Most calibration batches one call may send.");
 ABSL_FLAG(uint64_t, calibration_queue_batches, 4,
           "Calibration batches buffered per call before the server stops "
           "reading the stream (flow control).");
 ABSL_FLAG(int, max_concurrent_jobs, 0,
-          "Quantize/Calibrate jobs running or queued at once; more is "
-          "RESOURCE_EXHAUSTED. 0 = twice the core threads.");
+          "Quantize/Calibrate jobs running at once. 0 = twice the core "
+          "threads.");
+ABSL_FLAG(int, max_queued_jobs, 0,
+          "Calls (model received) waiting for a job slot when all "
+          "--max_concurrent_jobs are taken, first come first served; one more "
+          "is RESOURCE_EXHAUSTED at once. Each holds its model in memory. A "
+          "waiting call whose deadline passes or that is cancelled leaves the "
+          "queue. 0 = no queue: refuse at once.");
+ABSL_FLAG(int64_t, max_tensor_elements, int64_t{1} << 28,
+          "Most elements of any one tensor in a model: initializers, Constant "
+          "values, declared graph inputs (known dims), subgraphs and functions "
+          "included; more is INVALID_ARGUMENT right after the parse. 0 = no "
+          "limit.");
+ABSL_FLAG(int64_t, max_graph_nodes, 1000000,
+          "Most nodes in a model, subgraphs and functions included; more is "
+          "INVALID_ARGUMENT right after the parse. 0 = no limit.");
+ABSL_FLAG(absl::Duration, max_call_duration, absl::Minutes(30),
+          "Longest a Quantize/Calibrate call may take, whatever deadline the "
+          "client set (or none): past it the call ends DEADLINE_EXCEEDED and "
+          "its job is cancelled. 0 = no cap.");
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate (chain); with --tls_key_file, serve TLS.");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
@@ -102,6 +122,20 @@ int main(int argc, char** argv) {
                   "core threads)\n");
     return kExitUsage;
   }
+  options.limits.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.limits.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
+  options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
+  options.limits.max_call_duration = absl::GetFlag(FLAGS_max_call_duration);
+  if (options.limits.max_queued_jobs < 0 ||
+      options.limits.max_tensor_elements < 0 ||
+      options.limits.max_graph_nodes < 0 ||
+      options.limits.max_call_duration < absl::ZeroDuration()) {
+    absl::FPrintF(stderr,
+                  "quantd: --max_queued_jobs, --max_tensor_elements, "
+                  "--max_graph_nodes and --max_call_duration must be >= 0 "
+                  "(0: none / no limit)\n");
+    return kExitUsage;
+  }
 
   // Secrets are read here, once, at startup; the library takes PEM strings.
   const std::string cert_file = absl::GetFlag(FLAGS_tls_cert_file);
@@ -153,9 +187,10 @@ int main(int argc, char** argv) {
   // Tests and scripts parse this line for the chosen port.
   absl::PrintF(
       "quantd listening on %s:%d (metrics on :%d, %d core threads, "
-      "max %d jobs, %s%s)\n",
+      "max %d jobs + %d queued, %s%s)\n",
       options.listen.host, server.selected_port(), server.metrics_port(),
       server.core_threads(), server.max_concurrent_jobs(),
+      options.limits.max_queued_jobs,
       options.tls.cert_pem.empty()
           ? "plaintext"
           : (options.tls.client_ca_pem.empty() ? "TLS" : "mutual TLS"),

@@ -165,9 +165,20 @@ enum class Part { kConfig, kModelChunk, kBatch, kNone };
 template <typename Request, typename Response>
 class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  // Starts reading. Separate from the constructor: a read may complete on
-  // another thread at once, and must find the subclass constructed.
-  void Begin() { ReadNext(); }
+  // Starts reading (and the server's clock on the call, if it has a cap).
+  // Separate from the constructor: a read may complete on another thread at
+  // once, and must find the subclass constructed.
+  void Begin() {
+    if (timer_ != nullptr) {
+      refs_.fetch_add(1, std::memory_order_relaxed);  // The timer's.
+      timer_id_ =
+          timer_->Schedule(call_.start + options_.max_call_duration, [this] {
+            OnCallTimeLimit();
+            Unref();
+          });
+    }
+    ReadNext();
+  }
 
   void OnReadDone(bool ok) final {
     {
@@ -217,6 +228,8 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   void OnDone() final {
     calls_->Exit();  // Entered in QuantizationServiceImpl::Admit.
+    // Not the last reference: gRPC's is dropped below.
+    if (timer_id_ != 0 && timer_->Cancel(timer_id_)) Unref();
     Unref();
   }
 
@@ -224,11 +237,12 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   enum class Tail { kWait, kWrite, kDone };
 
   JobReactor(const char* method, grpc::CallbackServerContext* context,
-             JobRunner* jobs, JobLimiter* limiter, Metrics* metrics,
-             CallTracker* calls,
+             JobRunner* jobs, JobLimiter* limiter, CallTimer* timer,
+             Metrics* metrics, CallTracker* calls,
              const QuantizationServiceImpl::Options& options)
       : jobs_(jobs),
         limiter_(limiter),
+        timer_(timer),
         metrics_(metrics),
         calls_(calls),
         options_(options) {
@@ -308,10 +322,11 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     if (call_finished_at.has_value()) {
       absl::FPrintF(stderr,
                     "quantd job-ended method=%s request_id=%s code=%s "
-                    "after_call_s=%.3f\n",
+                    "after_call_s=%.4f message=\"%s\"\n",
                     call_.method, call_.request_id,
                     StatusCodeName(ToGrpcStatus(status).error_code()),
-                    absl::ToDoubleSeconds(absl::Now() - *call_finished_at));
+                    absl::ToDoubleSeconds(absl::Now() - *call_finished_at),
+                    status.message());
     }
     Pump();
     Unref();
@@ -506,13 +521,12 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
     }
   }
 
-  // Submits the job if a slot is free; otherwise finishes the call with
+  // Submits the job if a slot is free, or queues the call for one (OnSlot
+  // submits it) if the queue has room; otherwise finishes the call with
   // RESOURCE_EXHAUSTED and returns false. The slot goes back in JobDone.
+  // While the call waits its batches still flow into the BatchQueue, up to
+  // its capacity; then gRPC flow control holds the client back.
   bool StartJob(bool with_queue) {
-    if (!limiter_->TryAcquire()) {
-      FinishWith(limiter_->BusyStatus());
-      return false;
-    }
     receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
     if (with_queue) {
       queue_for_reads_ =
@@ -521,12 +535,61 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
       absl::MutexLock lock(&mu_);
       batches_ = queue_for_reads_;
     }
-    Submit(std::move(model_), queue_for_reads_);
-    return true;
+    // The wait's reference, taken before a Release on another thread can
+    // run OnSlot; not the last one when dropped here (gRPC's is held).
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    switch (limiter_->AcquireOrQueue([this] { OnSlot(); }, &wait_id_)) {
+      case JobLimiter::Admission::kAcquired:
+        refs_.fetch_sub(1, std::memory_order_relaxed);
+        Submit(std::move(model_), queue_for_reads_);
+        return true;
+      case JobLimiter::Admission::kQueued:
+        return true;
+      case JobLimiter::Admission::kRefused:
+        break;
+    }
+    refs_.fetch_sub(1, std::memory_order_relaxed);
+    FinishWith(limiter_->BusyStatus());
+    return false;
+  }
+
+  // A queued call got its slot (on the thread of the job that gave it back).
+  // A call that ended meanwhile hands the slot on.
+  void OnSlot() {
+    wait_id_.store(0);
+    bool over;
+    {
+      absl::MutexLock lock(&mu_);
+      over = finish_status_.has_value();
+    }
+    if (over) {
+      limiter_->Release();
+    } else {
+      Submit(std::move(model_), queue_for_reads_);
+    }
+    Unref();  // The wait's.
+  }
+
+  // The server's cap on the call's duration has passed.
+  void OnCallTimeLimit() {
+    StopJob();
+    // A write the client never reads would hold the finish back; the
+    // transport's keepalive and flow control deal with such peers.
+    FinishWith(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("the call took longer than this server's limit of ",
+                     absl::FormatDuration(options_.max_call_duration),
+                     " per call")));
   }
 
   void StopJob() {
     cancel_->Cancel();
+    // A queued call leaves the queue; the caller holds a reference, so the
+    // wait's is not the last.
+    if (const uint64_t wait = wait_id_.exchange(0);
+        wait != 0 && limiter_->CancelWait(wait)) {
+      Unref();
+    }
     std::shared_ptr<BatchQueue> batches;
     {
       absl::MutexLock lock(&mu_);
@@ -598,9 +661,14 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   JobRunner* const jobs_;
   JobLimiter* const limiter_;
+  CallTimer* const timer_;  // Null: no cap on the call's duration.
   Metrics* const metrics_;
   CallTracker* const calls_;
   const QuantizationServiceImpl::Options options_;
+  // Set once in Begin, read in OnDone.
+  uint64_t timer_id_ = 0;
+  // The call's place in the limiter's queue while it waits for a slot.
+  std::atomic<uint64_t> wait_id_{0};
   const std::shared_ptr<CancellationToken> cancel_ =
       std::make_shared<CancellationToken>();
   std::atomic<int> refs_{1};  // gRPC's, dropped in OnDone.
@@ -638,9 +706,10 @@ class QuantizeReactor final
     : public JobReactor<QuantizeRequest, QuantizeResponse> {
  public:
   QuantizeReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                  JobLimiter* limiter, Metrics* metrics, CallTracker* calls,
+                  JobLimiter* limiter, CallTimer* timer, Metrics* metrics,
+                  CallTracker* calls,
                   const QuantizationServiceImpl::Options& options)
-      : JobReactor("Quantize", context, jobs, limiter, metrics, calls,
+      : JobReactor("Quantize", context, jobs, limiter, timer, metrics, calls,
                    options) {}
 
  private:
@@ -694,6 +763,12 @@ class QuantizeReactor final
     jobs()->SubmitQuantize(
         std::move(config_), std::move(model), std::move(events), cancel(),
         [this](absl::StatusOr<QuantizeResult> result) {
+          if (result.ok()) {
+            const quantd::v1::QuantizeSummary& summary = result->summary;
+            metrics()->AddQuantizedTensors(summary.precision(),
+                                           summary.op_set(),
+                                           summary.quantized_tensors());
+          }
           JobDone(result.status(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             result_ = std::move(*result);
           });
@@ -744,9 +819,10 @@ class CalibrateReactor final
     : public JobReactor<CalibrateRequest, CalibrateResponse> {
  public:
   CalibrateReactor(grpc::CallbackServerContext* context, JobRunner* jobs,
-                   JobLimiter* limiter, Metrics* metrics, CallTracker* calls,
+                   JobLimiter* limiter, CallTimer* timer, Metrics* metrics,
+                   CallTracker* calls,
                    const QuantizationServiceImpl::Options& options)
-      : JobReactor("Calibrate", context, jobs, limiter, metrics, calls,
+      : JobReactor("Calibrate", context, jobs, limiter, timer, metrics, calls,
                    options) {}
 
  private:
@@ -845,7 +921,12 @@ QuantizationServiceImpl::QuantizationServiceImpl(JobRunner* jobs,
       auth_(options.bearer_token),
       limiter_(std::make_unique<JobLimiter>(
           options.max_concurrent_jobs > 0 ? options.max_concurrent_jobs
-                                          : 2 * std::max(jobs->threads(), 1))) {
+                                          : 2 * std::max(jobs->threads(), 1),
+          options.max_queued_jobs,
+          [metrics](int queued) { metrics->SetQueuedJobs(queued); })) {
+  if (options.max_call_duration > absl::ZeroDuration()) {
+    timer_ = std::make_unique<CallTimer>();
+  }
 }
 
 grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>*
@@ -854,8 +935,9 @@ QuantizationServiceImpl::Quantize(grpc::CallbackServerContext* context) {
     return new RefusedReactor<QuantizeRequest, QuantizeResponse>(
         "Quantize", context, metrics_, status);
   }
-  auto* reactor = new QuantizeReactor(context, jobs_, limiter_.get(), metrics_,
-                                      &calls_, options_);
+  auto* reactor =
+      new QuantizeReactor(context, jobs_, limiter_.get(), timer_.get(),
+                          metrics_, &calls_, options_);
   reactor->Begin();
   return reactor;
 }
@@ -866,16 +948,18 @@ QuantizationServiceImpl::Calibrate(grpc::CallbackServerContext* context) {
     return new RefusedReactor<CalibrateRequest, CalibrateResponse>(
         "Calibrate", context, metrics_, status);
   }
-  auto* reactor = new CalibrateReactor(context, jobs_, limiter_.get(), metrics_,
-                                       &calls_, options_);
+  auto* reactor =
+      new CalibrateReactor(context, jobs_, limiter_.get(), timer_.get(),
+                           metrics_, &calls_, options_);
   reactor->Begin();
   return reactor;
 }
 
 // The token first (an unauthenticated caller learns nothing, not even that
 // the server is busy), then whether the server is draining, then a quick look
-// at the job slots so a busy server refuses before the model is uploaded; the
-// slot itself is taken when the job is submitted (StartJob). An admitted call
+// at the job slots and the queue so a busy server refuses before the model
+// is uploaded; the slot (or place in the queue) itself is taken when the
+// model is complete (StartJob). An admitted call
 // is counted in calls_ until its OnDone.
 grpc::Status QuantizationServiceImpl::Admit(
     const grpc::CallbackServerContext& context) const {

@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
 #include "server/auth.h"
+#include "server/call_timer.h"
 #include "server/job_limits.h"
 #include "server/job_runner.h"
 #include "server/metrics.h"
@@ -70,10 +71,20 @@ class QuantizationServiceImpl final
     // flow control, and a call holds at most this many batches (plus the
     // one being read) in memory.
     size_t calibration_queue_batches = 4;
-    // Quantize/Calibrate jobs running or queued in core at once; a call
-    // beyond it is refused with RESOURCE_EXHAUSTED. 0: twice the core
+    // Quantize/Calibrate jobs running in core at once. 0: twice the core
     // threads.
     int max_concurrent_jobs = 0;
+    // Calls (model received) that wait for a job slot when all are taken,
+    // first come first served; one more is refused at once with
+    // RESOURCE_EXHAUSTED, and so is every call beyond the slots when 0. A
+    // waiting call holds its model in memory; its deadline, a cancel or
+    // max_call_duration takes it out of the queue.
+    int max_queued_jobs = 0;
+    // Longest a Quantize/Calibrate call may take, from its first message to
+    // its status, whatever deadline the client set (or none): past it the
+    // call ends DEADLINE_EXCEEDED and its job is cancelled. Zero or
+    // negative: no cap.
+    absl::Duration max_call_duration = absl::ZeroDuration();
     // When not empty, every call must carry `authorization: Bearer <token>`
     // (else UNAUTHENTICATED); see server/auth.h.
     std::string bearer_token;
@@ -102,6 +113,7 @@ class QuantizationServiceImpl final
 
   // The job limit in force (max_concurrent_jobs resolved).
   int max_concurrent_jobs() const { return limiter_->limit(); }
+  int max_queued_jobs() const { return limiter_->max_queued(); }
 
   // Server shutdown, first step: from now on new Quantize/Calibrate calls are
   // refused with UNAVAILABLE (so clients retry elsewhere) while the running
@@ -120,6 +132,8 @@ class QuantizationServiceImpl final
   const Options options_;
   const BearerTokenAuth auth_;
   std::unique_ptr<JobLimiter> limiter_;
+  // Fires max_call_duration; only created when there is a cap.
+  std::unique_ptr<CallTimer> timer_;
   // Mutable: Admit counts the call in.
   mutable CallTracker calls_;
 };

@@ -17,10 +17,16 @@ constexpr char kServiceName[] = "quantd.v1.QuantizationService";
 // Slack for a message's own framing on top of a chunk's bytes.
 constexpr uint64_t kMessageOverheadBytes = 64 << 10;
 
-// Keepalive, agreed with the client SDK (client/quantd_client.cc): clients
-// ping every 30 s, so accepting pings every 10 s leaves room and still stops
+// Keepalive, agreed with the client SDK (client/quantd_client.h,
+// Options::Keepalive): clients ping every 30 s, also between calls, so
+// accepting pings every 10 s (without calls too) leaves room and still stops
 // a misbehaving client from flooding us.
 constexpr int kMinClientPingIntervalMs = 10 * 1000;
+// Our own pings: a client that vanished without closing its connection
+// (host gone, network cut) is noticed within ~80 s and its job cancelled,
+// rather than after the kernel's TCP timeout of hours.
+constexpr int kServerPingIntervalMs = 60 * 1000;
+constexpr int kServerPingTimeoutMs = 20 * 1000;
 
 std::string HostPort(const std::string& host, int port) {
   // An IPv6 literal needs brackets before the port.
@@ -67,6 +73,12 @@ absl::Status Server::Start() {
     return absl::InvalidArgumentError(
         "limits.max_concurrent_jobs must be >= 0 (0: twice the core threads)");
   }
+  if (limits.max_queued_jobs < 0 || limits.max_tensor_elements < 0 ||
+      limits.max_graph_nodes < 0) {
+    return absl::InvalidArgumentError(
+        "limits.max_queued_jobs, limits.max_tensor_elements and "
+        "limits.max_graph_nodes must be >= 0");
+  }
 
   Metrics::Options metrics_options;
   if (options_.metrics.enabled) {
@@ -82,6 +94,8 @@ absl::Status Server::Start() {
 
   Engine::Options engine_options;
   engine_options.threads = options_.core.threads;
+  engine_options.limits.max_tensor_elements = limits.max_tensor_elements;
+  engine_options.limits.max_graph_nodes = limits.max_graph_nodes;
   engine_ = std::make_unique<Engine>(engine_options);
 
   QuantizationServiceImpl::Options service_options;
@@ -91,6 +105,8 @@ absl::Status Server::Start() {
   service_options.max_calibration_batches = limits.max_calibration_batches;
   service_options.calibration_queue_batches = limits.calibration_queue_batches;
   service_options.max_concurrent_jobs = limits.max_concurrent_jobs;
+  service_options.max_queued_jobs = limits.max_queued_jobs;
+  service_options.max_call_duration = limits.max_call_duration;
   service_options.bearer_token = options_.auth.bearer_token;
   service_ = std::make_unique<QuantizationServiceImpl>(
       engine_.get(), metrics_.get(), service_options);
@@ -109,6 +125,9 @@ absl::Status Server::Start() {
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
       kMinClientPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             kServerPingTimeoutMs);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || selected_port_ == 0) {

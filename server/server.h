@@ -44,9 +44,17 @@ class Server {
       // stops reading its stream (see QuantizationServiceImpl::Options).
       uint64_t max_calibration_batches = 100000;
       size_t calibration_queue_batches = 4;
-      // Quantize/Calibrate jobs running or queued at once; more is
-      // RESOURCE_EXHAUSTED. 0: twice the core threads.
+      // Quantize/Calibrate jobs running at once (0: twice the core
+      // threads), calls waiting for one of them (more is
+      // RESOURCE_EXHAUSTED), and the cap on a call's duration (zero: none).
+      // See QuantizationServiceImpl::Options.
       int max_concurrent_jobs = 0;
+      int max_queued_jobs = 0;
+      absl::Duration max_call_duration = absl::ZeroDuration();
+      // Checked by core right after parsing a model (0: no limit); see
+      // JobLimits in core/engine/limits.h.
+      int64_t max_tensor_elements = 0;
+      int64_t max_graph_nodes = 0;
     } limits;
     // Transport security, as PEM contents (the binary reads the files).
     // cert_pem and key_pem: both (TLS) or neither (plaintext). With
