@@ -50,6 +50,10 @@ class CalibrationData {
   // source must not outlive this object.
   BatchSource AsSource();
 
+  // Starts over at the first sample: the BatchRewind of AsSource(), so that
+  // a call retried on another replica sends every batch again.
+  void Rewind() { next_sample_ = 0; }
+
   int64_t num_samples() const { return num_samples_; }
   int64_t batch_size() const { return batch_size_; }
   int64_t num_batches() const {

@@ -4,6 +4,7 @@
 //                     [--method=..] [--precision=..] [--op_set=..] [--json]
 //                     [--calibration=RANGES.pb]
 //                     [--calibration_data=[NAME=]X.npy ...]
+//                     [--report=REPORT.html]
 //   quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy [...]
 //                      --output=RANGES.pb [--batch_size=N] [--method=..]
 //                      [--per_channel] [--json]
@@ -11,7 +12,11 @@
 //   quantctl health --server=T
 //
 // Every command also takes the connection flags [--tls_ca_file=CA.pem
-// [--tls_cert_file=C.pem --tls_key_file=K.pem]] [--token_file=F].
+// [--tls_cert_file=C.pem --tls_key_file=K.pem]] [--token_file=F]
+// [--retries=N]. --server may list several replicas, "IP:PORT,IP:PORT,...":
+// calls are spread over them (round_robin, in an order shuffled per run) and
+// a call refused with UNAVAILABLE is retried, on another replica if one is
+// up.
 //
 // Exit codes: 0 success, 1 the call (or a file) failed, 2 usage. Errors go to
 // stderr as "<GRPC_CODE>: <message>".
@@ -41,9 +46,13 @@
 #include "client/file_util.h"
 #include "client/quantctl_options.h"
 #include "client/quantd_client.h"
+#include "client/report_html.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 
-ABSL_FLAG(std::string, server, "", "quantd target, e.g. localhost:50051.");
+ABSL_FLAG(std::string, server, "",
+          "quantd target: localhost:50051, dns:///quantd.svc:50051, or a "
+          "list of replicas 10.0.0.1:50051,10.0.0.2:50051.");
 ABSL_FLAG(std::string, model, "", "Input ONNX model.");
 ABSL_FLAG(std::string, output, "",
           "Where to write the quantized model (quantize) or the ranges "
@@ -57,7 +66,11 @@ ABSL_FLAG(std::string, method, "",
 ABSL_FLAG(std::string, precision, "", "w8a8 | w4a8 | w4a4 | full.");
 ABSL_FLAG(std::string, op_set, "", "tf | xla | uniform_quantized.");
 ABSL_FLAG(bool, json, false, "Print one JSON object on stdout.");
-ABSL_FLAG(double, timeout, 0, "Deadline of the call in seconds; 0: none.");
+ABSL_FLAG(double, timeout, 0,
+          "Deadline of the call in seconds, retries included; 0: none.");
+ABSL_FLAG(int32_t, retries, 3,
+          "Retries of a call refused with UNAVAILABLE (replica down or "
+          "draining), with exponential backoff and jitter; 0: none.");
 ABSL_FLAG(int64_t, batch_size, 32, "Samples per calibration batch.");
 ABSL_FLAG(bool, per_channel, false,
           "calibrate: also collect per-channel ranges.");
@@ -73,6 +86,10 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the bearer token (surrounding whitespace trimmed), "
           "sent as 'authorization: Bearer <token>'.");
+ABSL_FLAG(std::string, report, "",
+          "quantize: also write a self-contained HTML report (model summary, "
+          "options, per-tensor table, fidelity with a per-layer SQNR chart) "
+          "to this file, atomically.");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -82,6 +99,8 @@ using quantd::client::Client;
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// With the default backoff, 10 retries already wait over half a minute.
+constexpr int kMaxRetries = 10;
 
 constexpr char kUsage[] =
     "usage:\n"
@@ -92,6 +111,7 @@ constexpr char kUsage[] =
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
+    "                    [--report=REPORT.html]\n"
     "                    [--timeout=SECONDS]\n"
     "  quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy\n"
     "                     [--data=NAME=Y.npy ...] --output=RANGES.pb\n"
@@ -102,7 +122,9 @@ constexpr char kUsage[] =
     "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
     "  quantctl health --server=T [--timeout=SECONDS]\n"
     "every command: [--tls_ca_file=CA.pem [--tls_cert_file=CERT.pem\n"
-    "                --tls_key_file=KEY.pem]] [--token_file=FILE]\n";
+    "                --tls_key_file=KEY.pem]] [--token_file=FILE]\n"
+    "               [--retries=N (3)]; --server=IP:PORT,IP:PORT,... spreads\n"
+    "               calls over several replicas\n";
 
 int UsageError(absl::string_view message) {
   absl::FPrintF(stderr, "INVALID_ARGUMENT: %s\n%s", message, kUsage);
@@ -121,7 +143,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"quantize",
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
-        "calibration_method", "batch_size"}},
+        "calibration_method", "batch_size", "report"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "method",
         "per_channel", "json", "timeout"}},
@@ -130,8 +152,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
   };
   static const bool connection_flags_added = [] {
     for (auto& [command, names] : *flags) {
-      names.insert(
-          {"tls_ca_file", "tls_cert_file", "tls_key_file", "token_file"});
+      names.insert({"tls_ca_file", "tls_cert_file", "tls_key_file",
+                    "token_file", "retries"});
     }
     return true;
   }();
@@ -218,6 +240,27 @@ absl::StatusOr<Client::Options> ClientOptions() {
     return absl::InvalidArgumentError("--timeout must be >= 0 seconds");
   }
   if (timeout > 0) options.deadline = absl::Seconds(timeout);
+  const int retries = absl::GetFlag(FLAGS_retries);
+  if (retries < 0 || retries > kMaxRetries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--retries must be in 0..", kMaxRetries));
+  }
+  options.retry.max_retries = retries;
+  // Only for a person watching: scripts get one "<CODE>: <message>" line on
+  // stderr, whose message says how many attempts were made. \r\033[K clears
+  // the progress line first.
+  if (isatty(STDERR_FILENO) != 0) {
+    options.on_retry = [](const quantd::client::RetryEvent& event) {
+      absl::FPrintF(stderr,
+                    "\r\033[Kquantctl: %s failed on %s (%s: %s); retrying in "
+                    "%s (attempt %d of %d)\n",
+                    event.method,
+                    event.peer.empty() ? "no replica" : event.peer,
+                    absl::StatusCodeToString(event.status.code()),
+                    event.status.message(), absl::FormatDuration(event.backoff),
+                    event.failed_attempt + 1, event.max_attempts);
+    };
+  }
 
   const std::string ca_file = absl::GetFlag(FLAGS_tls_ca_file);
   const std::string cert_file = absl::GetFlag(FLAGS_tls_cert_file);
@@ -342,6 +385,49 @@ void PrintReports(const std::vector<quantd::v1::TensorReport>& reports) {
   absl::PrintF("\n");
 }
 
+// The fidelity report: one line per output, then the per-layer SQNRs in
+// graph order with the worst flagged.
+void PrintFidelity(const quantd::v1::QuantizeSummary& s) {
+  if (!s.has_fidelity()) return;
+  const quantd::v1::FidelityReport& f = s.fidelity();
+  if (!f.evaluated()) {
+    absl::PrintF("fidelity:   skipped: %s\n", f.skipped_reason());
+    return;
+  }
+  absl::PrintF(
+      "fidelity:   quantized vs float model over %d of %d calibration "
+      "batches%s\n",
+      f.batches_evaluated(), f.batches_received(),
+      f.note().empty() ? "" : absl::StrCat(" (", f.note(), ")"));
+  for (const quantd::v1::OutputFidelity& o : f.outputs()) {
+    absl::PrintF("  output %s: SQNR %s dB", o.name(),
+                 quantd::client::FormatDb(o.sqnr_db()));
+    if (o.has_top1()) {
+      absl::PrintF(", top-1 agreement %.4f (%d rows)", o.top1_agreement(),
+                   o.top1_rows());
+    }
+    absl::PrintF(", max |error| %.4g\n", o.max_abs_error());
+  }
+  if (f.layers_size() == 0) return;
+  absl::PrintF(
+      "\nper-layer SQNR (quantized vs float activations, graph "
+      "order):\n");
+  const std::vector<int> worst = quantd::client::WorstLayers(f);
+  std::vector<std::vector<std::string>> rows = {
+      {"TENSOR", "NODE", "OP", "SQNR_DB", "MAX_ABS_ERR", ""}};
+  for (int i = 0; i < f.layers_size(); ++i) {
+    const quantd::v1::LayerFidelity& l = f.layers(i);
+    const auto w = std::find(worst.begin(), worst.end(), i);
+    rows.push_back({l.tensor_name(), l.node_name(), l.op_type(),
+                    quantd::client::FormatDb(l.sqnr_db()),
+                    absl::StrFormat("%.4g", l.max_abs_error()),
+                    w == worst.end()
+                        ? std::string()
+                        : absl::StrCat("<- worst #", w - worst.begin() + 1)});
+  }
+  PrintTable(rows);
+}
+
 void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   const double ratio =
       s.output_bytes() == 0
@@ -375,6 +461,7 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   for (const std::string& v : s.validations()) {
     absl::PrintF("validated:  %s\n", v);
   }
+  PrintFidelity(s);
 }
 
 // --calibration: a CalibrationResult in binary proto format.
@@ -451,6 +538,12 @@ int RunQuantize() {
   absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
   if (!model.ok()) return Fail(model.status());
 
+  const std::string report_path = absl::GetFlag(FLAGS_report);
+  quantd::client::QuantizeReportInput report;
+  report.model_path = model_path;
+  report.output_path = output_path;
+  google::protobuf::TextFormat::PrintToString(*options, &report.options_text);
+
   quantd::v1::QuantizeConfig config;
   *config.mutable_options() = std::move(*options);
   if (const std::string path = absl::GetFlag(FLAGS_calibration);
@@ -462,12 +555,17 @@ int RunQuantize() {
   }
   std::unique_ptr<quantd::client::CalibrationData> data;
   quantd::client::BatchSource batches;
+  quantd::client::BatchRewind rewind;  // A retry sends the batches again.
   if (!data_flags.empty()) {
     absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> opened =
         OpenCalibrationData(data_flags);
     if (!opened.ok()) return Fail(opened.status());
     data = std::move(*opened);
     batches = data->AsSource();
+    rewind = [&data] {
+      data->Rewind();
+      return absl::OkStatus();
+    };
     if (!calibration_method.empty()) {
       absl::StatusOr<std::string> method =
           ObserverMethod("calibration_method", calibration_method);
@@ -485,13 +583,23 @@ int RunQuantize() {
   }
   Client client(*client_options);
   absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
-      client.Quantize(std::move(config), *model, callbacks, std::move(batches));
+      client.Quantize(std::move(config), *model, callbacks, std::move(batches),
+                      std::move(rewind));
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!outcome.ok()) return Fail(outcome.status());
   if (absl::Status status =
           quantd::client::WriteFileAtomically(output_path, outcome->model);
       !status.ok()) {
     return Fail(status);
+  }
+  if (!report_path.empty()) {
+    report.summary = outcome->summary;
+    report.tensors = outcome->reports;
+    if (absl::Status status = quantd::client::WriteFileAtomically(
+            report_path, quantd::client::RenderQuantizeReportHtml(report));
+        !status.ok()) {
+      return Fail(status);
+    }
   }
 
   if (absl::GetFlag(FLAGS_json)) {
@@ -506,6 +614,7 @@ int RunQuantize() {
   PrintReports(outcome->reports);
   PrintSummary(outcome->summary);
   absl::PrintF("wrote:      %s\n", output_path);
+  if (!report_path.empty()) absl::PrintF("report:     %s\n", report_path);
   return 0;
 }
 
@@ -560,7 +669,11 @@ int RunCalibrate() {
   absl::StatusOr<quantd::v1::CalibrationResult> result = client.Calibrate(
       std::move(config), *model, (*data)->AsSource(),
       show_progress ? PrintProgress
-                    : std::function<void(const quantd::v1::Progress&)>());
+                    : std::function<void(const quantd::v1::Progress&)>(),
+      [&data] {
+        (*data)->Rewind();
+        return absl::OkStatus();
+      });
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!result.ok()) return Fail(result.status());
   if (absl::Status status = quantd::client::WriteFileAtomically(

@@ -1,14 +1,23 @@
 #include "client/quantd_client.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <deque>
 #include <thread>
 #include <utility>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/generic/generic_stub.h"
 
@@ -20,29 +29,48 @@ using quantd::v1::CalibrateResponse;
 using quantd::v1::QuantizeRequest;
 using quantd::v1::QuantizeResponse;
 
-// round_robin over every resolved address, and transparent retries of calls
-// that failed with UNAVAILABLE (a replica draining or restarting). Every
-// method is safe to retry: the service is stateless.
+// round_robin over every resolved address. Retries are the SDK's own
+// (Client::RunWithRetries), not a gRPC retryPolicy: gRPC stops retrying a
+// stream once its 256 KiB replay buffer is full, i.e. for any real model,
+// and knows nothing of results already handed to callbacks or of batch
+// sources; both together would also multiply the attempts.
 std::string ServiceConfigJson(const std::string& lb_policy) {
   return absl::StrCat(R"({"loadBalancingConfig": [{")", lb_policy,
-                      R"(": {}}],
-  "methodConfig": [{
-    "name": [{"service": "quantd.v1.QuantizationService"},
-             {"service": "grpc.health.v1.Health"}],
-    "retryPolicy": {
-      "maxAttempts": 3,
-      "initialBackoff": "0.2s",
-      "maxBackoff": "2s",
-      "backoffMultiplier": 2,
-      "retryableStatusCodes": ["UNAVAILABLE"]
-    }
-  }]})");
+                      R"(": {}}]})");
 }
 
-// Keepalive, agreed with the server (server/server.cc accepts pings every
-// 10 s): detects a dead connection during a long job.
-constexpr int kKeepaliveTimeMs = 30 * 1000;
-constexpr int kKeepaliveTimeoutMs = 10 * 1000;
+// "1.2.3.4:80" or "[::1]:80" -> AF_INET or AF_INET6; 0 when `entry` is not
+// an IP literal with a port in 1..65535.
+int AddressFamily(absl::string_view entry) {
+  absl::string_view host, port;
+  const bool bracketed = absl::ConsumePrefix(&entry, "[");
+  if (bracketed) {
+    const size_t close = entry.find("]:");
+    if (close == absl::string_view::npos) return 0;
+    host = entry.substr(0, close);
+    port = entry.substr(close + 2);
+  } else {
+    const size_t colon = entry.rfind(':');
+    if (colon == absl::string_view::npos) return 0;
+    host = entry.substr(0, colon);
+    port = entry.substr(colon + 1);
+  }
+  int port_number = 0;
+  if (!absl::SimpleAtoi(port, &port_number) || port_number < 1 ||
+      port_number > 65535) {
+    return 0;
+  }
+  // IPv6 only in brackets: "::1:80" could be read two ways.
+  const int family = bracketed ? AF_INET6 : AF_INET;
+  const std::string host_string(host);
+  unsigned char address[16];
+  return inet_pton(family, host_string.c_str(), address) == 1 ? family : 0;
+}
+
+absl::Status WithNote(const absl::Status& status, absl::string_view note) {
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (", note, ")"));
+}
 
 // grpc.health.v1 without its generated code (Debian ships none): the request
 // is {string service = 1}, the response {ServingStatus status = 1}.
@@ -199,8 +227,12 @@ class RequestSequence {
       return Kind::kEnd;
     }
     *batch = std::move(**next);
+    pulled_batches_ = true;
     return Kind::kBatch;
   }
+
+  // Whether the source has yielded a batch (which a retry would need again).
+  bool pulled_batches() const { return pulled_batches_; }
 
  private:
   const absl::string_view model_;
@@ -209,6 +241,7 @@ class RequestSequence {
   bool config_sent_ = false;
   size_t offset_ = 0;
   bool batches_done_ = false;
+  bool pulled_batches_ = false;
 };
 
 // Fills `request` with the next part of a Quantize or Calibrate stream: the
@@ -259,16 +292,151 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-Client::Client(Options options) : options_(std::move(options)) {
+absl::StatusOr<std::string> ChannelTarget(absl::string_view target,
+                                          bool shuffle, uint64_t seed) {
+  absl::string_view list = absl::StripAsciiWhitespace(target);
+  std::string scheme;
+  if (absl::StrContains(list, "://")) return std::string(list);
+  if (absl::ConsumePrefix(&list, "ipv4:")) {
+    scheme = "ipv4";
+  } else if (absl::ConsumePrefix(&list, "ipv6:")) {
+    scheme = "ipv6";
+  } else if (!absl::StrContains(list, ',')) {
+    return std::string(list);
+  }
+  std::vector<std::string> entries;
+  int family = 0;
+  for (absl::string_view entry : absl::StrSplit(list, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const int entry_family = AddressFamily(entry);
+    if (entry_family == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server list '", target, "': '", entry,
+          "' is not IP:PORT ('10.0.0.1:50051' or '[::1]:50051'); a list "
+          "takes IP addresses only, for a host name use dns:///NAME:PORT"));
+    }
+    if (family != 0 && entry_family != family) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server list '", target,
+                       "' mixes IPv4 and IPv6 addresses; gRPC takes one "
+                       "family per list"));
+    }
+    family = entry_family;
+    entries.emplace_back(entry);
+  }
+  const std::string family_scheme = family == AF_INET ? "ipv4" : "ipv6";
+  if (!scheme.empty() && scheme != family_scheme) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server list '", target, "' is an ", scheme,
+                     ": list but holds ", family_scheme, " addresses"));
+  }
+  if (shuffle) {
+    std::shuffle(entries.begin(), entries.end(), std::mt19937_64(seed));
+  }
+  return absl::StrCat(family_scheme, ":", absl::StrJoin(entries, ","));
+}
+
+Client::Client(Options options)
+    : options_(std::move(options)), rng_(std::random_device()()) {
+  uint64_t seed;
+  {
+    absl::MutexLock lock(&rng_mu_);
+    seed = rng_();
+  }
+  absl::StatusOr<std::string> target =
+      ChannelTarget(options_.target, options_.shuffle_addresses, seed);
+  if (target.ok()) {
+    channel_target_ = std::move(*target);
+  } else {
+    // Every call fails with this; the channel is never used.
+    target_status_ = target.status();
+    channel_target_ = options_.target;
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
   args.SetServiceConfigJSON(ServiceConfigJson(options_.load_balancing_policy));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  // Keepalive, agreed with the server (see Options::Keepalive). Pinging
+  // without calls, and without limit while no data flows, keeps noticing a
+  // dead connection both between calls (round_robin then stops picking it)
+  // and during a long silent job.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              absl::ToInt64Milliseconds(options_.keepalive.time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              absl::ToInt64Milliseconds(options_.keepalive.timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   channel_ =
-      grpc::CreateCustomChannel(options_.target, ChannelCredentials(), args);
+      grpc::CreateCustomChannel(channel_target_, ChannelCredentials(), args);
   stub_ = quantd::v1::QuantizationService::NewStub(channel_);
+}
+
+absl::Duration Client::RetryBackoff(const Options::Retry& retry_options,
+                                    int retry, double jitter_unit) {
+  absl::Duration backoff = retry_options.initial_backoff;
+  for (int i = 1; i < retry && backoff < retry_options.max_backoff; ++i) {
+    backoff *= retry_options.multiplier;
+  }
+  backoff = std::min(backoff, retry_options.max_backoff);
+  const double factor = 1 + retry_options.jitter * (2 * jitter_unit - 1);
+  return std::max(absl::ZeroDuration(), backoff * factor);
+}
+
+double Client::JitterUnit() {
+  absl::MutexLock lock(&rng_mu_);
+  return std::uniform_real_distribution<double>(0, 1)(rng_);
+}
+
+absl::Status Client::RunWithRetries(
+    const char* method,
+    const std::function<Attempt(grpc::ClientContext*)>& attempt,
+    const std::function<absl::Status()>& before_retry) {
+  if (!target_status_.ok()) return target_status_;
+  // One deadline for the whole call: a caller's --timeout is how long it is
+  // prepared to wait, however many replicas it takes.
+  const absl::Time deadline = options_.deadline == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + options_.deadline;
+  const int max_attempts = 1 + std::max(0, options_.retry.max_retries);
+  for (int n = 1;; ++n) {
+    grpc::ClientContext context;
+    PrepareContext(&context, deadline);
+    const Attempt result = attempt(&context);
+    if (result.as_is ||
+        result.status.code() != absl::StatusCode::kUnavailable) {
+      return result.status;
+    }
+    if (!result.not_retryable.empty()) {
+      return WithNote(result.status,
+                      absl::StrCat("not retried: ", result.not_retryable));
+    }
+    if (n == max_attempts) {
+      return n == 1 ? result.status
+                    : WithNote(result.status,
+                               absl::StrCat("gave up after ", n, " attempts"));
+    }
+    const absl::Duration backoff =
+        RetryBackoff(options_.retry, n, JitterUnit());
+    if (absl::Now() + backoff >= deadline) {
+      return WithNote(result.status,
+                      absl::StrCat("not retried: the deadline falls before "
+                                   "the next attempt; ",
+                                   n, " attempt(s) made"));
+    }
+    if (options_.on_retry) {
+      options_.on_retry(RetryEvent{method, n, max_attempts, result.status,
+                                   context.peer(), backoff});
+    }
+    absl::SleepFor(backoff);
+    if (before_retry) {
+      if (absl::Status status = before_retry(); !status.ok()) {
+        return WithNote(
+            result.status,
+            absl::StrCat("not retried: rewinding the batch source failed: ",
+                         status.ToString()));
+      }
+    }
+  }
 }
 
 std::shared_ptr<grpc::ChannelCredentials> Client::ChannelCredentials() const {
@@ -286,76 +454,110 @@ std::shared_ptr<grpc::ChannelCredentials> Client::ChannelCredentials() const {
       credentials, grpc::AccessTokenCredentials(options_.bearer_token));
 }
 
-void Client::PrepareContext(grpc::ClientContext* context) const {
+void Client::PrepareContext(grpc::ClientContext* context,
+                            absl::Time deadline) const {
   // Without TLS, call credentials would be refused by gRPC (they need a
   // secure channel): plain metadata instead (see Options::bearer_token).
   if (!options_.tls.use_tls && !options_.bearer_token.empty()) {
     context->AddMetadata("authorization",
                          absl::StrCat("Bearer ", options_.bearer_token));
   }
-  if (options_.deadline != absl::InfiniteDuration()) {
-    context->set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  if (deadline != absl::InfiniteFuture()) {
+    context->set_deadline(absl::ToChronoTime(deadline));
   }
 }
 
 absl::StatusOr<QuantizeOutcome> Client::Quantize(
     quantd::v1::QuantizeConfig config, absl::string_view model_bytes,
-    const QuantizeCallbacks& callbacks, BatchSource calibration_batches) {
-  grpc::ClientContext context;
-  PrepareContext(&context);
-  std::unique_ptr<grpc::ClientReaderWriter<QuantizeRequest, QuantizeResponse>>
-      stream = stub_->Quantize(&context);
-
+    const QuantizeCallbacks& callbacks, BatchSource calibration_batches,
+    BatchRewind rewind_batches) {
   config.set_model_size_bytes(model_bytes.size());
-  RequestSequence sequence(model_bytes, options_.chunk_bytes,
-                           &calibration_batches);
-  auto next = [&](QuantizeRequest* request) -> absl::StatusOr<bool> {
-    return FillNextRequest(&sequence, config, request,
-                           request->mutable_calibration_batch());
-  };
-
   QuantizeOutcome outcome;
-  int summaries = 0;
-  bool after_summary = false;
-  auto handle = [&](QuantizeResponse* response) {
-    if (summaries > 0) after_summary = true;
-    switch (response->event_case()) {
-      case QuantizeResponse::kProgress:
-        if (callbacks.on_progress) callbacks.on_progress(response->progress());
-        break;
-      case QuantizeResponse::kTensorReport:
-        if (callbacks.on_tensor_report) {
-          callbacks.on_tensor_report(response->tensor_report());
-        }
-        outcome.reports.push_back(
-            std::move(*response->mutable_tensor_report()));
-        break;
-      case QuantizeResponse::kModelChunk:
-        outcome.model.append(response->model_chunk());
-        break;
-      case QuantizeResponse::kSummary:
-        ++summaries;
-        outcome.summary = std::move(*response->mutable_summary());
-        break;
-      case QuantizeResponse::EVENT_NOT_SET:
-        break;  // A newer server's event we do not know: skip it.
+  bool batches_pulled = false;
+  auto attempt = [&](grpc::ClientContext* context) -> Attempt {
+    outcome = QuantizeOutcome();
+    std::unique_ptr<grpc::ClientReaderWriter<QuantizeRequest, QuantizeResponse>>
+        stream = stub_->Quantize(context);
+    RequestSequence sequence(model_bytes, options_.chunk_bytes,
+                             &calibration_batches);
+    bool source_failed = false;
+    auto next = [&](QuantizeRequest* request) -> absl::StatusOr<bool> {
+      absl::StatusOr<bool> more = FillNextRequest(
+          &sequence, config, request, request->mutable_calibration_batch());
+      source_failed = !more.ok();
+      return more;
+    };
+    int summaries = 0;
+    bool after_summary = false;
+    bool results_seen = false;
+    auto handle = [&](QuantizeResponse* response) {
+      if (summaries > 0) after_summary = true;
+      switch (response->event_case()) {
+        case QuantizeResponse::kProgress:
+          if (callbacks.on_progress) {
+            callbacks.on_progress(response->progress());
+          }
+          break;
+        case QuantizeResponse::kTensorReport:
+          results_seen = true;
+          if (callbacks.on_tensor_report) {
+            callbacks.on_tensor_report(response->tensor_report());
+          }
+          outcome.reports.push_back(
+              std::move(*response->mutable_tensor_report()));
+          break;
+        case QuantizeResponse::kModelChunk:
+          results_seen = true;
+          outcome.model.append(response->model_chunk());
+          break;
+        case QuantizeResponse::kSummary:
+          results_seen = true;
+          ++summaries;
+          outcome.summary = std::move(*response->mutable_summary());
+          break;
+        case QuantizeResponse::EVENT_NOT_SET:
+          break;  // A newer server's event we do not know: skip it.
+      }
+    };
+    const absl::Status status = Exchange<QuantizeRequest, QuantizeResponse>(
+        context, stream.get(), next, handle);
+    batches_pulled = batches_pulled || sequence.pulled_batches();
+    if (!status.ok()) {
+      if (source_failed) return {status, "", /*as_is=*/true};
+      if (results_seen) {
+        return {status, "the server had started sending results"};
+      }
+      if (batches_pulled && !rewind_batches) {
+        return {status,
+                "calibration batches were sent and the source cannot be "
+                "rewound"};
+      }
+      return {status, ""};
     }
+    if (summaries != 1 || after_summary) {
+      return {absl::InternalError(absl::StrCat(
+                  "protocol error: the server sent ", summaries, " summaries",
+                  after_summary ? " and messages after one" : "",
+                  "; expected exactly one, last")),
+              ""};
+    }
+    if (outcome.summary.output_bytes() != outcome.model.size()) {
+      return {absl::InternalError(absl::StrCat(
+                  "protocol error: received ", outcome.model.size(),
+                  " model bytes but the summary says ",
+                  outcome.summary.output_bytes())),
+              ""};
+    }
+    return {absl::OkStatus(), ""};
   };
-  if (absl::Status status = Exchange<QuantizeRequest, QuantizeResponse>(
-          &context, stream.get(), next, handle);
+  auto rewind = [&]() -> absl::Status {
+    if (!batches_pulled) return absl::OkStatus();
+    batches_pulled = false;
+    return rewind_batches();
+  };
+  if (absl::Status status = RunWithRetries("Quantize", attempt, rewind);
       !status.ok()) {
     return status;
-  }
-  if (summaries != 1 || after_summary) {
-    return absl::InternalError(absl::StrCat(
-        "protocol error: the server sent ", summaries, " summaries",
-        after_summary ? " and messages after one" : "",
-        "; expected exactly one, last"));
-  }
-  if (outcome.summary.output_bytes() != outcome.model.size()) {
-    return absl::InternalError(absl::StrCat(
-        "protocol error: received ", outcome.model.size(),
-        " model bytes but the summary says ", outcome.summary.output_bytes()));
   }
   return outcome;
 }
@@ -363,56 +565,84 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
 absl::StatusOr<quantd::v1::CalibrationResult> Client::Calibrate(
     quantd::v1::CalibrateConfig config, absl::string_view model_bytes,
     BatchSource next_batch,
-    std::function<void(const quantd::v1::Progress&)> on_progress) {
-  grpc::ClientContext context;
-  PrepareContext(&context);
-  std::unique_ptr<grpc::ClientReaderWriter<CalibrateRequest, CalibrateResponse>>
-      stream = stub_->Calibrate(&context);
-
+    std::function<void(const quantd::v1::Progress&)> on_progress,
+    BatchRewind rewind) {
   config.set_model_size_bytes(model_bytes.size());
-  RequestSequence sequence(model_bytes, options_.chunk_bytes, &next_batch);
-  auto next = [&](CalibrateRequest* request) -> absl::StatusOr<bool> {
-    return FillNextRequest(&sequence, config, request,
-                           request->mutable_batch());
-  };
-
   std::optional<quantd::v1::CalibrationResult> result;
-  int results = 0;
-  bool after_result = false;
-  auto handle = [&](CalibrateResponse* response) {
-    if (results > 0) after_result = true;
-    switch (response->event_case()) {
-      case CalibrateResponse::kProgress:
-        if (on_progress) on_progress(response->progress());
-        break;
-      case CalibrateResponse::kResult:
-        ++results;
-        result = std::move(*response->mutable_result());
-        break;
-      case CalibrateResponse::EVENT_NOT_SET:
-        break;  // A newer server's event we do not know: skip it.
+  bool batches_pulled = false;
+  auto attempt = [&](grpc::ClientContext* context) -> Attempt {
+    result.reset();
+    std::unique_ptr<
+        grpc::ClientReaderWriter<CalibrateRequest, CalibrateResponse>>
+        stream = stub_->Calibrate(context);
+    RequestSequence sequence(model_bytes, options_.chunk_bytes, &next_batch);
+    bool source_failed = false;
+    auto next = [&](CalibrateRequest* request) -> absl::StatusOr<bool> {
+      absl::StatusOr<bool> more =
+          FillNextRequest(&sequence, config, request, request->mutable_batch());
+      source_failed = !more.ok();
+      return more;
+    };
+    int results = 0;
+    bool after_result = false;
+    auto handle = [&](CalibrateResponse* response) {
+      if (results > 0) after_result = true;
+      switch (response->event_case()) {
+        case CalibrateResponse::kProgress:
+          if (on_progress) on_progress(response->progress());
+          break;
+        case CalibrateResponse::kResult:
+          ++results;
+          result = std::move(*response->mutable_result());
+          break;
+        case CalibrateResponse::EVENT_NOT_SET:
+          break;  // A newer server's event we do not know: skip it.
+      }
+    };
+    const absl::Status status = Exchange<CalibrateRequest, CalibrateResponse>(
+        context, stream.get(), next, handle);
+    batches_pulled = batches_pulled || sequence.pulled_batches();
+    if (!status.ok()) {
+      if (source_failed) return {status, "", /*as_is=*/true};
+      if (results > 0) return {status, "the server had sent the result"};
+      if (batches_pulled && !rewind) {
+        return {status,
+                "calibration batches were sent and the source cannot be "
+                "rewound"};
+      }
+      return {status, ""};
     }
+    if (results != 1 || after_result) {
+      return {absl::InternalError(absl::StrCat(
+                  "protocol error: the server sent ", results, " results",
+                  after_result ? " and messages after one" : "",
+                  "; expected exactly one, last")),
+              ""};
+    }
+    return {absl::OkStatus(), ""};
   };
-  if (absl::Status status = Exchange<CalibrateRequest, CalibrateResponse>(
-          &context, stream.get(), next, handle);
+  auto rewind_if_pulled = [&]() -> absl::Status {
+    if (!batches_pulled) return absl::OkStatus();
+    batches_pulled = false;
+    return rewind();
+  };
+  if (absl::Status status =
+          RunWithRetries("Calibrate", attempt, rewind_if_pulled);
       !status.ok()) {
     return status;
-  }
-  if (results != 1 || after_result) {
-    return absl::InternalError(
-        absl::StrCat("protocol error: the server sent ", results, " results",
-                     after_result ? " and messages after one" : "",
-                     "; expected exactly one, last"));
   }
   return std::move(*result);
 }
 
 absl::StatusOr<quantd::v1::ServerInfo> Client::GetServerInfo() {
-  grpc::ClientContext context;
-  PrepareContext(&context);
   quantd::v1::ServerInfo info;
-  if (absl::Status status = FromGrpcStatus(stub_->GetServerInfo(
-          &context, quantd::v1::GetServerInfoRequest(), &info));
+  auto attempt = [&](grpc::ClientContext* context) -> Attempt {
+    info.Clear();
+    return {FromGrpcStatus(stub_->GetServerInfo(
+                context, quantd::v1::GetServerInfoRequest(), &info)),
+            ""};
+  };
+  if (absl::Status status = RunWithRetries("GetServerInfo", attempt);
       !status.ok()) {
     return status;
   }
@@ -420,22 +650,26 @@ absl::StatusOr<quantd::v1::ServerInfo> Client::GetServerInfo() {
 }
 
 absl::StatusOr<ServingStatus> Client::Health(const std::string& service) {
-  grpc::ClientContext context;
-  PrepareContext(&context);
   const std::string request_bytes = EncodeHealthCheckRequest(service);
-  grpc::Slice request_slice(request_bytes);
-  grpc::ByteBuffer request(&request_slice, 1);
   grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  grpc::GenericStub stub(channel_);
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&status, &done](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return FromGrpcStatus(status);
+  auto attempt = [&](grpc::ClientContext* context) -> Attempt {
+    grpc::Slice request_slice(request_bytes);
+    grpc::ByteBuffer request(&request_slice, 1);
+    response.Clear();
+    grpc::Status status;
+    absl::Notification done;
+    grpc::GenericStub stub(channel_);
+    stub.UnaryCall(context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                   &request, &response, [&status, &done](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    return {FromGrpcStatus(status), ""};
+  };
+  if (absl::Status status = RunWithRetries("Health", attempt); !status.ok()) {
+    return status;
+  }
   grpc::Slice response_slice;
   if (!response.DumpToSingleSlice(&response_slice).ok()) {
     return absl::InternalError("unreadable grpc.health.v1 response");

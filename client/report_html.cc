@@ -1,0 +1,315 @@
+#include "client/report_html.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace quantd::client {
+
+std::vector<int> WorstLayers(const quantd::v1::FidelityReport& report,
+                             int count) {
+  std::vector<int> candidates;
+  for (int i = 0; i < report.layers_size(); ++i) {
+    const double db = report.layers(i).sqnr_db();
+    if (!(std::isinf(db) && db > 0)) candidates.push_back(i);
+  }
+  // NaN first (a broken layer is the worst), then ascending; stable so equal
+  // SQNRs keep graph order.
+  std::stable_sort(candidates.begin(), candidates.end(), [&](int a, int b) {
+    const double da = report.layers(a).sqnr_db();
+    const double db = report.layers(b).sqnr_db();
+    if (std::isnan(da) || std::isnan(db)) {
+      return std::isnan(da) && !std::isnan(db);
+    }
+    return da < db;
+  });
+  if (static_cast<int>(candidates.size()) > count) candidates.resize(count);
+  return candidates;
+}
+
+std::string FormatDb(double db) {
+  if (std::isnan(db)) return "nan";
+  if (std::isinf(db)) return db > 0 ? "inf" : "-inf";
+  return absl::StrFormat("%.1f", db);
+}
+
+std::string HtmlEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+constexpr char kStyle[] = R"css(
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
+       padding: 0 1em; color: #1d232a; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.8em;
+  border-bottom: 1px solid #d0d7de; padding-bottom: .2em; }
+table { border-collapse: collapse; margin: .6em 0; }
+th, td { border: 1px solid #d0d7de; padding: .25em .6em; text-align: left;
+         vertical-align: top; }
+th { background: #f3f5f7; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.worst td { background: #fde8e8; }
+.tag { color: #b42318; font-weight: 600; }
+.muted { color: #57606a; }
+pre { background: #f6f8fa; padding: .6em; overflow-x: auto; }
+svg text { font: 11px system-ui, sans-serif; fill: #1d232a; }
+svg .bar { fill: #3b7dd8; } svg .bar.worst { fill: #d92d20; }
+svg .bar.exact { fill: #8fbf7f; } svg .axis { stroke: #8c959f; }
+)css";
+
+std::string Cell(absl::string_view text, bool numeric = false) {
+  return absl::StrCat(numeric ? "<td class=\"num\">" : "<td>", HtmlEscape(text),
+                      "</td>");
+}
+
+std::string Header(const std::vector<std::string>& names) {
+  std::string row = "<tr>";
+  for (const std::string& n : names) absl::StrAppend(&row, "<th>", n, "</th>");
+  return row + "</tr>\n";
+}
+
+// "STAGE_RECEIVE" -> "receive".
+std::string StageName(quantd::v1::Stage stage) {
+  return absl::AsciiStrToLower(
+      absl::StripPrefix(quantd::v1::Stage_Name(stage), "STAGE_"));
+}
+
+std::string ModelSection(const QuantizeReportInput& in) {
+  const quantd::v1::QuantizeSummary& s = in.summary;
+  std::string html = "<h2>Model</h2>\n<table>\n";
+  auto row = [&](absl::string_view k, const std::string& v) {
+    absl::StrAppend(&html, "<tr><th>", k, "</th>", Cell(v), "</tr>\n");
+  };
+  row("input model", in.model_path);
+  row("output model", in.output_path);
+  row("bytes", absl::StrCat(s.input_bytes(), " -> ", s.output_bytes()));
+  row("opset", absl::StrCat(s.input_opset(), " -> ", s.output_opset()));
+  row("quantized", absl::StrCat(s.quantized_tensors(), " tensors, ",
+                                s.quantized_nodes(), " nodes"));
+  row("weight bytes",
+      absl::StrCat(s.weight_bytes_before(), " -> ", s.weight_bytes_after()));
+  row("skipped tensors", absl::StrCat(s.skipped_tensors()));
+  if (s.model_unchanged()) row("unchanged", s.unchanged_reason());
+  std::string stages;
+  for (const quantd::v1::StageDuration& d : s.stage_durations()) {
+    absl::StrAppend(&stages, stages.empty() ? "" : ", ", StageName(d.stage()),
+                    absl::StrFormat(" %.3fs", d.seconds()));
+  }
+  row("stages", stages);
+  for (const std::string& v : s.validations()) row("validated", v);
+  html += "</table>\n";
+  if (s.skipped_size() > 0) {
+    html += "<table>\n" +
+            Header({"skipped tensor", "node", "op", "elements", "reason"});
+    for (const quantd::v1::SkippedTensor& t : s.skipped()) {
+      absl::StrAppend(
+          &html, "<tr>", Cell(t.tensor_name()), Cell(t.node_name()),
+          Cell(t.op_type()), Cell(absl::StrCat(t.num_elements()), true),
+          Cell(absl::StrCat(quantd::v1::SkipReason_Name(t.reason()),
+                            t.detail().empty() ? "" : ": ", t.detail())),
+          "</tr>\n");
+    }
+    html += "</table>\n";
+  }
+  return html;
+}
+
+std::string OptionsSection(const QuantizeReportInput& in) {
+  const quantd::v1::QuantizeSummary& s = in.summary;
+  return absl::StrCat(
+      "<h2>Options</h2>\n<p>method <b>", HtmlEscape(s.method()),
+      "</b>, op set <b>", HtmlEscape(s.op_set()), "</b>, precision <b>",
+      HtmlEscape(s.precision()), "</b></p>\n<pre>",
+      HtmlEscape(in.options_text.empty() ? "(no options: do not quantize)"
+                                         : in.options_text),
+      "</pre>\n");
+}
+
+std::string TensorSection(const QuantizeReportInput& in) {
+  std::string html = "<h2>Quantized tensors</h2>\n";
+  if (in.tensors.empty()) return html + "<p class=\"muted\">none</p>\n";
+  html += "<table>\n" +
+          Header({"node", "op", "tensor", "elements", "bits", "scheme",
+                  "storage", "scale", "MSE", "SQNR (dB)", "note"});
+  for (const quantd::v1::TensorReport& r : in.tensors) {
+    const quantd::v1::QuantScheme& q = r.scheme();
+    std::string scheme = q.symmetric() ? "symmetric" : "asymmetric";
+    if (q.narrow_range()) scheme += ", narrow";
+    scheme += q.per_channel()
+                  ? absl::StrCat(", per-channel (axis ", q.axis(), ")")
+                  : ", per-tensor";
+    const std::string scale =
+        r.scale_min() == r.scale_max()
+            ? absl::StrFormat("%.4g", r.scale_min())
+            : absl::StrFormat("%.4g .. %.4g", r.scale_min(), r.scale_max());
+    absl::StrAppend(
+        &html, "<tr>", Cell(r.node_name()), Cell(r.op_type()),
+        Cell(r.tensor_name()), Cell(absl::StrCat(r.num_elements()), true),
+        Cell(absl::StrCat(q.bits()), true), Cell(scheme),
+        Cell(q.storage_type()), Cell(scale, true),
+        Cell(absl::StrFormat("%.3g", r.mse()), true),
+        Cell(FormatDb(r.sqnr_db()), true), Cell(r.note()), "</tr>\n");
+  }
+  return html + "</table>\n";
+}
+
+// Horizontal bars, one per layer in graph order; exact layers are drawn
+// full length in another colour, negative or NaN SQNRs as empty bars.
+std::string LayerChart(const quantd::v1::FidelityReport& f,
+                       const std::vector<int>& worst) {
+  constexpr int kLabel = 260, kBarMax = 520, kRow = 18, kTop = 24;
+  double top = 10;
+  for (const auto& l : f.layers()) {
+    if (std::isfinite(l.sqnr_db())) top = std::max(top, l.sqnr_db());
+  }
+  top = std::ceil(top / 10) * 10;
+  const int height = kTop + kRow * f.layers_size() + 8;
+  const int width = kLabel + kBarMax + 70;
+  std::string svg = absl::StrFormat(
+      "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+      "aria-label=\"per-layer SQNR in dB\">\n",
+      width, height, width, height);
+  for (int tick = 0; tick <= 4; ++tick) {
+    const double db = top * tick / 4;
+    const int x = kLabel + static_cast<int>(kBarMax * tick / 4);
+    absl::StrAppendFormat(&svg,
+                          "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" "
+                          "y2=\"%d\"/><text x=\"%d\" y=\"12\" "
+                          "text-anchor=\"middle\">%g dB</text>\n",
+                          x, kTop - 6, x, height - 4, x, db);
+  }
+  for (int i = 0; i < f.layers_size(); ++i) {
+    const quantd::v1::LayerFidelity& l = f.layers(i);
+    const double db = l.sqnr_db();
+    const bool exact = std::isinf(db) && db > 0;
+    const bool is_worst =
+        std::find(worst.begin(), worst.end(), i) != worst.end();
+    double len = 0;
+    if (exact) {
+      len = kBarMax;
+    } else if (std::isfinite(db) && db > 0) {
+      len = std::min<double>(kBarMax, kBarMax * db / top);
+    }
+    const int y = kTop + kRow * i;
+    std::string label = l.tensor_name();
+    if (label.size() > 40) label = label.substr(0, 37) + "...";
+    absl::StrAppendFormat(
+        &svg,
+        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>"
+        "<rect class=\"bar%s\" x=\"%d\" y=\"%d\" width=\"%.1f\" "
+        "height=\"%d\"><title>%s (%s): %s dB</title></rect>"
+        "<text x=\"%.1f\" y=\"%d\">%s</text>\n",
+        kLabel - 6, y + 12, HtmlEscape(label),
+        exact ? " exact" : (is_worst ? " worst" : ""), kLabel, y + 2, len,
+        kRow - 4, HtmlEscape(l.tensor_name()), HtmlEscape(l.op_type()),
+        FormatDb(db), kLabel + len + 4, y + 12,
+        exact ? std::string("exact") : FormatDb(db));
+  }
+  return svg + "</svg>\n";
+}
+
+std::string FidelitySection(const quantd::v1::QuantizeSummary& s) {
+  std::string html = "<h2>Fidelity</h2>\n";
+  if (!s.has_fidelity()) {
+    return html +
+           "<p class=\"muted\">not measured (the model was not "
+           "quantized)</p>\n";
+  }
+  const quantd::v1::FidelityReport& f = s.fidelity();
+  if (!f.evaluated()) {
+    return absl::StrCat(html, "<p>skipped: ", HtmlEscape(f.skipped_reason()),
+                        "</p>\n");
+  }
+  absl::StrAppend(&html,
+                  "<p>The quantized model against the float model, "
+                  "both run in quantd's executor over ",
+                  f.batches_evaluated(), " of ", f.batches_received(),
+                  " calibration batches.",
+                  f.note().empty() ? "" : " " + HtmlEscape(f.note()),
+                  "</p>\n<table>\n",
+                  Header({"output", "SQNR (dB)", "top-1 agreement", "rows",
+                          "max |error|", "elements"}));
+  for (const quantd::v1::OutputFidelity& o : f.outputs()) {
+    absl::StrAppend(
+        &html, "<tr>", Cell(o.name()), Cell(FormatDb(o.sqnr_db()), true),
+        Cell(o.has_top1() ? absl::StrFormat("%.4f", o.top1_agreement())
+                          : std::string("-"),
+             true),
+        Cell(o.has_top1() ? absl::StrCat(o.top1_rows()) : std::string("-"),
+             true),
+        Cell(absl::StrFormat("%.4g", o.max_abs_error()), true),
+        Cell(absl::StrCat(o.elements()), true), "</tr>\n");
+  }
+  html += "</table>\n";
+  const std::vector<int> worst = WorstLayers(f);
+  absl::StrAppend(&html,
+                  "<h3>Per-layer SQNR</h3>\n<p class=\"muted\">Quantized vs "
+                  "float activations by tensor name, in graph order; error "
+                  "accumulates, so where the SQNR drops is where error "
+                  "enters. The ",
+                  kWorstLayers, " lowest are flagged.</p>\n");
+  if (f.layers_size() == 0) return html + "<p class=\"muted\">none</p>\n";
+  html += LayerChart(f, worst);
+  html += "<table>\n" + Header({"#", "tensor", "node", "op", "SQNR (dB)",
+                                "max |error|", "elements", ""});
+  for (int i = 0; i < f.layers_size(); ++i) {
+    const quantd::v1::LayerFidelity& l = f.layers(i);
+    const auto w = std::find(worst.begin(), worst.end(), i);
+    const bool is_worst = w != worst.end();
+    absl::StrAppend(&html, is_worst ? "<tr class=\"worst\">" : "<tr>",
+                    Cell(absl::StrCat(i + 1), true), Cell(l.tensor_name()),
+                    Cell(l.node_name()), Cell(l.op_type()),
+                    Cell(FormatDb(l.sqnr_db()), true),
+                    Cell(absl::StrFormat("%.4g", l.max_abs_error()), true),
+                    Cell(absl::StrCat(l.elements()), true),
+                    is_worst ? absl::StrCat("<td class=\"tag\">worst #",
+                                            w - worst.begin() + 1, "</td>")
+                             : std::string("<td></td>"),
+                    "</tr>\n");
+  }
+  return html + "</table>\n";
+}
+
+}  // namespace
+
+std::string RenderQuantizeReportHtml(const QuantizeReportInput& input) {
+  return absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>quantd report: ",
+      HtmlEscape(input.model_path), "</title>\n<style>", kStyle,
+      "</style>\n</head>\n<body>\n<h1>quantd quantization report</h1>\n<p>",
+      HtmlEscape(input.model_path), " &rarr; ", HtmlEscape(input.output_path),
+      "</p>\n", ModelSection(input), OptionsSection(input),
+      FidelitySection(input.summary), TensorSection(input),
+      "</body>\n</html>\n");
+}
+
+}  // namespace quantd::client

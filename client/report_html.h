@@ -1,0 +1,45 @@
+// quantctl's report of one Quantize call: the fidelity helpers shared by the
+// terminal table and the self-contained HTML report (--report=FILE.html:
+// inline CSS and an inline SVG chart, no script, no external asset).
+#ifndef QUANTD_CLIENT_REPORT_HTML_H_
+#define QUANTD_CLIENT_REPORT_HTML_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "quantd/v1/quantization_service.pb.h"
+
+namespace quantd::client {
+
+// How many of the lowest per-layer SQNRs are flagged as the worst layers.
+inline constexpr int kWorstLayers = 3;
+
+// Indices into report.layers() of the (at most) `count` layers with the
+// lowest SQNR, lowest first; NaN counts as lowest, exact (+inf) layers are
+// never flagged.
+std::vector<int> WorstLayers(const quantd::v1::FidelityReport& report,
+                             int count = kWorstLayers);
+
+// An SQNR for people: "38.2", "inf" (exact), "-inf", "nan".
+std::string FormatDb(double db);
+
+// Escapes &, <, >, " and ' for HTML text and attribute values.
+std::string HtmlEscape(absl::string_view text);
+
+// Everything the report shows about one call.
+struct QuantizeReportInput {
+  std::string model_path;   // --model
+  std::string output_path;  // --output
+  // The QuantizationOptions sent, in protobuf text format.
+  std::string options_text;
+  quantd::v1::QuantizeSummary summary;
+  std::vector<quantd::v1::TensorReport> tensors;
+};
+
+// The whole HTML document.
+std::string RenderQuantizeReportHtml(const QuantizeReportInput& input);
+
+}  // namespace quantd::client
+
+#endif  // QUANTD_CLIENT_REPORT_HTML_H_

@@ -1,0 +1,199 @@
+// End to end: the fidelity report of a STATIC_RANGE W8A8 quantization of the
+// digits example with inline calibration data, through a real quantd and
+// quantctl: the JSON fields, the table, the HTML report, and the output SQNR
+// and top-1 agreement checked against ONNX Runtime's own comparison of the
+// two models on the same inputs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/executor/executor.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "quantd/v1/quantization_service.pb.h"
+#include "tests/support/ort.h"
+#include "tests/support/quantd_fixture.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace quantd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+const std::string kModel = SourcePath("examples/digits/model.onnx");
+const std::string kCalibX = SourcePath("examples/digits/calib_x.npy");
+
+// The executor runs the QDQ model only once it has QuantizeLinear and
+// DequantizeLinear kernels; until then fidelity must say it skipped.
+bool ExecutorRunsQdq() {
+  const std::vector<std::string> ops = executor::Executor::SupportedOps();
+  return std::count(ops.begin(), ops.end(), "QuantizeLinear") > 0 &&
+         std::count(ops.begin(), ops.end(), "DequantizeLinear") > 0;
+}
+
+// The "summary" member of quantctl's --json output.
+quantd::v1::QuantizeSummary SummaryFromJson(const std::string& json) {
+  google::protobuf::Struct root;
+  quantd::v1::QuantizeSummary summary;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &root);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+  const auto it = root.fields().find("summary");
+  EXPECT_TRUE(it != root.fields().end()) << json;
+  if (it == root.fields().end()) return summary;
+  std::string summary_json;
+  (void)google::protobuf::util::MessageToJsonString(it->second, &summary_json);
+  status = google::protobuf::util::JsonStringToMessage(summary_json, &summary);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << summary_json;
+  return summary;
+}
+
+int Count(const std::string& haystack, const std::string& needle) {
+  int n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+class FidelityE2eTest : public QuantdServerTest {};
+
+TEST_F(FidelityE2eTest, StaticDigitsReportsFidelityInJsonTableAndHtml) {
+  TempDir tmp;
+  const std::string out = tmp.File("static.onnx");
+  const std::string report = tmp.File("report.html");
+  CommandResult q =
+      Quantctl({"quantize", "--model=" + kModel, "--output=" + out,
+                "--method=static_range", "--calibration_data=" + kCalibX,
+                "--batch_size=16", "--json", "--report=" + report});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  ASSERT_THAT(q.out, StartsWith("{"));
+  EXPECT_THAT(q.out, HasSubstr("\"fidelity\""));
+  const quantd::v1::QuantizeSummary summary = SummaryFromJson(q.out);
+  ASSERT_TRUE(summary.has_fidelity()) << q.out;
+  const quantd::v1::FidelityReport& f = summary.fidelity();
+  EXPECT_EQ(f.batches_received(), 4);  // 64 samples in batches of 16.
+  bool timed = false;
+  for (const auto& d : summary.stage_durations()) {
+    if (d.stage() != quantd::v1::STAGE_FIDELITY) continue;
+    timed = true;
+    std::printf("measured: fidelity stage %.4f s\n", d.seconds());
+  }
+  EXPECT_TRUE(timed);
+
+  const std::string html = ReadFileOrDie(report);
+  EXPECT_THAT(html, StartsWith("<!DOCTYPE html>"));
+  EXPECT_THAT(html, HasSubstr("</html>"));
+  EXPECT_THAT(html, HasSubstr("STATIC_RANGE"));
+  EXPECT_THAT(html, Not(HasSubstr("http:")));
+  EXPECT_THAT(html, Not(HasSubstr("https:")));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  std::printf("measured: HTML report %zu bytes\n", html.size());
+
+  if (!ExecutorRunsQdq()) {
+    EXPECT_FALSE(f.evaluated());
+    EXPECT_THAT(f.skipped_reason(), HasSubstr("QuantizeLinear"));
+    EXPECT_THAT(html, HasSubstr("skipped: "));
+    std::printf("measured: fidelity skipped: %s\n", f.skipped_reason().c_str());
+    return;
+  }
+  ASSERT_TRUE(f.evaluated()) << f.skipped_reason();
+  EXPECT_EQ(f.batches_evaluated(), 4);
+  ASSERT_EQ(f.outputs_size(), 1);
+  const quantd::v1::OutputFidelity& logits = f.outputs(0);
+  EXPECT_EQ(logits.name(), "logits");
+  EXPECT_EQ(logits.elements(), 64 * 10);
+  EXPECT_TRUE(logits.has_top1());
+  EXPECT_EQ(logits.top1_rows(), 64);
+  EXPECT_GT(logits.sqnr_db(), 20.0);
+  EXPECT_GE(logits.top1_agreement(), 0.95);
+  std::printf(
+      "measured: digits STATIC W8A8 logits SQNR %.2f dB, top-1 "
+      "agreement %.4f (quantd executor, calib_x)\n",
+      logits.sqnr_db(), logits.top1_agreement());
+
+  // Per-layer entries: node outputs of the float model, in its graph order,
+  // ending with the logits (whose SQNR is the output's).
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(ReadFileOrDie(kModel)));
+  std::vector<std::string> order;
+  for (const auto& node : model.graph().node()) {
+    for (const auto& o : node.output()) order.push_back(o);
+  }
+  ASSERT_GE(f.layers_size(), 4);
+  size_t last = 0;
+  for (const quantd::v1::LayerFidelity& l : f.layers()) {
+    const auto at = std::find(order.begin(), order.end(), l.tensor_name());
+    ASSERT_NE(at, order.end()) << l.tensor_name();
+    EXPECT_GE(static_cast<size_t>(at - order.begin()), last) << l.tensor_name();
+    last = at - order.begin();
+    EXPECT_FALSE(l.op_type().empty());
+    std::printf("measured: layer %-24s %-8s SQNR %.2f dB\n",
+                l.tensor_name().c_str(), l.op_type().c_str(), l.sqnr_db());
+  }
+  EXPECT_EQ(f.layers(f.layers_size() - 1).tensor_name(), "logits");
+  EXPECT_DOUBLE_EQ(f.layers(f.layers_size() - 1).sqnr_db(), logits.sqnr_db());
+  EXPECT_EQ(Count(html, "<rect class=\"bar"), f.layers_size());
+
+  // The same comparison in ONNX Runtime, graph optimizations off so it runs
+  // the QDQ pairs as written (with them on it fuses them into integer
+  // kernels, a different computation).
+  const std::string ort = OrtEval({"compare", "--model", kModel, "--model2",
+                                   out, "--x", kCalibX, "--opt", "disabled"});
+  const double ort_sqnr = JsonNumber(ort, "sqnr_db");
+  const double ort_top1 = JsonNumber(ort, "top1_agreement");
+  std::printf(
+      "measured: ONNX Runtime on the same inputs: logits SQNR %.2f dB, "
+      "top-1 agreement %.4f (quantd: %.2f dB, %.4f)\n",
+      ort_sqnr, ort_top1, logits.sqnr_db(), logits.top1_agreement());
+  EXPECT_NEAR(logits.sqnr_db(), ort_sqnr, 0.5);
+  EXPECT_NEAR(logits.top1_agreement(), ort_top1, 2.0 / 64);
+}
+
+TEST_F(FidelityE2eTest, TableShowsFidelityOrWhyItWasSkipped) {
+  TempDir tmp;
+  CommandResult q =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("s.onnx"), "--method=static_range",
+                "--calibration_data=" + kCalibX, "--batch_size=32"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  if (ExecutorRunsQdq()) {
+    EXPECT_THAT(q.out, HasSubstr("fidelity:   quantized vs float model over 2 "
+                                 "of 2 calibration batches"));
+    EXPECT_THAT(q.out, HasSubstr("output logits: SQNR "));
+    EXPECT_THAT(q.out, HasSubstr("top-1 agreement"));
+    EXPECT_THAT(q.out, HasSubstr("per-layer SQNR"));
+    EXPECT_THAT(q.out, HasSubstr("<- worst #1"));
+  } else {
+    EXPECT_THAT(q.out, HasSubstr("fidelity:   skipped: "));
+  }
+  std::printf("%s", q.out.c_str());
+
+  // DYNAMIC_RANGE has no calibration data: skipped, and said why.
+  CommandResult d =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("d.onnx"), "--method=dynamic_range"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_THAT(d.out, HasSubstr("fidelity:   skipped: DYNAMIC_RANGE"));
+}
+
+TEST_F(FidelityE2eTest, UnwritableReportFailsWithoutAPartialFile) {
+  TempDir tmp;
+  CommandResult q =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("m.onnx"), "--method=dynamic_range",
+                "--report=" + tmp.File("no_such_dir/report.html")});
+  EXPECT_EQ(q.exit_code, 1);
+  EXPECT_THAT(q.err, HasSubstr("no_such_dir"));
+}
+
+}  // namespace
+}  // namespace quantd::testing
