@@ -1,0 +1,189 @@
+"""Calibration batches: NumPy arrays (or .npy / ONNX TensorProto files) to
+quantd.v1.TensorBatch messages.
+
+The rules are those of the C++ SDK (client/calibration_data.cc) and quantctl:
+the first axis of every array is the sample axis; several arrays are zipped
+sample by sample (their first axes must match) and cut into batches of
+`batch_size` samples, the last one possibly smaller. A tensor without a name
+("") feeds the model's only graph input; a name is a graph input or, to send
+observed activations instead (no model run for that batch), any other tensor
+of the model. float32, int64, int32, int8, uint8 and bool are sent as they
+are; float64 is sent as float32 (what models take, at half the bytes).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._proto import service_pb2
+
+# ONNX TensorProto.DataType values of the element types calibration takes.
+_ONNX_TYPES: Dict[np.dtype, int] = {
+    np.dtype(np.float32): 1,  # FLOAT
+    np.dtype(np.uint8): 2,  # UINT8
+    np.dtype(np.int8): 3,  # INT8
+    np.dtype(np.int32): 6,  # INT32
+    np.dtype(np.int64): 7,  # INT64
+    np.dtype(np.bool_): 9,  # BOOL
+}
+_SUPPORTED = "float32, float64, int64, int32, int8, uint8, bool"
+
+PathLike = Union[str, "os.PathLike[str]"]
+# What quantize()/calibrate() take as one batch: a TensorBatch as is, one
+# array for the model's only input, or arrays by tensor name.
+BatchLike = Union[service_pb2.TensorBatch, np.ndarray, Mapping[str, np.ndarray]]
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """The dtype in this machine's byte order, for type comparisons."""
+    return np.dtype(dtype).newbyteorder("=")
+
+
+def named_tensor(name: str, array: np.ndarray, label: str = "") -> service_pb2.NamedTensor:
+    """One tensor of a batch; `label` names the source in errors."""
+    array = np.asarray(array)
+    label = label or name or "(unnamed input)"
+    if _native(array.dtype) == np.float64:
+        array = array.astype(np.float32)
+    onnx_type = _ONNX_TYPES.get(_native(array.dtype))
+    if onnx_type is None:
+        raise ValueError(f"{label}: element type {array.dtype} is not supported for "
+                         f"calibration data ({_SUPPORTED})")
+    # Little-endian, contiguous: the wire layout NamedTensor.data documents.
+    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    return service_pb2.NamedTensor(name=name, data_type=onnx_type,
+                                   shape=list(array.shape), data=data)
+
+
+def to_tensor_batch(batch: BatchLike) -> service_pb2.TensorBatch:
+    """A TensorBatch from any BatchLike."""
+    if isinstance(batch, service_pb2.TensorBatch):
+        return batch
+    if isinstance(batch, np.ndarray):
+        return service_pb2.TensorBatch(tensors=[named_tensor("", batch)])
+    if isinstance(batch, Mapping):
+        return service_pb2.TensorBatch(
+            tensors=[named_tensor(name, array) for name, array in batch.items()])
+    raise TypeError("a calibration batch is a quantd.v1.TensorBatch, a numpy array "
+                    f"(the model's only input) or a dict name -> array, not {type(batch).__name__}")
+
+
+def read_tensor_file(path: PathLike) -> Tuple[np.ndarray, str]:
+    """A .npy file (by its magic bytes, memory-mapped: only the batches being
+    sent are read) or an ONNX TensorProto (.pb, needs the onnx package).
+    Returns the array and the TensorProto's name ("" for .npy)."""
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        return np.load(path, mmap_mode="r", allow_pickle=False), ""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError as e:
+        raise ValueError(f"{path}: not a .npy file, and reading an ONNX TensorProto "
+                         f"needs the onnx package ({e})") from e
+    proto = onnx.TensorProto()
+    with open(path, "rb") as f:
+        try:
+            proto.ParseFromString(f.read())
+        except Exception as e:  # DecodeError; message varies by runtime.
+            raise ValueError(f"{path}: neither a .npy file nor an ONNX TensorProto (.pb)") from e
+    return numpy_helper.to_array(proto), proto.name
+
+
+@dataclass
+class _Source:
+    name: str
+    label: str
+    array: np.ndarray
+
+
+class ArrayBatches:
+    """Re-iterable batches of `batch_size` samples from arrays.
+
+    `arrays` is one array (the model's only input) or a mapping tensor name ->
+    array ("" = the only input). Iterating yields TensorBatch messages, each
+    made only when asked for (the arrays may be memory-mapped). Raises
+    ValueError when the arrays do not fit together."""
+
+    def __init__(self, arrays: Union[np.ndarray, Mapping[str, np.ndarray]],
+                 batch_size: int = 32):
+        if not isinstance(arrays, Mapping):
+            arrays = {"": arrays}
+        sources = [_Source(name, name or "(unnamed input)", np.asarray(a))
+                   for name, a in arrays.items()]
+        self._init(sources, batch_size)
+
+    def _init(self, sources: List[_Source], batch_size: int) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, not {batch_size}")
+        if not sources:
+            raise ValueError("no calibration data")
+        for s in sources:
+            if s.array.ndim == 0:
+                raise ValueError(f"{s.label}: a scalar has no sample axis (the first axis of "
+                                 "the array is the sample axis)")
+            native = _native(s.array.dtype)
+            if native != np.float64 and native not in _ONNX_TYPES:
+                raise ValueError(f"{s.label}: element type {s.array.dtype} is not supported "
+                                 f"for calibration data ({_SUPPORTED})")
+        num_samples = sources[0].array.shape[0]
+        if num_samples == 0:
+            raise ValueError(f"{sources[0].label} has no samples (first axis 0)")
+        if any(s.array.shape[0] != num_samples for s in sources):
+            sizes = ", ".join(f"{s.label} has {s.array.shape[0]}" for s in sources)
+            raise ValueError("calibration inputs must have as many samples (first axis) "
+                             f"as each other: {sizes}")
+        self._sources = sources
+        self.batch_size = batch_size
+        self.num_samples = int(num_samples)
+
+    @property
+    def num_batches(self) -> int:
+        return (self.num_samples + self.batch_size - 1) // self.batch_size
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[service_pb2.TensorBatch]:
+        for first in range(0, self.num_samples, self.batch_size):
+            last = min(first + self.batch_size, self.num_samples)
+            yield service_pb2.TensorBatch(tensors=[
+                named_tensor(s.name, s.array[first:last], s.label) for s in self._sources])
+
+
+class NpyBatches(ArrayBatches):
+    """Batches from files, like quantctl's --data flags.
+
+    `inputs`: one path (the model's only input); a mapping tensor name ->
+    path; or a sequence of paths and (name, path) pairs. An unnamed .pb file
+    uses its TensorProto's name. Raises ValueError naming the files when
+    they do not fit together (two unnamed inputs, one tensor twice,
+    different sample counts, unsupported element types), OSError when a
+    file cannot be read."""
+
+    def __init__(self, inputs: Union[PathLike, Mapping[str, PathLike],
+                                     Sequence[Union[PathLike, Tuple[str, PathLike]]]],
+                 batch_size: int = 32):
+        if isinstance(inputs, (str, os.PathLike)):
+            entries = [("", inputs)]
+        elif isinstance(inputs, Mapping):
+            entries = list(inputs.items())
+        else:
+            entries = [e if isinstance(e, tuple) else ("", e) for e in inputs]
+        sources: List[_Source] = []
+        for name, path in entries:
+            array, proto_name = read_tensor_file(path)
+            label = f"{name}={os.fspath(path)}" if name else os.fspath(path)
+            name = name or proto_name
+            for other in sources:
+                if other.name == name:
+                    raise ValueError(
+                        f"two unnamed calibration inputs ({other.label}, {label}): only a "
+                        "model with one input may leave it unnamed; name them"
+                        if not name else
+                        f"two calibration inputs for tensor '{name}' ({other.label}, {label})")
+            sources.append(_Source(name, label, array))
+        self._init(sources, batch_size)

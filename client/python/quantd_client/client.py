@@ -1,0 +1,509 @@
+"""QuantdClient: the Python SDK of quantd (quantd.v1.QuantizationService).
+
+It follows the C++ SDK (client/quantd_client.cc): the same request streams
+(config, then the model in chunks, then calibration batches), the same
+protocol checks on the response streams, the same channel setup
+(round_robin over every resolved address, keepalive, transparent retries of
+calls that failed with UNAVAILABLE, and nothing else), and the same bearer
+token rules.
+"""
+
+import enum
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import grpc
+from google.protobuf import json_format, text_format
+from google.protobuf.message import Message
+
+from ._proto import options_pb2, service_pb2, service_pb2_grpc
+from .batches import BatchLike, PathLike, to_tensor_batch
+
+Progress = service_pb2.Progress
+TensorReport = service_pb2.TensorReport
+QuantizeSummary = service_pb2.QuantizeSummary
+ServerInfo = service_pb2.ServerInfo
+
+# An options argument: the message, its protobuf JSON form as a dict
+# ({"quantization_method": {"experimental_method": "DYNAMIC_RANGE"}}), or
+# protobuf text format (what quantctl --options reads).
+OptionsLike = Union[options_pb2.QuantizationOptions, Mapping, str]
+ModelLike = Union[bytes, bytearray, memoryview, PathLike]
+
+# Keepalive agreed with the server (server/server.cc accepts pings every
+# 10 s): detects a dead connection during a long job.
+_KEEPALIVE_TIME_MS = 30 * 1000
+_KEEPALIVE_TIMEOUT_MS = 10 * 1000
+
+
+class QuantdError(Exception):
+    """A failed call: the gRPC status code and the server's message.
+
+    str() is "CODE: message", like quantctl's errors. Protocol violations by
+    the server (no summary, bytes that do not add up) are INTERNAL."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc_error(cls, error: grpc.RpcError) -> "QuantdError":
+        return cls(error.code(), error.details() or "")
+
+
+class ServingStatus(enum.IntEnum):
+    """grpc.health.v1.HealthCheckResponse.ServingStatus."""
+    UNKNOWN = 0
+    SERVING = 1
+    NOT_SERVING = 2
+    SERVICE_UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """Transport security: PEM contents. The server is verified against
+    `root_certs` (None: the system's roots); `cert_chain` and `private_key`
+    (both or neither) are the client certificate for mutual TLS."""
+    root_certs: Optional[bytes] = None
+    cert_chain: Optional[bytes] = None
+    private_key: Optional[bytes] = None
+
+    @classmethod
+    def from_files(cls, ca_file: Optional[PathLike] = None, cert_file: Optional[PathLike] = None,
+                   key_file: Optional[PathLike] = None) -> "TlsOptions":
+        def read(path):
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+        return cls(read(ca_file), read(cert_file), read(key_file))
+
+
+@dataclass
+class QuantizeResult:
+    """A successful Quantize: the output model, one report per quantized
+    tensor (in the order the server sent them), and the summary."""
+    model: bytes
+    summary: QuantizeSummary
+    reports: List[TensorReport] = field(default_factory=list)
+
+    def save(self, path: PathLike) -> None:
+        """Writes the model atomically (a temporary file renamed in place)."""
+        _write_atomically(path, self.model)
+
+
+@dataclass(frozen=True)
+class TensorRange:
+    min: float
+    max: float
+    axis: int = 0
+    channel_min: Tuple[float, ...] = ()
+    channel_max: Tuple[float, ...] = ()
+
+
+@dataclass
+class CalibrationResult:
+    """Activation ranges from Calibrate, by tensor name. `proto` is what
+    quantize(calibration=...) sends back (it takes this object too)."""
+    method: str
+    batch_count: int
+    ranges: Dict[str, TensorRange]
+    proto: service_pb2.CalibrationResult
+
+    @classmethod
+    def from_proto(cls, proto: service_pb2.CalibrationResult) -> "CalibrationResult":
+        ranges = {r.tensor_name: TensorRange(r.min, r.max, r.axis, tuple(r.channel_min),
+                                             tuple(r.channel_max)) for r in proto.ranges}
+        return cls(proto.method, proto.batch_count, ranges, proto)
+
+    def save(self, path: PathLike) -> None:
+        """Binary CalibrationResult, the file quantctl --calibration reads."""
+        _write_atomically(path, self.proto.SerializeToString())
+
+
+def _write_atomically(path: PathLike, data: bytes) -> None:
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _to_message(value, message_type, what: str) -> Message:
+    """A message from itself, a protobuf-JSON dict or text format."""
+    if isinstance(value, message_type):
+        return value
+    try:
+        if isinstance(value, Mapping):
+            return json_format.ParseDict(value, message_type())
+        if isinstance(value, str):
+            return text_format.Parse(value, message_type())
+    except (json_format.ParseError, text_format.ParseError) as e:
+        raise ValueError(f"{what}: {e}") from e
+    raise TypeError(f"{what} is a {message_type.DESCRIPTOR.full_name}, a dict or text format, "
+                    f"not {type(value).__name__}")
+
+
+def _read_model(model: ModelLike) -> bytes:
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    with open(model, "rb") as f:
+        return f.read()
+
+
+def _channel_target(target: Union[str, Sequence[str]]) -> str:
+    """A gRPC target from one target or a list of IP:PORT addresses (balanced
+    round-robin). Host names cannot be listed (gRPC resolves one name per
+    target): use "dns:///name:port", which reaches every address of the
+    name (e.g. a headless Kubernetes service)."""
+    if isinstance(target, str):
+        return target
+    addresses = list(target)
+    if not addresses:
+        raise ValueError("no server address")
+    if len(addresses) == 1:
+        return addresses[0]
+    if all(a.startswith("[") for a in addresses):
+        return "ipv6:" + ",".join(addresses)
+    import ipaddress
+    for a in addresses:
+        host, _, port = a.rpartition(":")
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"server address '{a}' is not IPv4:PORT; list IP addresses, or use "
+                             "one target such as dns:///NAME:PORT") from None
+        if not port.isdigit():
+            raise ValueError(f"server address '{a}' has no port")
+    return "ipv4:" + ",".join(addresses)
+
+
+def _service_config(lb_policy: str, retries: int) -> str:
+    # Every method is safe to retry: the service is stateless. gRPC retries
+    # only before the call is committed (no response yet, and the requests
+    # sent so far fit its retry buffer), exactly as in the C++ SDK.
+    method_config = {"name": [{"service": "quantd.v1.QuantizationService"},
+                              {"service": "grpc.health.v1.Health"}]}
+    if retries > 0:
+        method_config["retryPolicy"] = {
+            "maxAttempts": min(retries + 1, 5),  # gRPC caps attempts at 5.
+            "initialBackoff": "0.2s",
+            "maxBackoff": "2s",
+            "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        }
+    return json.dumps({"loadBalancingConfig": [{lb_policy: {}}],
+                       "methodConfig": [method_config]})
+
+
+# grpc.health.v1 has no stubs in Debian's python3-grpcio (grpcio-health-
+# checking is not packaged), so its two tiny messages are encoded here:
+# HealthCheckRequest {string service = 1}, HealthCheckResponse
+# {ServingStatus status = 1}.
+def _encode_health_request(service: str) -> bytes:
+    data = service.encode()
+    if not data:
+        return b""
+    return b"\x0a" + _varint(len(data)) + data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _decode_health_response(data: bytes) -> ServingStatus:
+    from google.protobuf.internal import decoder  # Stable since protobuf 3.0.
+    status, pos = 0, 0
+    try:
+        while pos < len(data):
+            tag, pos = decoder._DecodeVarint(data, pos)
+            number, wire_type = tag >> 3, tag & 7
+            if wire_type == 0:
+                value, pos = decoder._DecodeVarint(data, pos)
+                if number == 1:
+                    status = value
+            elif wire_type == 2:
+                length, pos = decoder._DecodeVarint(data, pos)
+                pos += length
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            else:
+                raise ValueError(f"wire type {wire_type}")
+    except (IndexError, ValueError) as e:
+        raise QuantdError(grpc.StatusCode.INTERNAL,
+                          f"unparsable grpc.health.v1 response: {e}") from e
+    try:
+        return ServingStatus(status)
+    except ValueError:
+        return ServingStatus.UNKNOWN
+
+
+class _Requests:
+    """The request stream of one call, pulled by gRPC's sending thread one
+    message at a time: each is made only once the previous one was written
+    (gRPC flow control paces the batch source, and a large dataset never
+    sits in memory at once). An exception from the batch source cancels
+    the call, and the caller re-raises it as it is (not as gRPC's UNKNOWN)."""
+
+    def __init__(self, messages: Iterator[Message]):
+        self._messages = messages
+        self._call_ready = threading.Event()
+        self._call = None
+        self.error: Optional[BaseException] = None
+
+    def set_call(self, call) -> None:
+        self._call = call
+        self._call_ready.set()
+
+    def __iter__(self) -> Iterator[Message]:
+        try:
+            yield from self._messages
+        except Exception as e:  # Reported by the caller, after cancelling.
+            self.error = e
+            self._call_ready.wait()
+            self._call.cancel()
+
+
+class QuantdClient:
+    """A client of one quantd target (or a list of addresses).
+
+    target: any gRPC target ("host:port", "dns:///host:port",
+        "ipv4:10.0.0.1:50051,10.0.0.2:50051") or a list of "IP:PORT".
+    timeout: per call, in seconds (None: no deadline).
+    tls: TlsOptions to use TLS (None: plaintext).
+    token: sent as "authorization: Bearer <token>" on every call. With TLS
+        as call credentials; without TLS as plain metadata, readable by
+        anyone on the path (only for loopback or a network you trust).
+    retries: extra attempts of a call that failed with UNAVAILABLE (a
+        replica draining or restarting), 0..4; no other code is retried.
+    chunk_bytes: size of the model chunks sent (the C++ SDK's 1 MiB).
+    max_message_bytes: must match the server's (16 MiB by default).
+
+    Calls raise QuantdError (code, message). Use as a context manager, or
+    call close().
+    """
+
+    def __init__(self, target: Union[str, Sequence[str]], *, timeout: Optional[float] = None,
+                 tls: Optional[TlsOptions] = None, token: Optional[str] = None,
+                 retries: int = 2, chunk_bytes: int = 1 << 20,
+                 max_message_bytes: int = 16 << 20, load_balancing_policy: str = "round_robin"):
+        if not 0 <= retries <= 4:
+            raise ValueError(f"retries must be in [0, 4] (gRPC makes at most 5 attempts), not {retries}")
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, not {chunk_bytes}")
+        self.target = _channel_target(target)
+        self.timeout = timeout
+        self.chunk_bytes = chunk_bytes
+        self._token = (token or "").strip()
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", _service_config(load_balancing_policy, retries)),
+            ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+        ]
+        self._metadata: Tuple[Tuple[str, str], ...] = ()
+        if tls is None:
+            if self._token:
+                # gRPC refuses call credentials on an insecure channel.
+                self._metadata = (("authorization", f"Bearer {self._token}"),)
+            self._channel = grpc.insecure_channel(self.target, options=options)
+        else:
+            credentials = grpc.ssl_channel_credentials(tls.root_certs, tls.private_key,
+                                                       tls.cert_chain)
+            if self._token:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(self._token))
+            self._channel = grpc.secure_channel(self.target, credentials, options=options)
+        self._stub = service_pb2_grpc.QuantizationServiceStub(self._channel)
+        self._health_check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=_encode_health_request,
+            response_deserializer=_decode_health_response)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "QuantdClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- Quantize --------------------------------------------------------
+
+    def quantize(self, model: ModelLike, options: Optional[OptionsLike] = None, *,
+                 calibration: Union[CalibrationResult, service_pb2.CalibrationResult, None] = None,
+                 calibration_batches: Optional[Iterable[BatchLike]] = None,
+                 calibration_config: Union[service_pb2.CalibrateConfig, Mapping, str, None] = None,
+                 weight_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
+                 activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
+                 on_progress: Optional[Callable[[Progress], None]] = None,
+                 on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
+        """Quantizes `model` (bytes, or the path of an ONNX file).
+
+        options: QuantizationOptions (message, JSON dict or text format);
+            None leaves quantization_method unset: the model comes back
+            unchanged, the summary says so.
+        calibration: ranges from calibrate(), for STATIC_RANGE.
+        calibration_batches: STATIC_RANGE in one call: batches (TensorBatch,
+            array, or dict name -> array; e.g. NpyBatches) sent after the
+            model; the server calibrates with `calibration_config` first.
+        on_progress, on_tensor_report: called on this thread as the events
+            arrive.
+        """
+        data = _read_model(model)
+        config = service_pb2.QuantizeConfig(model_size_bytes=len(data))
+        if options is not None:
+            config.options.CopyFrom(_to_message(options, options_pb2.QuantizationOptions, "options"))
+        if calibration is not None:
+            if isinstance(calibration, CalibrationResult):
+                calibration = calibration.proto
+            config.calibration.CopyFrom(calibration)
+        for name, value, kind in (("weight_params", weight_params, service_pb2.QuantOpParams),
+                                  ("activation_params", activation_params, service_pb2.QuantOpParams),
+                                  ("calibration_config", calibration_config, service_pb2.CalibrateConfig)):
+            if value is not None:
+                getattr(config, name).CopyFrom(_to_message(value, kind, name))
+
+        def requests() -> Iterator[service_pb2.QuantizeRequest]:
+            yield service_pb2.QuantizeRequest(config=config)
+            for chunk in self._chunks(data):
+                yield service_pb2.QuantizeRequest(model_chunk=chunk)
+            for batch in calibration_batches or ():
+                yield service_pb2.QuantizeRequest(calibration_batch=to_tensor_batch(batch))
+
+        model_parts: List[bytes] = []
+        reports: List[TensorReport] = []
+        summaries: List[QuantizeSummary] = []
+        after_summary = False
+        for response in self._stream(self._stub.Quantize, requests()):
+            if summaries:
+                after_summary = True
+            event = response.WhichOneof("event")
+            if event == "progress":
+                if on_progress:
+                    on_progress(response.progress)
+            elif event == "tensor_report":
+                reports.append(response.tensor_report)
+                if on_tensor_report:
+                    on_tensor_report(response.tensor_report)
+            elif event == "model_chunk":
+                model_parts.append(response.model_chunk)
+            elif event == "summary":
+                summaries.append(response.summary)
+            # Anything else is a newer server's event: skipped.
+        if len(summaries) != 1 or after_summary:
+            raise QuantdError(grpc.StatusCode.INTERNAL,
+                              f"protocol error: the server sent {len(summaries)} summaries"
+                              f"{' and messages after one' if after_summary else ''}; "
+                              "expected exactly one, last")
+        output = b"".join(model_parts)
+        if summaries[0].output_bytes != len(output):
+            raise QuantdError(grpc.StatusCode.INTERNAL,
+                              f"protocol error: received {len(output)} model bytes but the "
+                              f"summary says {summaries[0].output_bytes}")
+        return QuantizeResult(output, summaries[0], reports)
+
+    # -- Calibrate -------------------------------------------------------
+
+    def calibrate(self, model: ModelLike, batches: Iterable[BatchLike], *,
+                  config: Union[service_pb2.CalibrateConfig, Mapping, str, None] = None,
+                  method: Optional[str] = None,
+                  on_progress: Optional[Callable[[Progress], None]] = None) -> CalibrationResult:
+        """Streams `model` and every batch of `batches` (TensorBatch, array
+        or dict name -> array; e.g. NpyBatches, or a generator of observed
+        activations), and returns the activation ranges the server
+        collected. `method` ("min_max", "moving_average", "percentile",
+        "mse", "entropy", "last_value") overrides config.method."""
+        data = _read_model(model)
+        cfg = service_pb2.CalibrateConfig()
+        if config is not None:
+            cfg.CopyFrom(_to_message(config, service_pb2.CalibrateConfig, "config"))
+        if method is not None:
+            cfg.method = method
+        cfg.model_size_bytes = len(data)
+
+        def requests() -> Iterator[service_pb2.CalibrateRequest]:
+            yield service_pb2.CalibrateRequest(config=cfg)
+            for chunk in self._chunks(data):
+                yield service_pb2.CalibrateRequest(model_chunk=chunk)
+            for batch in batches:
+                yield service_pb2.CalibrateRequest(batch=to_tensor_batch(batch))
+
+        results: List[service_pb2.CalibrationResult] = []
+        after_result = False
+        for response in self._stream(self._stub.Calibrate, requests()):
+            if results:
+                after_result = True
+            event = response.WhichOneof("event")
+            if event == "progress":
+                if on_progress:
+                    on_progress(response.progress)
+            elif event == "result":
+                results.append(response.result)
+        if len(results) != 1 or after_result:
+            raise QuantdError(grpc.StatusCode.INTERNAL,
+                              f"protocol error: the server sent {len(results)} results"
+                              f"{' and messages after one' if after_result else ''}; "
+                              "expected exactly one, last")
+        return CalibrationResult.from_proto(results[0])
+
+    # -- Unary calls -----------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        """What the server supports (capability table) and its limits."""
+        try:
+            return self._stub.GetServerInfo(service_pb2.GetServerInfoRequest(),
+                                            timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise QuantdError.from_rpc_error(e) from None
+
+    def health(self, service: str = "") -> ServingStatus:
+        """The grpc.health.v1 status of `service` ("" is the whole server)."""
+        try:
+            return self._health_check(service, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise QuantdError.from_rpc_error(e) from None
+
+    # -- Internals -------------------------------------------------------
+
+    def _chunks(self, data: bytes) -> Iterator[bytes]:
+        view = memoryview(data)
+        for offset in range(0, len(data), self.chunk_bytes):
+            yield bytes(view[offset:offset + self.chunk_bytes])
+
+    def _stream(self, method, messages: Iterator[Message]) -> Iterator[Message]:
+        """The responses of one bidi call; errors as QuantdError, an error of
+        the request source as itself."""
+        requests = _Requests(messages)
+        call = method(iter(requests), timeout=self.timeout, metadata=self._metadata)
+        requests.set_call(call)
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            if requests.error is not None:
+                raise requests.error from None
+            raise QuantdError.from_rpc_error(e) from None
+        finally:
+            call.cancel()  # No-op once finished; stops the call if abandoned.
+        if requests.error is not None:
+            raise requests.error

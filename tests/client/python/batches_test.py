@@ -1,0 +1,96 @@
+"""Unit tests of quantd_client.batches (no server)."""
+
+import os
+import tempfile
+import unittest
+
+import numpy as np
+from onnx import numpy_helper
+
+from quantd_client import ArrayBatches, NpyBatches, named_tensor, to_tensor_batch
+
+
+def decode(named):
+    dtype = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_}
+    return np.frombuffer(named.data, dtype=np.dtype(dtype[named.data_type]).newbyteorder("<")) \
+        .reshape(tuple(named.shape))
+
+
+class BatchesTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = self.enterContext(tempfile.TemporaryDirectory())
+
+    def save(self, name, array):
+        path = os.path.join(self.tmp, name)
+        np.save(path, array)
+        return path
+
+    def test_cuts_samples_into_batches_the_last_smaller(self):
+        x = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+        batches = list(NpyBatches(self.save("x.npy", x), batch_size=4))
+        self.assertEqual([list(b.tensors[0].shape) for b in batches], [[4, 3], [4, 3], [2, 3]])
+        self.assertEqual(batches[0].tensors[0].name, "")
+        np.testing.assert_array_equal(np.concatenate([decode(b.tensors[0]) for b in batches]), x)
+
+    def test_zips_named_inputs_sample_by_sample(self):
+        a = np.arange(6, dtype=np.int64).reshape(6, 1)
+        m = np.arange(12, dtype=np.uint8).reshape(6, 2)
+        source = NpyBatches({"ids": self.save("a.npy", a), "mask": self.save("m.npy", m)}, 5)
+        self.assertEqual((source.num_samples, source.num_batches), (6, 2))
+        last = list(source)[-1]
+        self.assertEqual([t.name for t in last.tensors], ["ids", "mask"])
+        np.testing.assert_array_equal(decode(last.tensors[0]), a[5:])
+        np.testing.assert_array_equal(decode(last.tensors[1]), m[5:])
+        # Re-iterable: a retried or repeated call sends the same batches.
+        self.assertEqual(len(list(source)), 2)
+
+    def test_float64_is_sent_as_float32_and_big_endian_as_little(self):
+        t = named_tensor("x", np.array([[1.5, -2.25]], dtype=">f8"))
+        self.assertEqual(t.data_type, 1)
+        self.assertEqual(t.data, np.array([1.5, -2.25], dtype="<f4").tobytes())
+        t = named_tensor("y", np.array([1, 2], dtype=">i4"))
+        self.assertEqual(t.data, np.array([1, 2], dtype="<i4").tobytes())
+
+    def test_different_sample_counts_name_the_files(self):
+        with self.assertRaises(ValueError) as ctx:
+            NpyBatches([("a", self.save("a.npy", np.zeros((3, 2), np.float32))),
+                        ("b", self.save("b.npy", np.zeros((4, 2), np.float32)))])
+        self.assertIn("a.npy has 3", str(ctx.exception))
+        self.assertIn("b.npy has 4", str(ctx.exception))
+
+    def test_refusals(self):
+        x = self.save("x.npy", np.zeros((2, 2), np.float32))
+        with self.assertRaisesRegex(ValueError, "two unnamed"):
+            NpyBatches([x, x])
+        with self.assertRaisesRegex(ValueError, "two calibration inputs for tensor 'x'"):
+            NpyBatches([("x", x), ("x", x)])
+        with self.assertRaisesRegex(ValueError, "batch size"):
+            NpyBatches(x, batch_size=0)
+        with self.assertRaisesRegex(ValueError, "scalar"):
+            ArrayBatches(np.float32(1.0))
+        with self.assertRaisesRegex(ValueError, "float16"):
+            NpyBatches(self.save("h.npy", np.zeros((2, 2), np.float16)))
+        with self.assertRaisesRegex(ValueError, "no samples"):
+            ArrayBatches(np.zeros((0, 2), np.float32))
+        with self.assertRaises(FileNotFoundError):
+            NpyBatches(os.path.join(self.tmp, "missing.npy"))
+
+    def test_tensor_proto_files_use_their_own_name(self):
+        path = os.path.join(self.tmp, "input_0.pb")
+        with open(path, "wb") as f:
+            f.write(numpy_helper.from_array(np.ones((3, 4), np.float32), "x").SerializeToString())
+        batch = next(iter(NpyBatches(path, batch_size=2)))
+        self.assertEqual(batch.tensors[0].name, "x")
+        self.assertEqual(list(batch.tensors[0].shape), [2, 4])
+
+    def test_to_tensor_batch(self):
+        batch = to_tensor_batch({"a": np.zeros((1, 2), np.float32), "b": np.ones(3, np.bool_)})
+        self.assertEqual([(t.name, t.data_type) for t in batch.tensors], [("a", 1), ("b", 9)])
+        self.assertIs(to_tensor_batch(batch), batch)
+        with self.assertRaises(TypeError):
+            to_tensor_batch([1, 2, 3])
+
+
+if __name__ == "__main__":
+    unittest.main()
