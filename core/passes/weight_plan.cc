@@ -1,6 +1,7 @@
 #include "core/passes/weight_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -419,16 +420,28 @@ absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
 
 // Quantizes one weight; runs concurrently with others (touches only its own
 // tensor). The float values are freed from the model first thing.
-QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
-                               const WeightPlan& plan, TensorProto* tensor,
-                               const WeightNames& names,
-                               const DynamicRangeOptions& options) {
+// `check_cancelled` (may be empty; must be thread-safe) is polled between the
+// steps over the whole tensor, so a cancelled job does not wait for a large
+// weight to finish (each step is tens of milliseconds on a 4M-element
+// tensor).
+QuantizedWeight QuantizeWeight(
+    const onnx::GraphProto& graph, const WeightPlan& plan, TensorProto* tensor,
+    const WeightNames& names, const DynamicRangeOptions& options,
+    const std::function<absl::Status()>& check_cancelled) {
   QuantizedWeight out;
+  auto cancelled = [&] {
+    if (!check_cancelled) return false;
+    absl::Status s = check_cancelled();
+    if (s.ok()) return false;
+    out.status = std::move(s);
+    return true;
+  };
   absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
   if (!values.ok()) {
     out.status = values.status();
     return out;
   }
+  if (cancelled()) return out;
   out.bytes_before = graph::DataBytes(*tensor);
   graph::ClearTensorData(tensor);
   const bool four_bit = HasFourBitWeights(plan.precision);
@@ -440,6 +453,7 @@ QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
         "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
     return out;
   }
+  if (cancelled()) return out;
   out.report = MakeReport(graph, plan, options, *q);
   {
     std::vector<float> approx = numerics::DequantizeTensor(*q, plan.dims);
@@ -448,6 +462,7 @@ QuantizedWeight QuantizeWeight(const onnx::GraphProto& graph,
     out.report.set_sqnr_db(err.sqnr_db);
   }
   std::vector<float>().swap(*values);
+  if (cancelled()) return out;
   absl::Status made = MakeParamTensors(*q, names, four_bit, &out);
   if (!made.ok()) {
     out.status = made;
@@ -526,8 +541,8 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
     std::vector<QuantizedWeight> done(n);
     auto work = [&](int64_t i) {
       const int64_t k = begin + i;
-      done[i] =
-          QuantizeWeight(*graph, weights[k], tensors[k], names[k], options);
+      done[i] = QuantizeWeight(*graph, weights[k], tensors[k], names[k],
+                               options, hooks.check_cancelled);
     };
     if (hooks.parallel_for && n > 1) {
       hooks.parallel_for(n, work);
