@@ -26,6 +26,7 @@
 #include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/batches.h"
 #include "tests/support/ort.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
@@ -48,24 +49,6 @@ const std::vector<std::string>& WeightNames() {
 }
 
 std::string Dir() { return SourcePath("examples/digits"); }
-
-std::vector<quantd::v1::TensorBatch> Batches(const executor::Tensor& x,
-                                             int batch) {
-  const int64_t n = x.dim(0);
-  const int64_t per_sample = x.size() / n;
-  std::vector<quantd::v1::TensorBatch> out;
-  for (int64_t begin = 0; begin < n; begin += batch) {
-    const int64_t end = std::min<int64_t>(n, begin + batch);
-    quantd::v1::NamedTensor* t = out.emplace_back().add_tensors();
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    t->add_shape(end - begin);
-    for (int i = 1; i < x.rank(); ++i) t->add_shape(x.dim(i));
-    t->set_data(
-        reinterpret_cast<const char*>(x.data<float>() + begin * per_sample),
-        (end - begin) * per_sample * sizeof(float));
-  }
-  return out;
-}
 
 quantd::v1::QuantizeConfig Config(
     tfq::QuantizationMethod::ExperimentalMethod method,
@@ -95,7 +78,8 @@ absl::StatusOr<QuantizeResult> RunDigits(
   absl::StatusOr<executor::Tensor> calib =
       executor::ReadNpyFile(Dir() + "/calib_x.npy");
   if (!calib.ok()) return calib.status();
-  std::vector<quantd::v1::TensorBatch> batches = Batches(*calib, 32);
+  std::vector<quantd::v1::TensorBatch> batches =
+      ::quantd::testing::BatchesOf(*calib, 32);
   BatchQueue queue(batches.size() + 1);
   for (auto& b : batches) queue.Push(std::move(b));
   queue.Close();

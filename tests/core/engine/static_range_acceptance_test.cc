@@ -24,6 +24,7 @@
 #include "core/executor/tensor.h"
 #include "core/graph/model_io.h"
 #include "gtest/gtest.h"
+#include "tests/support/batches.h"
 #include "tests/support/ort.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
@@ -45,26 +46,6 @@ namespace tfq = tensorflow::quantization;
 // and entropy over the four models (see docs/accuracy.md).
 constexpr char kObserver[] = "min_max";
 
-// `x` (float32, batch first) cut into batches of `batch` samples for the
-// model's only input.
-std::vector<quantd::v1::TensorBatch> Batches(const executor::Tensor& x,
-                                             int batch) {
-  const int64_t n = x.dim(0);
-  const int64_t per_sample = x.size() / n;
-  std::vector<quantd::v1::TensorBatch> out;
-  for (int64_t begin = 0; begin < n; begin += batch) {
-    const int64_t end = std::min<int64_t>(n, begin + batch);
-    quantd::v1::NamedTensor* t = out.emplace_back().add_tensors();
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    t->add_shape(end - begin);
-    for (int i = 1; i < x.rank(); ++i) t->add_shape(x.dim(i));
-    t->set_data(
-        reinterpret_cast<const char*>(x.data<float>() + begin * per_sample),
-        (end - begin) * per_sample * sizeof(float));
-  }
-  return out;
-}
-
 // STATIC_RANGE W8A8, op set TF, calibrated with `observer` on `calib` in
 // the same call. Writes the quantized model to `out`.
 absl::StatusOr<QuantizeResult> QuantizeStatic(const std::string& model,
@@ -79,7 +60,8 @@ absl::StatusOr<QuantizeResult> QuantizeStatic(const std::string& model,
   options->set_op_set(tfq::TF);
   options->set_quantization_precision(tfq::PRECISION_W8A8);
   config.mutable_calibration_config()->set_method(observer);
-  std::vector<quantd::v1::TensorBatch> batches = Batches(calib, batch);
+  std::vector<quantd::v1::TensorBatch> batches =
+      ::quantd::testing::BatchesOf(calib, batch);
   BatchQueue queue(batches.size() + 1);
   for (auto& b : batches) queue.Push(std::move(b));
   queue.Close();
