@@ -55,6 +55,10 @@ ABSL_FLAG(absl::Duration, max_call_duration, absl::Minutes(30),
           "Longest a Quantize/Calibrate call may take, whatever deadline the "
           "client set (or none): past it the call ends DEADLINE_EXCEEDED and "
           "its job is cancelled. 0 = no cap.");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(5),
+          "Connections older than this get a GOAWAY once their calls are "
+          "done, so long-lived clients re-resolve DNS and spread onto "
+          "replicas added since (e.g. by an autoscaler). 0 = never.");
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate (chain); with --tls_key_file, serve TLS.");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
@@ -126,13 +130,16 @@ int main(int argc, char** argv) {
   options.limits.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
   options.limits.max_call_duration = absl::GetFlag(FLAGS_max_call_duration);
+  options.limits.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   if (options.limits.max_queued_jobs < 0 ||
+      options.limits.max_connection_age < absl::ZeroDuration() ||
       options.limits.max_tensor_elements < 0 ||
       options.limits.max_graph_nodes < 0 ||
       options.limits.max_call_duration < absl::ZeroDuration()) {
     absl::FPrintF(stderr,
                   "quantd: --max_queued_jobs, --max_tensor_elements, "
-                  "--max_graph_nodes and --max_call_duration must be >= 0 "
+                  "--max_graph_nodes, --max_call_duration and "
+                  "--max_connection_age must be >= 0 "
                   "(0: none / no limit)\n");
     return kExitUsage;
   }

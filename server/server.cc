@@ -1,6 +1,9 @@
 #include "server/server.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -128,6 +131,18 @@ absl::Status Server::Start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerPingIntervalMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              kServerPingTimeoutMs);
+  if (limits.max_connection_age > absl::ZeroDuration()) {
+    // In-flight calls keep running after the GOAWAY (no grace limit: calls
+    // are bounded by --max_call_duration); new calls go to a new
+    // connection, picked by the client's load balancer.
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_MS,
+        static_cast<int>(std::min<int64_t>(
+            absl::ToInt64Milliseconds(limits.max_connection_age),
+            std::numeric_limits<int>::max())));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               std::numeric_limits<int>::max());
+  }
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || selected_port_ == 0) {

@@ -51,6 +51,10 @@ class Server {
       int max_concurrent_jobs = 0;
       int max_queued_jobs = 0;
       absl::Duration max_call_duration = absl::ZeroDuration();
+      // A connection older than this is asked to go away (GOAWAY) once its
+      // calls are done, so long-lived clients re-resolve DNS and reach
+      // replicas added since they connected (zero: never).
+      absl::Duration max_connection_age = absl::ZeroDuration();
       // Checked by core right after parsing a model (0: no limit); see
       // JobLimits in core/engine/limits.h.
       int64_t max_tensor_elements = 0;

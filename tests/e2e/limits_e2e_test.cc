@@ -205,6 +205,26 @@ TEST_F(LimitsE2eTest, CallDurationCapEndsACallWithoutAClientDeadline) {
   EXPECT_TRUE(quick->Finish().ok());
 }
 
+TEST_F(LimitsE2eTest, ConnectionAgeNeverBreaksACallAndTheChannelReconnects) {
+  Start({"--max_connection_age=300ms"});
+  constexpr int kDim = 16;
+  // A call that outlives its connection's age: the GOAWAY waits for it.
+  auto call = Calibrate(MatMulChainModel(kDim, 2));
+  call->Write(Batch(kDim));
+  absl::SleepFor(absl::Milliseconds(900));
+  call->Write(Batch(kDim));
+  const grpc::Status first = call->Finish();
+  EXPECT_TRUE(first.ok()) << first.error_message();
+  // Later calls on the same channel land on a fresh connection.
+  for (int i = 0; i < 3; ++i) {
+    absl::SleepFor(absl::Milliseconds(400));
+    auto next = Calibrate(MatMulChainModel(kDim, 2));
+    next->Write(Batch(kDim));
+    const grpc::Status status = next->Finish();
+    EXPECT_TRUE(status.ok()) << "call " << i << ": " << status.error_message();
+  }
+}
+
 TEST_F(LimitsE2eTest, QueuedCallsWaitForASlotAndLeaveWhenCancelled) {
   Start({"--max_concurrent_jobs=1", "--max_queued_jobs=1"});
   constexpr int kDim = 16;
