@@ -17,6 +17,26 @@ onnx::NodeProto MakeNode(const std::string& op, const std::string& name,
   return node;
 }
 
+const onnx::AttributeProto* FindAttribute(const onnx::NodeProto& node,
+                                          const std::string& name) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t IntAttribute(const onnx::NodeProto& node, const std::string& name,
+                     int64_t dflt) {
+  const onnx::AttributeProto* a = FindAttribute(node, name);
+  return a != nullptr ? a->i() : dflt;
+}
+
+float FloatAttribute(const onnx::NodeProto& node, const std::string& name,
+                     float dflt) {
+  const onnx::AttributeProto* a = FindAttribute(node, name);
+  return a != nullptr ? a->f() : dflt;
+}
+
 void SetIntAttribute(onnx::NodeProto* node, const std::string& name,
                      int64_t value) {
   onnx::AttributeProto* a = node->add_attribute();

@@ -18,6 +18,15 @@ onnx::NodeProto MakeNode(const std::string& op, const std::string& name,
                          std::vector<std::string> inputs,
                          std::vector<std::string> outputs);
 
+// The attribute `name` of `node`, or null.
+const onnx::AttributeProto* FindAttribute(const onnx::NodeProto& node,
+                                          const std::string& name);
+// The INT / FLOAT attribute `name`, or `dflt` when the node has none.
+int64_t IntAttribute(const onnx::NodeProto& node, const std::string& name,
+                     int64_t dflt);
+float FloatAttribute(const onnx::NodeProto& node, const std::string& name,
+                     float dflt);
+
 // Adds an INT attribute to `node`.
 void SetIntAttribute(onnx::NodeProto* node, const std::string& name,
                      int64_t value);

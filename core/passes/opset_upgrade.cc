@@ -51,14 +51,6 @@ bool IsDefaultDomainName(const std::string& domain) {
   return domain.empty() || domain == "ai.onnx";
 }
 
-const onnx::AttributeProto* FindAttr(const onnx::NodeProto& node,
-                                     const std::string& name) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-
 void EraseAttr(onnx::NodeProto* node, const std::string& name) {
   auto* attrs = node->mutable_attribute();
   for (int i = 0; i < attrs->size(); ++i) {
@@ -170,7 +162,7 @@ class Raiser {
     }
     if (op == "Resize" && from < 18) {
       const onnx::AttributeProto* mode =
-          FindAttr(node, "coordinate_transformation_mode");
+          graph::FindAttribute(node, "coordinate_transformation_mode");
       if (mode != nullptr && mode->s() == "tf_half_pixel_for_nn") {
         return Refuse(node, where, from, 18,
                       "coordinate_transformation_mode tf_half_pixel_for_nn "
@@ -188,7 +180,7 @@ class Raiser {
                     "channel");
     }
     return from < 18 && ReduceOpsAxesToInput().contains(op) &&
-           FindAttr(node, "axes") != nullptr;
+           graph::FindAttribute(node, "axes") != nullptr;
   }
 
   void Rewrite(onnx::NodeProto* node, int64_t from, bool needs_constant,
@@ -201,7 +193,8 @@ class Raiser {
           absl::StrCat(Describe(*node), ": unread training outputs dropped"));
     }
     if (op == "RoiAlign" && from < 16 &&
-        FindAttr(*node, "coordinate_transformation_mode") == nullptr) {
+        graph::FindAttribute(*node, "coordinate_transformation_mode") ==
+            nullptr) {
       SetStringAttr(node, "coordinate_transformation_mode",
                     "output_half_pixel");
       rewrites_.push_back(absl::StrCat(
@@ -211,14 +204,14 @@ class Raiser {
     }
     if (op == "Split" && from < 18 &&
         (node->input_size() < 2 || node->input(1).empty()) &&
-        FindAttr(*node, "num_outputs") == nullptr) {
+        graph::FindAttribute(*node, "num_outputs") == nullptr) {
       graph::SetIntAttribute(node, "num_outputs", node->output_size());
       rewrites_.push_back(absl::StrCat(Describe(*node),
                                        ": num_outputs = ", node->output_size(),
                                        " (even split, as before)"));
     }
     if (op == "GridSample" && from < 20) {
-      const onnx::AttributeProto* mode = FindAttr(*node, "mode");
+      const onnx::AttributeProto* mode = graph::FindAttribute(*node, "mode");
       if (mode != nullptr &&
           (mode->s() == "bilinear" || mode->s() == "bicubic")) {
         const std::string renamed =
@@ -229,7 +222,7 @@ class Raiser {
       }
     }
     if (needs_constant) {
-      const onnx::AttributeProto* axes = FindAttr(*node, "axes");
+      const onnx::AttributeProto* axes = graph::FindAttribute(*node, "axes");
       onnx::TensorProto t;
       t.set_data_type(onnx::TensorProto::INT64);
       t.add_dims(axes->ints_size());

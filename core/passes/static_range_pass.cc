@@ -39,13 +39,6 @@ bool IsQuantizableOp(const NodeProto& node) {
           node.op_type() == "MatMul");
 }
 
-int64_t IntAttr(const NodeProto& node, const char* name, int64_t dflt) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return a.i();
-  }
-  return dflt;
-}
-
 // An activation quantization point to insert.
 struct ActivationPlan {
   std::string tensor;
@@ -423,7 +416,7 @@ void StaticRangePass::PlanBiases(const graph::GraphIndex& index) {
     if (node.op_type() == "Conv") {
       channels = w.dims.empty() ? 0 : w.dims[0];
     } else if (w.dims.size() == 2) {
-      channels = w.dims[IntAttr(node, "transB", 0) != 0 ? 0 : 1];
+      channels = w.dims[graph::IntAttribute(node, "transB", 0) != 0 ? 0 : 1];
     }
     if (t->dims_size() != 1 || t->dims(0) != channels) {
       skip(quantd::v1::SKIP_UNSUPPORTED_LAYOUT,

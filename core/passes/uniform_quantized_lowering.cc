@@ -19,23 +19,6 @@ namespace {
 using onnx::NodeProto;
 using onnx::TensorProto;
 
-const onnx::AttributeProto* Attr(const NodeProto& node, const char* name) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-
-int64_t IntAttr(const NodeProto& node, const char* name, int64_t dflt) {
-  const onnx::AttributeProto* a = Attr(node, name);
-  return a != nullptr ? a->i() : dflt;
-}
-
-float FloatAttr(const NodeProto& node, const char* name, float dflt) {
-  const onnx::AttributeProto* a = Attr(node, name);
-  return a != nullptr ? a->f() : dflt;
-}
-
 absl::Status Keep(const NodeProto& node, const std::string& why) {
   return absl::FailedPreconditionError(
       absl::StrCat(DescribeNode(node), " stays QDQ: ", why));
@@ -298,16 +281,17 @@ class QdqToUniformQuantized {
     }
     bool trans_b = false;
     if (op == "Gemm") {
-      const float alpha = FloatAttr(node, "alpha", 1.0f);
-      const float beta = FloatAttr(node, "beta", 1.0f);
+      const float alpha = graph::FloatAttribute(node, "alpha", 1.0f);
+      const float beta = graph::FloatAttribute(node, "beta", 1.0f);
       if (alpha != 1.0f || (m.has_bias && beta != 1.0f) ||
-          IntAttr(node, "transA", 0) != 0) {
-        return Keep(node, absl::StrCat("alpha=", alpha, ", beta=", beta,
-                                       ", transA=", IntAttr(node, "transA", 0),
-                                       "; only alpha = beta = 1, transA = 0 "
-                                       "is lowered"));
+          graph::IntAttribute(node, "transA", 0) != 0) {
+        return Keep(node,
+                    absl::StrCat("alpha=", alpha, ", beta=", beta, ", transA=",
+                                 graph::IntAttribute(node, "transA", 0),
+                                 "; only alpha = beta = 1, transA = 0 "
+                                 "is lowered"));
       }
-      trans_b = IntAttr(node, "transB", 0) != 0;
+      trans_b = graph::IntAttribute(node, "transB", 0) != 0;
       if (!weight || m.w.dims.size() != 2) {
         return Keep(node, "its B is not a constant 2-D weight");
       }

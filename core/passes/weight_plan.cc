@@ -29,13 +29,6 @@ bool IsQuantizableOp(const onnx::NodeProto& node) {
           node.op_type() == "MatMul");
 }
 
-int64_t IntAttr(const onnx::NodeProto& node, const char* name, int64_t dflt) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return a.i();
-  }
-  return dflt;
-}
-
 // The `value` tensor of a Constant node, or null.
 const onnx::TensorProto* ConstantValue(const onnx::NodeProto& node) {
   if (node.op_type() != "Constant" || !IsDefaultDomain(node)) return nullptr;
@@ -71,7 +64,7 @@ AxisOrSkip ConsumerAxis(const onnx::NodeProto& node, int rank) {
   }
   if (node.op_type() == "Gemm") {
     if (rank != 2) return layout("rank 2");
-    return {IntAttr(node, "transB", 0) != 0 ? 0 : 1, {}};
+    return {graph::IntAttribute(node, "transB", 0) != 0 ? 0 : 1, {}};
   }
   if (rank == 0) return layout("rank >= 1");
   return {rank >= 2 ? rank - 1 : -1, {}};

@@ -26,23 +26,6 @@ std::string Describe(const NodeProto& node) {
   return absl::StrCat(node.op_type(), " '", node.name(), "'");
 }
 
-const onnx::AttributeProto* Attr(const NodeProto& node, const char* name) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return &a;
-  }
-  return nullptr;
-}
-
-int64_t IntAttr(const NodeProto& node, const char* name, int64_t dflt) {
-  const onnx::AttributeProto* a = Attr(node, name);
-  return a != nullptr ? a->i() : dflt;
-}
-
-float FloatAttr(const NodeProto& node, const char* name, float dflt) {
-  const onnx::AttributeProto* a = Attr(node, name);
-  return a != nullptr ? a->f() : dflt;
-}
-
 bool HasInput(const NodeProto& node, int i) {
   return node.input_size() > i && !node.input(i).empty();
 }
@@ -52,9 +35,9 @@ absl::StatusOr<Layout> LayoutFor(const NodeProto& node) {
   if (node.op_type() == "Conv") return Layout::kConv;
   if (node.op_type() == "MatMul") return Layout::kMatMul;
   // Gemm: Y = alpha * A' * B' + beta * C.
-  const float alpha = FloatAttr(node, "alpha", 1.0f);
-  const float beta = FloatAttr(node, "beta", 1.0f);
-  const int64_t trans_a = IntAttr(node, "transA", 0);
+  const float alpha = graph::FloatAttribute(node, "alpha", 1.0f);
+  const float beta = graph::FloatAttribute(node, "beta", 1.0f);
+  const int64_t trans_a = graph::IntAttribute(node, "transA", 0);
   if (alpha != 1.0f || (beta != 1.0f && HasInput(node, 2)) || trans_a != 0) {
     return absl::UnimplementedError(absl::StrCat(
         Describe(node), " has alpha=", alpha, ", beta=", beta,
@@ -63,8 +46,8 @@ absl::StatusOr<Layout> LayoutFor(const NodeProto& node) {
         "with alpha = beta = 1 and transA = 0 (set the node or Gemm to "
         "PRECISION_FULL, or use op_set TF)"));
   }
-  return IntAttr(node, "transB", 0) != 0 ? Layout::kMatMulTransposed
-                                         : Layout::kMatMul;
+  return graph::IntAttribute(node, "transB", 0) != 0 ? Layout::kMatMulTransposed
+                                                     : Layout::kMatMul;
 }
 
 absl::StatusOr<Layout> WeightLayout(const onnx::GraphProto& graph,
