@@ -87,10 +87,9 @@ absl::Status CalibrationSession::Observe(const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
-                                          ThreadPool* pool,
-                                          const CancellationToken& cancel) {
-  const std::vector<std::string>& inputs = executor_->input_names();
+absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
+    const quantd::v1::TensorBatch& batch,
+    const std::vector<std::string>& inputs) {
   absl::flat_hash_map<std::string, executor::Tensor> feeds;
   for (const auto& named : batch.tensors()) {
     std::string name = named.name();
@@ -121,6 +120,15 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
         " (a batch either feeds every graph input or holds "
         "observed activations only)"));
   }
+  return feeds;
+}
+
+absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
+                                          ThreadPool* pool,
+                                          const CancellationToken& cancel) {
+  absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> feeds =
+      BatchFeeds(batch, executor_->input_names());
+  if (!feeds.ok()) return feeds.status();
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
@@ -129,7 +137,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
     if (observed.ok()) observed = Observe(name, t);
   };
   absl::StatusOr<std::vector<executor::Tensor>> out =
-      executor_->Run(feeds, options);
+      executor_->Run(*feeds, options);
   if (!out.ok()) return out.status();
   return observed;
 }

@@ -90,6 +90,13 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
 absl::StatusOr<executor::Tensor> TensorFromNamed(
     const quantd::v1::NamedTensor& named);
 
+// The executor feeds of a batch that feeds a model's graph `inputs`: an
+// unnamed tensor is the only input's. INVALID_ARGUMENT for an unnamed tensor
+// when there are several inputs, a tensor given twice, or a missing input.
+absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
+    const quantd::v1::TensorBatch& batch,
+    const std::vector<std::string>& inputs);
+
 }  // namespace quantd
 
 #endif  // QUANTD_CORE_ENGINE_CALIBRATION_SESSION_H_

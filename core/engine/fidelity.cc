@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/engine/calibration_session.h"
 
 namespace quantd {
@@ -114,23 +113,10 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
     return absl::FailedPreconditionError(
         "fidelity: SetQuantizedModel must come before AddBatch");
   }
-  const std::vector<std::string>& inputs = float_->input_names();
-  absl::flat_hash_map<std::string, executor::Tensor> feeds;
-  for (const auto& named : batch.tensors()) {
-    std::string name = named.name();
-    if (name.empty()) {
-      if (inputs.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "an unnamed batch tensor means the model's only input, but the "
-            "model has ",
-            inputs.size(), " inputs (", absl::StrJoin(inputs, ", "), ")"));
-      }
-      name = inputs[0];
-    }
-    absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
-    if (!t.ok()) return t.status();
-    feeds.insert_or_assign(std::move(name), std::move(*t));
-  }
+  // The batch already ran through calibration, which checked it the same way.
+  absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> feeds =
+      BatchFeeds(batch, float_->input_names());
+  if (!feeds.ok()) return feeds.status();
 
   executor::Executor::RunOptions options;
   options.pool = pool;
@@ -144,7 +130,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
     }
   };
   absl::StatusOr<std::vector<executor::Tensor>> ref_out =
-      float_->Run(feeds, options);
+      float_->Run(*feeds, options);
   if (!ref_out.ok()) {
     return absl::Status(
         ref_out.status().code(),
@@ -162,7 +148,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
     reference.erase(it);
   };
   absl::StatusOr<std::vector<executor::Tensor>> q_out =
-      quantized_->Run(feeds, options);
+      quantized_->Run(*feeds, options);
   if (!q_out.ok()) {
     return absl::Status(
         q_out.status().code(),
