@@ -24,6 +24,7 @@
 #include "client/quantd_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/e2e_models.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -104,15 +105,6 @@ class MultiReplicaE2eTest : public ::testing::Test {
     return options;
   }
 
-  static quantd::v1::QuantizeConfig DynamicRange() {
-    quantd::v1::QuantizeConfig config;
-    config.mutable_options()
-        ->mutable_quantization_method()
-        ->set_experimental_method(
-            tensorflow::quantization::QuantizationMethod::DYNAMIC_RANGE);
-    return config;
-  }
-
   // `n` quantctl quantize runs, one process each, against the whole list.
   void RunQuantctl(int n) {
     for (int i = 0; i < n; ++i) {
@@ -159,7 +151,7 @@ TEST_F(MultiReplicaE2eTest, SpreadsCallsAndSurvivesAKilledReplica) {
     const absl::Time start = absl::Now();
     for (int i = 0; i < kSdkCalls; ++i) {
       absl::StatusOr<client::QuantizeOutcome> outcome =
-          client.Quantize(DynamicRange(), model_);
+          client.Quantize(DynamicRangeConfig(), model_);
       ASSERT_TRUE(outcome.ok()) << "call " << i << ": " << outcome.status();
     }
     std::printf("measured: %d SDK Quantize calls in %s\n", kSdkCalls,
@@ -255,7 +247,7 @@ TEST_F(MultiReplicaE2eTest, SpreadsCallsAndSurvivesAKilledReplica) {
   ServedSinceLast();
   for (int i = 0; i < 6; ++i) {
     absl::StatusOr<client::QuantizeOutcome> outcome =
-        client.Quantize(DynamicRange(), model_);
+        client.Quantize(DynamicRangeConfig(), model_);
     ASSERT_TRUE(outcome.ok()) << "call " << i << ": " << outcome.status();
   }
   // ...and new quantctl processes, whose shuffled lists often start with
