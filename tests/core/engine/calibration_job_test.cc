@@ -10,6 +10,7 @@
 #include "core/graph/validate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/batches.h"
 #include "tests/support/test_paths.h"
 
 namespace quantd {
@@ -28,17 +29,7 @@ quantd::v1::TensorBatch DigitsBatch(int begin, int end,
                                     const std::string& name = "") {
   static const executor::Tensor all =
       *executor::ReadNpyFile(SourcePath("examples/digits/calib_x.npy"));
-  const int64_t per_sample = all.size() / all.dim(0);
-  quantd::v1::TensorBatch batch;
-  quantd::v1::NamedTensor* t = batch.add_tensors();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  t->add_shape(end - begin);
-  for (int i = 1; i < all.rank(); ++i) t->add_shape(all.dim(i));
-  t->set_data(
-      reinterpret_cast<const char*>(all.data<float>() + begin * per_sample),
-      (end - begin) * per_sample * sizeof(float));
-  return batch;
+  return ::quantd::testing::BatchOf(all, begin, end, name);
 }
 
 std::shared_ptr<BatchQueue> Queue(std::vector<quantd::v1::TensorBatch> v) {
