@@ -346,12 +346,16 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   // Why the call was cancelled; `during` is appended to the message.
-  grpc::Status CancelStatus(absl::string_view during = "") const {
-    // The client's own timer usually fires (and resets the stream) a moment
-    // before ours, so a deadline that is about to pass counts as passed.
+  // The client's own timer usually fires (and resets the stream) a moment
+  // before ours, so a deadline that is about to pass counts as passed.
+  bool DeadlinePassed() const {
     constexpr auto kDeadlineSlack = std::chrono::milliseconds(500);
-    if (call_.context->deadline() <=
-        std::chrono::system_clock::now() + kDeadlineSlack) {
+    return call_.context->deadline() <=
+           std::chrono::system_clock::now() + kDeadlineSlack;
+  }
+
+  grpc::Status CancelStatus(absl::string_view during = "") const {
+    if (DeadlinePassed()) {
       return grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
           absl::StrCat("the client's deadline expired", during));
@@ -495,6 +499,16 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   void OnHalfClose() {
     if (call_.context->IsCancelled()) {
+      FinishWith(CancelStatus(" while receiving the request"));
+      return;
+    }
+    // The client's reset at its deadline can reach us as a failed read
+    // before gRPC marks the call cancelled: a request cut short then is an
+    // expired call, not a malformed one.
+    const bool cut_short =
+        receive_ == Receive::kConfig ||
+        (receive_ == Receive::kModel && model_.size() != declared_);
+    if (cut_short && DeadlinePassed()) {
       FinishWith(CancelStatus(" while receiving the request"));
       return;
     }
