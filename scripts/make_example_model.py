@@ -67,6 +67,51 @@ def accuracy(model, x, y):
     return float((pred == y).mean())
 
 
+def seed_everything():
+    torch.set_num_threads(1)
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+    torch.use_deterministic_algorithms(True)
+
+
+def digits_split():
+    """The fixed split: (x_train, y_train, x_test, y_test, x_calib), x as [N,1,8,8]."""
+    digits = load_digits()
+    x = (digits.images.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = digits.target.astype(np.int64)
+    rng = np.random.RandomState(SEED)
+    perm = rng.permutation(len(x))
+    test_idx, train_idx = perm[:N_TEST], perm[N_TEST:]
+    x_train, y_train = x[train_idx], y[train_idx]
+    x_test, y_test = np.ascontiguousarray(x[test_idx]), np.ascontiguousarray(y[test_idx])
+    x_calib = np.ascontiguousarray(x_train[:N_CALIB])
+    return x_train, y_train, x_test, y_test, x_calib
+
+
+def train(model, x_train, y_train, x_test, y_test, epochs):
+    """Adam + cross-entropy in seeded mini-batches; leaves the model in eval mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    loss_fn = nn.CrossEntropyLoss()
+    xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    g = torch.Generator().manual_seed(SEED)
+    for epoch in range(epochs):
+        model.train()
+        order = torch.randperm(len(xt), generator=g)
+        total = 0.0
+        for i in range(0, len(xt), BATCH):
+            idx = order[i:i + BATCH]
+            opt.zero_grad()
+            loss = loss_fn(model(xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        if epoch % 10 == 9 or epoch == epochs - 1:
+            print(f"epoch {epoch + 1:3d}  train loss {total / len(xt):.4f}  "
+                  f"test acc {accuracy(model, x_test, y_test):.4f}", flush=True)
+    model.eval()
+
+
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -79,44 +124,10 @@ def main():
                     help="node_modules dir holding onnxruntime-node (passed to ort_eval.js)")
     args = ap.parse_args()
 
-    torch.set_num_threads(1)
-    random.seed(SEED)
-    np.random.seed(SEED)
-    torch.manual_seed(SEED)
-    torch.use_deterministic_algorithms(True)
-
-    digits = load_digits()
-    x = (digits.images.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
-    y = digits.target.astype(np.int64)
-
-    rng = np.random.RandomState(SEED)
-    perm = rng.permutation(len(x))
-    test_idx, train_idx = perm[:N_TEST], perm[N_TEST:]
-    x_train, y_train = x[train_idx], y[train_idx]
-    x_test, y_test = np.ascontiguousarray(x[test_idx]), np.ascontiguousarray(y[test_idx])
-    x_calib = np.ascontiguousarray(x_train[:N_CALIB])
-
+    seed_everything()
+    x_train, y_train, x_test, y_test, x_calib = digits_split()
     model = build_model()
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    loss_fn = nn.CrossEntropyLoss()
-    xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train)
-    g = torch.Generator().manual_seed(SEED)
-    for epoch in range(args.epochs):
-        model.train()
-        order = torch.randperm(len(xt), generator=g)
-        total = 0.0
-        for i in range(0, len(xt), BATCH):
-            idx = order[i:i + BATCH]
-            opt.zero_grad()
-            loss = loss_fn(model(xt[idx]), yt[idx])
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        if epoch % 10 == 9 or epoch == args.epochs - 1:
-            print(f"epoch {epoch + 1:3d}  train loss {total / len(xt):.4f}  "
-                  f"test acc {accuracy(model, x_test, y_test):.4f}", flush=True)
-
-    model.eval()
+    train(model, x_train, y_train, x_test, y_test, args.epochs)
     acc = accuracy(model, x_test, y_test)
 
     os.makedirs(args.out_dir, exist_ok=True)
