@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/engine.h"
+#include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
 
@@ -78,6 +79,11 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
   std::vector<std::string> validations;
   s = graph::ValidateModel(*model, "input model", &validations);
   if (!s.ok()) return s;
+  // Quantize inlines local functions the same way before it calibrates or
+  // quantizes, so the ranges' tensor names are the ones it will look up.
+  absl::StatusOr<graph::InlinedFunctions> inlined =
+      graph::InlineLocalFunctions(&*model);
+  if (!inlined.ok()) return inlined.status();
   s = cancel.Check("validate");
   if (!s.ok()) return s;
 

@@ -12,6 +12,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/fidelity.h"
 #include "core/engine/resolved_options.h"
+#include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
 #include "core/passes/dynamic_range_options.h"
@@ -189,6 +190,18 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   if (!s.ok()) return s;
   for (auto& v : validations) result_.summary.add_validations(std::move(v));
   result_.summary.set_input_opset(graph::DefaultOpset(model_));
+  if (!PassThrough()) {
+    // Calibration, the passes and the lowerings see local functions' nodes
+    // as plain nodes (the Calibrate RPC inlines the same way, so its tensor
+    // names match).
+    absl::StatusOr<graph::InlinedFunctions> inlined =
+        graph::InlineLocalFunctions(&model_);
+    if (!inlined.ok()) return inlined.status();
+    const std::string note = inlined->Note();
+    if (!note.empty()) result_.summary.add_validations("note: " + note);
+    static_options_.inlined = *inlined;
+    dynamic_options_.inlined = std::move(*inlined);
+  }
   EndStage();
   return cancel_.Check("validate");
 }

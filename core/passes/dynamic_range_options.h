@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/graph/function_inline.h"
 #include "core/numerics/quant_params.h"
 #include "core/passes/unit_precision.h"
 #include "quantd/v1/quantization_service.pb.h"
@@ -55,6 +56,9 @@ struct DynamicRangeOptions {
   // options.unit_wise_quantization_precision, as given (checked against the
   // model by UnitPrecision::Resolve when a pass starts).
   UnitPrecisionEntries units;
+  // Where the nodes of inlined local functions came from (the caller ran
+  // graph::InlineLocalFunctions before the pass), for func_name scoping.
+  graph::InlinedFunctions inlined;
   // options.op_set (OP_SET_UNSPECIFIED resolves to TF): TF = QDQ around
   // float ops, XLA = ConvInteger/MatMulInteger + explicit rescale
   // (passes/xla_lowering.h).

@@ -63,6 +63,9 @@ struct StaticRangeOptions {
   RangeTrackingOptions tracking;
   // options.unit_wise_quantization_precision, as given.
   UnitPrecisionEntries units;
+  // Where the nodes of inlined local functions came from (the caller ran
+  // graph::InlineLocalFunctions before the pass), for func_name scoping.
+  graph::InlinedFunctions inlined;
   // options.op_set (OP_SET_UNSPECIFIED resolves to TF): the pass writes QDQ
   // (TF), then lowers it to integer ops (XLA) or QLinear ops
   // (UNIFORM_QUANTIZED); see static_range_pass.h.
@@ -75,6 +78,7 @@ struct StaticRangeOptions {
     w.min_num_elements = min_num_elements;
     w.precision = precision;
     w.units = units;
+    w.inlined = inlined;
     return w;
   }
 };

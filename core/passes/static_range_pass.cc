@@ -179,7 +179,8 @@ class StaticRangePass {
 absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   ir_version_ = model_->ir_version();
   absl::StatusOr<UnitPrecision> units =
-      UnitPrecision::Resolve(*model_, options_.precision, options_.units);
+      UnitPrecision::Resolve(*model_, options_.precision, options_.units,
+                             &options_.inlined);
   if (!units.ok()) return units.status();
   units_ = std::move(*units);
   absl::Status s = CheckRangeNames();

@@ -1,6 +1,8 @@
 #include "core/passes/unit_precision.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -14,22 +16,83 @@ namespace {
 namespace tfq = tensorflow::quantization;
 using Entry = tfq::UnitWiseQuantizationPrecision;
 
-// Names of the nodes (in the main graph and, recursively, in subgraphs)
-// that hold a subgraph attribute (If/Loop/Scan bodies).
-void CollectSubgraphOwners(const onnx::GraphProto& graph,
-                           absl::flat_hash_set<std::string>* owners) {
-  for (const onnx::NodeProto& node : graph.node()) {
-    for (const onnx::AttributeProto& a : node.attribute()) {
-      if (a.has_g()) {
-        owners->insert(node.name());
-        CollectSubgraphOwners(a.g(), owners);
+// One node of the model as unit-wise precision sees it.
+struct Place {
+  std::string scope;     // "" (main graph), a function, or a subgraph owner.
+  std::string unit;      // Its name in that scope.
+  std::string op;        // op_type.
+  std::string instance;  // Which copy of the scope (a call, an owner node).
+  bool in_body = false;  // Inside an If/Loop/Scan body (stays float).
+};
+
+class PlaceCollector {
+ public:
+  PlaceCollector(const graph::InlinedFunctions* inlined,
+                 std::vector<Place>* places,
+                 absl::flat_hash_set<std::string>* owners)
+      : inlined_(inlined), places_(places), owners_(owners) {}
+
+  void Graph(const onnx::GraphProto& graph, const std::string& scope,
+             const std::string& instance, bool in_body) {
+    for (const onnx::NodeProto& node : graph.node()) {
+      const graph::NodeOrigin* origin = nullptr;
+      if (inlined_ != nullptr) {
+        auto it = inlined_->origins.find(node.name());
+        if (it != inlined_->origins.end()) origin = &it->second;
       }
-      for (const onnx::GraphProto& g : a.graphs()) {
-        owners->insert(node.name());
-        CollectSubgraphOwners(g, owners);
+      Place p;
+      p.op = node.op_type();
+      p.in_body = in_body;
+      if (origin != nullptr && origin->top_level) {
+        p.scope = origin->function;
+        p.unit = origin->node;
+        p.instance = origin->call;
+      } else {
+        p.scope = scope;
+        p.unit = origin != nullptr ? origin->node : node.name();
+        p.instance = instance;
+      }
+      const std::string owner = p.unit;
+      places_->push_back(std::move(p));
+      for (const onnx::AttributeProto& a : node.attribute()) {
+        if (a.has_g()) {
+          owners_->insert(owner);
+          Graph(a.g(), owner, node.name(), true);
+        }
+        for (const onnx::GraphProto& g : a.graphs()) {
+          owners_->insert(owner);
+          Graph(g, owner, node.name(), true);
+        }
       }
     }
   }
+
+ private:
+  const graph::InlinedFunctions* inlined_;
+  std::vector<Place>* places_;
+  absl::flat_hash_set<std::string>* owners_;
+};
+
+// "the main graph", "local function 'F'", "the subgraphs of node 'L'".
+std::string ScopeName(const std::string& scope,
+                      const absl::flat_hash_set<std::string>& functions) {
+  if (scope.empty()) return "the main graph";
+  if (functions.contains(scope)) {
+    return absl::StrCat("local function '", scope, "'");
+  }
+  return absl::StrCat("the subgraphs of node '", scope, "'");
+}
+
+// Non-empty when some copy of the scope (a call, an owner node) holds more
+// than one of `matches`.
+std::string AmbiguityIn(const std::vector<const Place*>& matches) {
+  absl::flat_hash_map<std::string, int> per_instance;
+  int most = 0;
+  for (const Place* p : matches)
+    most = std::max(most, ++per_instance[p->instance]);
+  if (most <= 1) return "";
+  return absl::StrCat(most, " nodes are named '", matches.front()->unit,
+                      "' in one scope");
 }
 
 }  // namespace
@@ -46,27 +109,37 @@ UnitPrecision::UnitPrecision(tfq::QuantizationPrecision default_precision)
 
 absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
     const onnx::ModelProto& model, tfq::QuantizationPrecision default_precision,
-    const UnitPrecisionEntries& entries) {
+    const UnitPrecisionEntries& entries,
+    const graph::InlinedFunctions* inlined) {
   UnitPrecision out(default_precision);
   out.entries_ = entries;
+  if (inlined != nullptr) {
+    for (const auto& [name, origin] : inlined->origins) {
+      if (origin.top_level) out.inlined_[name] = {origin.function, origin.node};
+    }
+  }
   if (entries.empty()) return out;
 
-  const onnx::GraphProto& graph = model.graph();
-  absl::flat_hash_map<std::string, int> node_names;  // name -> count
-  absl::flat_hash_set<std::string> op_types;
-  for (const onnx::NodeProto& node : graph.node()) {
-    ++node_names[node.name()];
-    op_types.insert(node.op_type());
+  std::vector<Place> places;
+  absl::flat_hash_set<std::string> owners;  // Nodes holding subgraphs.
+  PlaceCollector(inlined, &places, &owners).Graph(model.graph(), "", "", false);
+  absl::flat_hash_set<std::string> functions, called;
+  if (inlined != nullptr) {
+    functions.insert(inlined->functions.begin(), inlined->functions.end());
   }
-  absl::flat_hash_set<std::string> scopes;  // Functions and subgraph owners.
-  for (const onnx::FunctionProto& f : model.functions())
-    scopes.insert(f.name());
-  CollectSubgraphOwners(graph, &scopes);
+  for (const onnx::FunctionProto& f : model.functions()) {
+    functions.insert(f.name());  // Not inlined (no pass ran): still a scope.
+  }
+  for (const Place& p : places) {
+    if (!p.scope.empty() && functions.contains(p.scope)) called.insert(p.scope);
+  }
 
   const int n = static_cast<int>(entries.size());
   std::vector<std::vector<std::string>> invalid(n), unimplemented(n);
-  // (unit_type, func_name, unit_name) -> first entry with a valid precision.
+  // Decision keys -> first entry with a valid precision.
   std::map<std::tuple<int, std::string, std::string>, int> first;
+  // Resolved keys of each entry (kept for the maps below).
+  std::vector<std::pair<std::string, std::string>> keys(n);
   for (int i = 0; i < n; ++i) {
     const Entry& e = entries[i];
     const bool type_ok =
@@ -89,40 +162,115 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
     }
     if (!type_ok || e.unit_name().empty()) continue;
 
-    if (!e.func_name().empty()) {
-      if (scopes.contains(e.func_name())) {
-        unimplemented[i].push_back(absl::StrCat(
-            "func_name '", e.func_name(),
-            "' names a local function or subgraph: quantizing inside "
-            "functions/subgraphs is not supported yet"));
-      } else {
+    const std::string& scope = e.func_name();
+    if (!scope.empty()) {
+      const bool is_function = functions.contains(scope);
+      const bool is_owner = owners.contains(scope);
+      if (is_function && is_owner) {
+        invalid[i].push_back(absl::StrCat(
+            "ambiguous: func_name '", scope,
+            "' names both a local function and a node with a subgraph"));
+        continue;
+      }
+      if (!is_function && !is_owner) {
         invalid[i].push_back(absl::StrCat(
             "matches nothing: no local function and no node with a subgraph "
             "is named '",
-            e.func_name(), "' (func_name)"));
+            scope, "' (func_name)"));
+        continue;
       }
-    } else if (e.unit_type() == Entry::UNIT_NODE) {
-      auto it = node_names.find(e.unit_name());
-      if (it == node_names.end()) {
-        invalid[i].push_back(absl::StrCat(
-            "matches nothing: no node of the main graph is named '",
-            e.unit_name(), "'"));
-      } else if (it->second > 1) {
-        invalid[i].push_back(absl::StrCat(
-            "ambiguous: ", it->second, " nodes of the main graph are named '",
-            e.unit_name(), "'"));
+      if (is_function && !called.contains(scope)) {
+        invalid[i].push_back(absl::StrCat("matches nothing: local function '",
+                                          scope, "' is never called"));
+        continue;
       }
-    } else if (!op_types.contains(e.unit_name())) {
+    }
+
+    // The places the entry selects.
+    std::vector<const Place*> matches;
+    const bool by_node = e.unit_type() == Entry::UNIT_NODE;
+    std::string resolved_scope = scope;
+    if (by_node && scope.empty()) {
+      for (const Place& pl : places) {
+        if (pl.scope.empty() && pl.unit == e.unit_name())
+          matches.push_back(&pl);
+      }
+      if (matches.empty()) {
+        std::set<std::string> scopes;
+        for (const Place& pl : places) {
+          if (pl.unit == e.unit_name()) {
+            matches.push_back(&pl);
+            scopes.insert(pl.scope);
+          }
+        }
+        if (scopes.size() > 1) {
+          std::vector<std::string> where;
+          for (const std::string& sc : scopes) {
+            where.push_back(ScopeName(sc, functions));
+          }
+          invalid[i].push_back(absl::StrCat(
+              "ambiguous: nodes named '", e.unit_name(), "' are in ",
+              absl::StrJoin(where, " and "), "; set func_name to choose"));
+          continue;
+        }
+        if (!scopes.empty()) resolved_scope = *scopes.begin();
+      }
+    } else {
+      for (const Place& pl : places) {
+        if (!scope.empty() && pl.scope != scope) continue;
+        if (by_node ? pl.unit == e.unit_name() : pl.op == e.unit_name()) {
+          matches.push_back(&pl);
+        }
+      }
+    }
+    if (matches.empty() && by_node && inlined != nullptr &&
+        std::find(inlined->calls.begin(), inlined->calls.end(),
+                  e.unit_name()) != inlined->calls.end()) {
       invalid[i].push_back(absl::StrCat(
-          "matches nothing: no node of the main graph has op_type '",
-          e.unit_name(), "'"));
+          "matches nothing: '", e.unit_name(),
+          "' is a call of a local function, inlined before quantizing; name "
+          "the function in func_name to reach its nodes"));
+      continue;
+    }
+    if (matches.empty()) {
+      const std::string where = scope.empty()
+                                    ? std::string(
+                                          "the main graph, local functions or "
+                                          "subgraphs")
+                                    : ScopeName(scope, functions);
+      invalid[i].push_back(
+          by_node ? absl::StrCat("matches nothing: no node in ", where,
+                                 " is named '", e.unit_name(), "'")
+                  : absl::StrCat("matches nothing: no node in ", where,
+                                 " has op_type '", e.unit_name(), "'"));
+      continue;
+    }
+    if (by_node) {
+      const std::string ambiguous = AmbiguityIn(matches);
+      if (!ambiguous.empty()) {
+        invalid[i].push_back(absl::StrCat("ambiguous: ", ambiguous, " (",
+                                          ScopeName(resolved_scope, functions),
+                                          ")"));
+        continue;
+      }
+    }
+    bool all_in_body = true;
+    for (const Place* pl : matches) all_in_body = all_in_body && pl->in_body;
+    if (all_in_body && precision_ok && p != tfq::PRECISION_FULL) {
+      unimplemented[i].push_back(absl::StrCat(
+          "its nodes are inside If/Loop/Scan bodies (",
+          ScopeName(matches.front()->scope, functions),
+          "), which quantd leaves float: only PRECISION_FULL can be honoured "
+          "there"));
     }
 
     if (!precision_ok) continue;
+    // Node entries are keyed by the node they resolved to, so a scoped and
+    // an unscoped entry naming one node are the same unit.
+    const int kind = by_node ? 0 : (scope.empty() ? 1 : 2);
+    keys[i] = {by_node ? resolved_scope : scope, e.unit_name()};
     auto [it, inserted] =
-        first.emplace(std::make_tuple(static_cast<int>(e.unit_type()),
-                                      e.func_name(), e.unit_name()),
-                      i);
+        first.emplace(std::make_tuple(kind, keys[i].first, keys[i].second), i);
     if (!inserted) {
       const int j = it->second;
       if (entries[j].quantization_precision() != p) {
@@ -155,18 +303,31 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
   std::string todo = message(unimplemented, "not implemented");
   if (!todo.empty()) return absl::UnimplementedError(todo);
 
+  // Duplicates agree: keep the first.
   for (int i = 0; i < n; ++i) {
     const Entry& e = entries[i];
-    auto& map = e.unit_type() == Entry::UNIT_NODE ? out.by_node_ : out.by_op_;
-    map.emplace(e.unit_name(), i);  // Duplicates agree: keep the first.
+    if (e.unit_type() == Entry::UNIT_NODE) {
+      out.by_node_.emplace(keys[i], i);
+    } else if (e.func_name().empty()) {
+      out.by_op_.emplace(e.unit_name(), i);
+    } else {
+      out.by_scoped_op_.emplace(keys[i], i);
+    }
   }
   return out;
 }
 
 UnitPrecision::Choice UnitPrecision::For(const onnx::NodeProto& node) const {
+  std::pair<std::string, std::string> unit{"", node.name()};
+  if (auto it = inlined_.find(node.name()); it != inlined_.end()) {
+    unit = it->second;
+  }
   int entry = -1;
-  if (auto it = by_node_.find(node.name()); it != by_node_.end()) {
+  if (auto it = by_node_.find(unit); it != by_node_.end()) {
     entry = it->second;
+  } else if (auto scoped = by_scoped_op_.find({unit.first, node.op_type()});
+             !unit.first.empty() && scoped != by_scoped_op_.end()) {
+    entry = scoped->second;
   } else if (auto op = by_op_.find(node.op_type()); op != by_op_.end()) {
     entry = op->second;
   }

@@ -1,22 +1,39 @@
-// unit_wise_quantization_precision: the precision of each node of the main
-// graph, from the model-wide default and the per-unit entries.
+// unit_wise_quantization_precision: the precision of each node, from the
+// model-wide default and the per-unit entries.
 //
-// Rules (this slice):
-//  - A node's precision is that of the UNIT_NODE entry whose unit_name is
-//    the node's name, else that of the UNIT_OP entry whose unit_name is the
-//    node's op_type, else the default (quantization_precision, UNSPECIFIED =
-//    W8A8). Only entries with an empty func_name apply to the main graph.
+// Scopes. A node lives in the main graph, in a local function (its calls are
+// inlined before any pass, graph/function_inline.h, and the inlined node
+// remembers its function and its name there), or in the subgraph of a node
+// (If then/else branches, Loop and Scan bodies: the scope is that node's
+// name). func_name names a local function or a node with a subgraph; a
+// UNIT_NODE entry's unit_name is the node's name inside that scope.
+//
+// Matching:
+//  - UNIT_NODE with func_name F: the node named unit_name directly in F.
+//    Without func_name: the main-graph node of that name; when the main graph
+//    has none, the one node of that name in any scope (the proto: "if users
+//    do not need to guarantee uniqueness func_name can be omitted").
+//  - UNIT_OP with func_name F: the nodes of that op_type directly in F;
+//    without func_name: every node of that op_type.
+//  - A node's precision: the UNIT_NODE entry naming it, else the UNIT_OP
+//    entry scoped to its scope, else the unscoped UNIT_OP entry, else the
+//    default (quantization_precision, UNSPECIFIED = W8A8). Every call of a
+//    function shares the precision of the function's nodes.
+//
+// Errors:
 //  - INVALID_ARGUMENT, listing every offending entry (index and content) in
 //    one message: unit_type UNIT_UNSPECIFIED (or unknown); empty unit_name;
 //    quantization_precision PRECISION_UNSPECIFIED (or unknown); a unit that
-//    matches nothing (no main-graph node with that name / of that op type;
-//    with a func_name: no local function and no node holding a subgraph of
-//    that name); two entries for the same unit (unit_type, func_name,
-//    unit_name) with different precisions; a UNIT_NODE entry whose name is
-//    carried by more than one main-graph node (ambiguous).
-//  - Then UNIMPLEMENTED, listing every such entry: a func_name naming an
-//    existing local function or subgraph (quantd quantizes only the main
-//    graph).
+//    matches nothing (naming where it looked; a func_name that names no
+//    local function and no node with a subgraph, or a function that is
+//    never called); two entries for the same unit with different precisions
+//    (also a scoped and an unscoped UNIT_NODE entry naming the same node);
+//    an ambiguous UNIT_NODE entry (several nodes of that name in one scope,
+//    or, without func_name, in several scopes); a func_name naming both a
+//    local function and a node with a subgraph.
+//  - Then UNIMPLEMENTED, listing every such entry: an entry other than
+//    PRECISION_FULL whose nodes all lie inside If/Loop/Scan bodies (quantd
+//    leaves subgraph bodies float, so only FULL can be honoured there).
 //  - An entry may be FULL, W8A8, W4A8 or W4A4, so W8A8 and 4-bit layers mix
 //    in one model (4-bit weights are INT4, opset 21). Whether the method
 //    can express the precision is checked by the pass options: DYNAMIC_RANGE
@@ -26,10 +43,12 @@
 #define QUANTD_CORE_PASSES_UNIT_PRECISION_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/graph/function_inline.h"
 #include "onnx/onnx_pb.h"
 #include "tensorflow/quantization/quantization_options.pb.h"
 
@@ -46,18 +65,22 @@ class UnitPrecision {
       tensorflow::quantization::QuantizationPrecision default_precision =
           tensorflow::quantization::PRECISION_W8A8);
 
-  // Checks `entries` against `model` (see the rules above).
+  // Checks `entries` against `model` (see the rules above); `inlined` says
+  // where the nodes of inlined local functions came from (null or empty: the
+  // model had none).
   static absl::StatusOr<UnitPrecision> Resolve(
       const onnx::ModelProto& model,
       tensorflow::quantization::QuantizationPrecision default_precision,
-      const UnitPrecisionEntries& entries);
+      const UnitPrecisionEntries& entries,
+      const graph::InlinedFunctions* inlined = nullptr);
 
   struct Choice {
     tensorflow::quantization::QuantizationPrecision precision;
     int entry = -1;  // Index of the deciding entry; -1 for the default.
   };
-  // Depends only on the node's name and op_type, so it stays right when a
-  // pass renumbers or adds nodes.
+  // For a node of the main graph (inlined function nodes included). Depends
+  // only on the node's name and op_type, so it stays right when a pass
+  // renumbers or adds nodes.
   Choice For(const onnx::NodeProto& node) const;
   bool IsFull(const onnx::NodeProto& node) const {
     return For(node).precision == tensorflow::quantization::PRECISION_FULL;
@@ -70,8 +93,15 @@ class UnitPrecision {
  private:
   tensorflow::quantization::QuantizationPrecision default_;
   UnitPrecisionEntries entries_;
-  absl::flat_hash_map<std::string, int> by_node_;  // name -> entry
-  absl::flat_hash_map<std::string, int> by_op_;    // op_type -> entry
+  // Inlined node name -> (function, name in it); other main-graph nodes are
+  // in scope "" under their own name.
+  absl::flat_hash_map<std::string, std::pair<std::string, std::string>>
+      inlined_;
+  // (scope, unit_name) -> entry.
+  absl::flat_hash_map<std::pair<std::string, std::string>, int> by_node_;
+  // (scope, op_type) -> entry of a scoped UNIT_OP entry.
+  absl::flat_hash_map<std::pair<std::string, std::string>, int> by_scoped_op_;
+  absl::flat_hash_map<std::string, int> by_op_;  // op_type -> unscoped entry
 };
 
 // "unit_wise_quantization_precision[i] {<entry as text>}".

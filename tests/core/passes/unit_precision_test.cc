@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
 #include "core/numerics/int4.h"
 #include "core/passes/dynamic_range_pass.h"
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/graph/test_models.h"
+#include "tests/support/test_paths.h"
 
 namespace quantd::passes {
 namespace {
@@ -209,8 +211,10 @@ TEST(UnitPrecisionTest, EveryInvalidEntryIsListedInOneError) {
   EXPECT_THAT(msg, HasSubstr("unit_type is UNIT_UNSPECIFIED"));
   EXPECT_THAT(msg, HasSubstr("unit_name is empty"));
   EXPECT_THAT(msg, HasSubstr("PRECISION_UNSPECIFIED"));
-  EXPECT_THAT(msg, HasSubstr("no node of the main graph is named 'nope'"));
-  EXPECT_THAT(msg, HasSubstr("no node of the main graph has op_type 'Conv'"));
+  EXPECT_THAT(msg, HasSubstr("no node in the main graph, local functions or "
+                             "subgraphs is named 'nope'"));
+  EXPECT_THAT(msg, HasSubstr("no node in the main graph, local functions or "
+                             "subgraphs has op_type 'Conv'"));
   EXPECT_THAT(msg, HasSubstr("conflict: entries [5] and [6]"));
   EXPECT_THAT(msg, HasSubstr("ambiguous: 2 nodes"));
   EXPECT_THAT(msg, HasSubstr("'no_func'"));
@@ -227,35 +231,189 @@ TEST(UnitPrecisionTest, EveryInvalidEntryIsListedInOneError) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(UnitPrecisionTest, FunctionScopesAreUnimplemented) {
+// TwoMatMuls plus an If "branch" whose then-branch holds a MatMul "inner"
+// and a Relu "m1" (the name of a main-graph node too).
+onnx::ModelProto WithSubgraph() {
   onnx::ModelProto m = TwoMatMuls();
-  m.add_functions()->set_name("my_func");
-  // A Loop-like holder of a subgraph.
   onnx::NodeProto* holder = m.mutable_graph()->add_node();
-  holder->set_name("loop0");
+  holder->set_name("branch");
   holder->set_op_type("If");
   onnx::AttributeProto* a = holder->add_attribute();
   a->set_name("then_branch");
   a->set_type(onnx::AttributeProto::GRAPH);
-  a->mutable_g()->set_name("then");
-  const std::vector<Unit> units = {
-      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),
-      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "my_func"),
-      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "loop0"),
-      MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL),
+  onnx::GraphProto* g = a->mutable_g();
+  g->set_name("then");
+  onnx::NodeProto* inner = g->add_node();
+  inner->set_name("inner");
+  inner->set_op_type("MatMul");
+  onnx::NodeProto* relu = g->add_node();
+  relu->set_name("m1");
+  relu->set_op_type("Relu");
+  return m;
+}
+
+TEST(UnitPrecisionTest, SubgraphScopesMatchAndOnlyFullIsHonouredThere) {
+  const onnx::ModelProto m = WithSubgraph();
+  // FULL inside a body is what quantd does there anyway: accepted.
+  const std::vector<Unit> ok = {
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "branch"),
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "branch"),
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL),  // Unique.
+      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),     // Main first.
   };
   absl::StatusOr<UnitPrecision> u =
-      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units);
+      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, ok);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->For(*NodeNamed(m, "m1")).precision, tfq::PRECISION_W4A8);
+  EXPECT_EQ(u->For(*NodeNamed(m, "m2")).precision, tfq::PRECISION_W8A8);
+
+  const std::vector<Unit> todo = {
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_W8A8, "branch"),  // 0
+      MakeUnit(Unit::UNIT_OP, "Relu", tfq::PRECISION_W4A8, "branch"),     // 1
+      MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL),               // 2
+  };
+  u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, todo);
   ASSERT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
-  const std::string msg(u.status().message());
-  for (int i : {1, 2}) {
-    EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, units[i]))) << i;
+  std::string msg(u.status().message());
+  for (int i : {0, 1}) {
+    EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, todo[i]))) << i;
   }
-  // 4-bit units are implemented now.
-  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[0]")));
-  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[3]")));
-  EXPECT_THAT(msg, HasSubstr("quantizing inside functions/subgraphs is not "
-                             "supported yet"));
+  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[2]")));
+  EXPECT_THAT(msg, HasSubstr("the subgraphs of node 'branch'"));
+  EXPECT_THAT(msg, HasSubstr("only PRECISION_FULL can be honoured there"));
+
+  const std::vector<Unit> bad = {
+      MakeUnit(Unit::UNIT_NODE, "nope", tfq::PRECISION_FULL, "branch"),   // 0
+      MakeUnit(Unit::UNIT_OP, "Conv", tfq::PRECISION_FULL, "branch"),     // 1
+      MakeUnit(Unit::UNIT_NODE, "x", tfq::PRECISION_FULL, "m2"),          // 2
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "branch"),  // 3
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_W8A8),            // 4
+  };
+  u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, bad);
+  ASSERT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+  msg = std::string(u.status().message());
+  EXPECT_THAT(msg, HasSubstr("5 unit_wise_quantization_precision entries"));
+  EXPECT_THAT(msg, HasSubstr("no node in the subgraphs of node 'branch' is "
+                             "named 'nope'"));
+  EXPECT_THAT(msg, HasSubstr("has op_type 'Conv'"));
+  EXPECT_THAT(msg, HasSubstr("no local function and no node with a subgraph "
+                             "is named 'm2'"));
+  // A scoped and an unscoped entry naming one node are one unit.
+  EXPECT_THAT(msg, HasSubstr("conflict: entries [3] and [4]"));
+}
+
+TEST(UnitPrecisionTest, UnscopedNameInSeveralScopesIsAmbiguous) {
+  onnx::ModelProto m = WithSubgraph();
+  // A second If holding another "inner".
+  onnx::NodeProto second = m.graph().node(2);
+  second.set_name("other");
+  *m.mutable_graph()->add_node() = second;
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL)};
+  absl::StatusOr<UnitPrecision> u =
+      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units);
+  ASSERT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(u.status().message(),
+              HasSubstr("nodes named 'inner' are in the subgraphs of node "
+                        "'branch' and the subgraphs of node 'other'; set "
+                        "func_name to choose"));
+  // Scoped, each is one node.
+  const std::vector<Unit> scoped = {
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "branch"),
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "other")};
+  EXPECT_TRUE(UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, scoped).ok());
+}
+
+// The PyTorch export with local function "Block" (two calls, /b1/Block and
+// /b2/Block; body Gemm_0, Relu_1, Add_2), inlined as the engine does.
+struct InlinedModel {
+  onnx::ModelProto model;
+  graph::InlinedFunctions inlined;
+};
+InlinedModel FunctionDigits() {
+  InlinedModel out;
+  absl::StatusOr<onnx::ModelProto> m = graph::ParseModel(
+      ::quantd::testing::ReadFileOrDie(::quantd::testing::SourcePath(
+          "tests/data/passes/function_digits.onnx")));
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return out;
+  out.model = std::move(*m);
+  absl::StatusOr<graph::InlinedFunctions> r =
+      graph::InlineLocalFunctions(&out.model);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) out.inlined = std::move(*r);
+  return out;
+}
+
+TEST(UnitPrecisionTest, FuncNameScopesLocalFunctionNodes) {
+  const InlinedModel f = FunctionDigits();
+  const onnx::ModelProto& m = f.model;
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_OP, "Gemm", tfq::PRECISION_W4A8),           // 0
+      MakeUnit(Unit::UNIT_OP, "Gemm", tfq::PRECISION_FULL, "Block"),  // 1
+      MakeUnit(Unit::UNIT_NODE, "Relu_1", tfq::PRECISION_W8A8),       // 2
+  };
+  absl::StatusOr<UnitPrecision> u =
+      UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, units, &f.inlined);
+  ASSERT_TRUE(u.ok()) << u.status();
+  // Both calls share the function's precision: the scoped op entry beats
+  // the unscoped one inside Block, not outside it.
+  for (const char* name : {"/b1/Block/Gemm_0", "/b2/Block/Gemm_0"}) {
+    ASSERT_NE(NodeNamed(m, name), nullptr) << name;
+    EXPECT_EQ(u->For(*NodeNamed(m, name)).precision, tfq::PRECISION_FULL)
+        << name;
+    EXPECT_EQ(u->For(*NodeNamed(m, name)).entry, 1) << name;
+  }
+  EXPECT_EQ(u->For(*NodeNamed(m, "/stem/Gemm")).precision, tfq::PRECISION_W4A8);
+  // Unscoped and absent from the main graph: the one node of Block.
+  EXPECT_EQ(u->For(*NodeNamed(m, "/b2/Block/Relu_1")).entry, 2);
+
+  // The DYNAMIC_RANGE pass keeps both blocks' weights float.
+  onnx::ModelProto q = m;
+  DynamicRangeOptions o = Dynamic(tfq::PRECISION_W8A8, units);
+  o.min_num_elements = 0;
+  o.inlined = f.inlined;
+  absl::StatusOr<PassStats> d = RunDynamicRangePass(o, PassHooks(), &q);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ExpectFloatWeight(q, "b1.fc.weight");
+  ExpectFloatWeight(q, "b2.fc.weight");
+  ExpectQuantizedWeight(q, "stem.weight");
+  ExpectQuantizedWeight(q, "head.weight");
+  const quantd::v1::SkippedTensor* skip = SkipOf(d->skipped, "b1.fc.weight");
+  ASSERT_NE(skip, nullptr);
+  EXPECT_THAT(skip->detail(), HasSubstr(DescribeUnitEntry(1, units[1])));
+
+  // One node of the function, scoped.
+  const std::vector<Unit> one = {
+      MakeUnit(Unit::UNIT_NODE, "Gemm_0", tfq::PRECISION_FULL, "Block")};
+  u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, one, &f.inlined);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_TRUE(u->IsFull(*NodeNamed(m, "/b1/Block/Gemm_0")));
+  EXPECT_FALSE(u->IsFull(*NodeNamed(m, "/stem/Gemm")));
+}
+
+TEST(UnitPrecisionTest, FuncNameErrorsNameTheEntry) {
+  const InlinedModel f = FunctionDigits();
+  const std::vector<Unit> units = {
+      MakeUnit(Unit::UNIT_NODE, "Nope", tfq::PRECISION_FULL, "Block"),    // 0
+      MakeUnit(Unit::UNIT_OP, "Conv", tfq::PRECISION_FULL, "Block"),      // 1
+      MakeUnit(Unit::UNIT_NODE, "/b1/Block", tfq::PRECISION_FULL),        // 2
+      MakeUnit(Unit::UNIT_NODE, "Gemm_0", tfq::PRECISION_FULL, "Block"),  // 3
+      MakeUnit(Unit::UNIT_NODE, "Gemm_0", tfq::PRECISION_W8A8),           // 4
+      MakeUnit(Unit::UNIT_OP, "Gemm", tfq::PRECISION_FULL, "Blocks"),     // 5
+  };
+  absl::StatusOr<UnitPrecision> u =
+      UnitPrecision::Resolve(f.model, tfq::PRECISION_W8A8, units, &f.inlined);
+  ASSERT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(u.status().message());
+  EXPECT_THAT(msg, HasSubstr("6 unit_wise_quantization_precision entries"));
+  EXPECT_THAT(msg,
+              HasSubstr("no node in local function 'Block' is named 'Nope'"));
+  EXPECT_THAT(msg, HasSubstr("no node in local function 'Block' has op_type "
+                             "'Conv'"));
+  EXPECT_THAT(msg, HasSubstr("'/b1/Block' is a call of a local function"));
+  EXPECT_THAT(msg, HasSubstr("conflict: entries [3] and [4]"));
+  EXPECT_THAT(msg, HasSubstr("is named 'Blocks' (func_name)"));
 }
 
 TEST(UnitPrecisionTest, DynamicRangeFullNodeKeepsFloatWeightAndInput) {
