@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/graph/model_io.h"
 
@@ -32,6 +33,66 @@ absl::Status WithNode(const absl::Status& s, const std::string& node,
       s.code(), absl::StrCat("node '", node, "' (op ", op, "): ", s.message()));
 }
 
+bool IsSubgraphAttr(const onnx::AttributeProto& a) {
+  return a.type() == onnx::AttributeProto::GRAPH ||
+         a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||
+         a.graphs_size() > 0;
+}
+
+// "a sequence", "an optional", ... for a value that is not a tensor.
+std::string TypeKind(const onnx::TypeProto& t) {
+  switch (t.value_case()) {
+    case onnx::TypeProto::kTensorType:
+      return "a tensor";
+    case onnx::TypeProto::kSequenceType:
+      return "a sequence";
+    case onnx::TypeProto::kMapType:
+      return "a map";
+    case onnx::TypeProto::kOptionalType:
+      return "an optional";
+    case onnx::TypeProto::kSparseTensorType:
+      return "a sparse tensor";
+    default:
+      return "an untyped value";
+  }
+}
+
+void AddUnique(const std::string& name, std::vector<std::string>* out,
+               absl::flat_hash_set<std::string>* seen) {
+  if (seen->insert(name).second) out->push_back(name);
+}
+
+// The names `g` reads but does not define itself (outer-scope values),
+// recursively through nested subgraphs, in order of first use.
+std::vector<std::string> FreeNames(const onnx::GraphProto& g) {
+  absl::flat_hash_set<std::string> local;
+  for (const auto& vi : g.input()) local.insert(vi.name());
+  for (const auto& t : g.initializer()) local.insert(t.name());
+  for (const auto& t : g.sparse_initializer()) local.insert(t.values().name());
+  for (const auto& n : g.node()) {
+    for (const std::string& o : n.output()) local.insert(o);
+  }
+  std::vector<std::string> out;
+  absl::flat_hash_set<std::string> seen;
+  auto use = [&](const std::string& name) {
+    if (!name.empty() && !local.contains(name)) AddUnique(name, &out, &seen);
+  };
+  for (const auto& n : g.node()) {
+    for (const std::string& in : n.input()) use(in);
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) {
+        for (const std::string& f : FreeNames(a.g())) use(f);
+      }
+      for (const auto& sub : a.graphs()) {
+        for (const std::string& f : FreeNames(sub)) use(f);
+      }
+    }
+  }
+  // A body may return an outer value directly.
+  for (const auto& vi : g.output()) use(vi.name());
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> Executor::SupportedOps() {
@@ -50,20 +111,29 @@ int Executor::ValueId(const std::string& name) {
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const onnx::ModelProto& model, Options options) {
-  std::unique_ptr<Executor> e(new Executor);
-  absl::Status s = e->Build(model);
-  if (!s.ok()) return s;
-  return e;
-}
-
-absl::Status Executor::Build(const onnx::ModelProto& model) {
   const int64_t opset = graph::DefaultOpset(model);
   if (opset < kMinOpset || opset > kMaxOpset) {
     return absl::UnimplementedError(
         absl::StrCat("the executor supports default-domain opsets ", kMinOpset,
                      " to ", kMaxOpset, "; the model imports ", opset));
   }
-  const onnx::GraphProto& g = model.graph();
+  std::unique_ptr<Executor> e(new Executor);
+  absl::Status s = e->Build(model.graph(), opset, nullptr);
+  if (!s.ok()) return s;
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::CreateBody(
+    const onnx::GraphProto& body, int64_t opset,
+    const std::vector<ScopeValue>& scope) {
+  std::unique_ptr<Executor> e(new Executor);
+  absl::Status s = e->Build(body, opset, &scope);
+  if (!s.ok()) return s;
+  return e;
+}
+
+absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
+                             const std::vector<ScopeValue>* scope) {
   if (g.sparse_initializer_size() > 0) {
     return absl::UnimplementedError(
         "sparse initializers are not supported by the executor");
@@ -71,11 +141,35 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
   std::vector<int32_t> types;  // By value id; 0 when unknown.
   std::vector<int> ranks;      // By value id; -1 when unknown.
   std::vector<bool> defined;
+  // Graph inputs that are not tensors (sequences, optionals), by value id.
+  absl::flat_hash_map<int, std::string> non_tensor;
   auto grow = [&] {
     types.resize(value_names_.size(), 0);
     ranks.resize(value_names_.size(), -1);
     defined.resize(value_names_.size(), false);
   };
+
+  // A body sees the outer values it reads: constants stay constants (kernels
+  // may pre-pack them), the rest arrive at run time as implicit inputs.
+  if (scope != nullptr) {
+    const std::vector<std::string> free = FreeNames(g);
+    const absl::flat_hash_set<std::string> reads(free.begin(), free.end());
+    int implicit_index = 0;
+    for (const ScopeValue& sv : *scope) {
+      const int index = sv.constant == nullptr ? implicit_index++ : -1;
+      if (!reads.contains(sv.name)) continue;
+      const int id = ValueId(sv.name);
+      grow();
+      types[id] = sv.type;
+      ranks[id] = sv.rank;
+      defined[id] = true;
+      if (sv.constant != nullptr) {
+        constants_[id] = *sv.constant;
+      } else {
+        implicit_.emplace_back(index, id);
+      }
+    }
+  }
 
   for (const onnx::TensorProto& init : g.initializer()) {
     const int id = ValueId(init.name());
@@ -97,13 +191,19 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
     in.value = ValueId(vi.name());
     grow();
     in.has_default = defined[in.value];
-    if (!vi.type().has_tensor_type()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "graph input '", vi.name(), "' is not a tensor; not supported"));
+    // A body input may leave its type to inference (UNDEFINED: not checked).
+    const bool untyped = scope != nullptr && vi.type().value_case() ==
+                                                 onnx::TypeProto::VALUE_NOT_SET;
+    if (!vi.type().has_tensor_type() && !untyped) {
+      // Refused below by the node that reads it (naming the node), or at
+      // the end when nothing does.
+      non_tensor.emplace(in.value, TypeKind(vi.type()));
+      defined[in.value] = true;
+      continue;
     }
     const auto& tt = vi.type().tensor_type();
     in.type = tt.elem_type();
-    if (ElementSize(in.type) == 0) {
+    if (ElementSize(in.type) == 0 && (scope == nullptr || in.type != 0)) {
       return absl::UnimplementedError(
           absl::StrCat("graph input '", vi.name(), "' has element type ",
                        DataTypeName(in.type), ", not supported"));
@@ -117,6 +217,25 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
     defined[in.value] = true;
     inputs_.push_back(in);
     input_names_.push_back(vi.name());
+    input_types_.push_back(in.type);
+  }
+  auto check_outputs = [&]() -> absl::Status {
+    for (const onnx::ValueInfoProto& vi : g.output()) {
+      if (vi.type().value_case() != onnx::TypeProto::VALUE_NOT_SET &&
+          !vi.type().has_tensor_type()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "graph output '", vi.name(), "' is ", TypeKind(vi.type()),
+            ", not a tensor; only tensor values are supported"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  // A body's non-tensor outputs are refused before its ops (whose owner's
+  // message then names the attribute); a main graph's after its nodes, so
+  // the node making the value (e.g. an If) is the one named.
+  if (scope != nullptr) {
+    absl::Status s = check_outputs();
+    if (!s.ok()) return s;
   }
 
   const OpRegistry& registry = GlobalOpRegistry();
@@ -129,14 +248,8 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
           "op '", n.op_type(), "' of domain '", n.domain(), "' (node '", label,
           "') is not supported by the executor"));
     }
-    for (const auto& a : n.attribute()) {
-      if (a.type() == onnx::AttributeProto::GRAPH ||
-          a.type() == onnx::AttributeProto::GRAPHS || a.has_g()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "node '", label, "' (op ", n.op_type(),
-            ") has a subgraph; subgraphs are not supported by the executor"));
-      }
-    }
+    bool has_subgraph = false;
+    for (const auto& a : n.attribute()) has_subgraph |= IsSubgraphAttr(a);
     KernelFactory factory = registry.Find(n.op_type());
     if (factory == nullptr) {
       return absl::UnimplementedError(
@@ -160,6 +273,12 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
             "node '", label, "' (op ", n.op_type(), ") reads '", name,
             "', which no earlier node, initializer or graph input defines"));
       }
+      if (auto nt = non_tensor.find(it->second); nt != non_tensor.end()) {
+        return absl::UnimplementedError(
+            absl::StrCat("node '", label, "' (op ", n.op_type(), ") reads '",
+                         name, "', which is ", nt->second,
+                         "; only tensor values are supported by the executor"));
+      }
       node.inputs.push_back(it->second);
       in_types.push_back(types[it->second]);
     }
@@ -179,14 +298,66 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
                               : &constants_[id]);
     }
     NodeInfo info(n, opset, in_types, in_consts);
+    info.set_label(label);
     std::vector<int> in_ranks;
     for (int id : node.inputs) in_ranks.push_back(id < 0 ? -1 : ranks[id]);
     info.set_input_ranks(std::move(in_ranks));
+    // The outer values the node's bodies read become its implicit inputs,
+    // so they live until the node has run.
+    std::vector<int> implicit;
+    if (has_subgraph) {
+      std::vector<std::string> names;
+      absl::flat_hash_set<std::string> seen;
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) {
+          for (const std::string& f : FreeNames(a.g())) {
+            AddUnique(f, &names, &seen);
+          }
+        }
+        for (const auto& sub : a.graphs()) {
+          for (const std::string& f : FreeNames(sub)) {
+            AddUnique(f, &names, &seen);
+          }
+        }
+      }
+      std::vector<ScopeValue> node_scope;
+      for (const std::string& name : names) {
+        auto it = value_ids_.find(name);
+        if (it == value_ids_.end() || !defined[it->second]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "node '", label, "' (op ", n.op_type(), "): a subgraph reads '",
+              name,
+              "', which no earlier node, initializer or graph input (of this "
+              "or an enclosing graph) defines"));
+        }
+        const int id = it->second;
+        if (auto nt = non_tensor.find(id); nt != non_tensor.end()) {
+          return absl::UnimplementedError(absl::StrCat(
+              "node '", label, "' (op ", n.op_type(), "): a subgraph reads '",
+              name, "', which is ", nt->second,
+              "; only tensor values are supported by the executor"));
+        }
+        bool overridable = false;
+        for (const Input& in : inputs_) overridable |= in.value == id;
+        ScopeValue sv;
+        sv.name = name;
+        sv.type = types[id];
+        sv.rank = ranks[id];
+        if (!constants_[id].empty() && !overridable) {
+          sv.constant = &constants_[id];
+        } else {
+          implicit.push_back(id);
+        }
+        node_scope.push_back(std::move(sv));
+      }
+      info.set_scope(std::move(node_scope));
+    }
     absl::StatusOr<std::unique_ptr<Kernel>> kernel = factory(info);
     if (!kernel.ok()) return kernel.status();
     absl::Status fin = info.Finish();
     if (!fin.ok()) return fin;
     node.kernel = *std::move(kernel);
+    node.inputs.insert(node.inputs.end(), implicit.begin(), implicit.end());
     for (int o = 0; o < n.output_size(); ++o) {
       if (n.output(o).empty()) {
         node.outputs.push_back(-1);
@@ -214,6 +385,17 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
     nodes_.push_back(std::move(node));
   }
 
+  if (scope == nullptr) {
+    absl::Status s = check_outputs();
+    if (!s.ok()) return s;
+  }
+  if (!non_tensor.empty()) {
+    const auto& [id, kind] = *non_tensor.begin();
+    return absl::UnimplementedError(
+        absl::StrCat("graph input '", value_names_[id], "' is ", kind,
+                     ", not a tensor; only tensor values are supported"));
+  }
+
   std::vector<bool> is_output(value_names_.size(), false);
   for (const onnx::ValueInfoProto& vi : g.output()) {
     auto it = value_ids_.find(vi.name());
@@ -223,6 +405,7 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
     }
     output_names_.push_back(vi.name());
     output_values_.push_back(it->second);
+    output_types_.push_back(types[it->second]);
     is_output[it->second] = true;
   }
 
@@ -243,6 +426,7 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
     }
   };
   for (const Input& in : inputs_) plan_release(in.value, -1);
+  for (const auto& [index, v] : implicit_) plan_release(v, -1);
   for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
     for (int v : nodes_[i].outputs) {
       if (v >= 0) plan_release(v, i);
@@ -251,9 +435,34 @@ absl::Status Executor::Build(const onnx::ModelProto& model) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::CheckInput(size_t i, const Tensor& t) const {
+  const Input& in = inputs_[i];
+  const std::string& name = input_names_[i];
+  if (in.type != 0 && t.dtype() != in.type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "' is ", DataTypeName(t.dtype()),
+                     ", the model wants ", DataTypeName(in.type)));
+  }
+  bool shape_ok = !in.has_shape || in.dims.size() == t.shape().size();
+  for (size_t d = 0; shape_ok && in.has_shape && d < in.dims.size(); ++d) {
+    shape_ok = in.dims[d] < 0 || in.dims[d] == t.dim(d);
+  }
+  if (!shape_ok) {
+    std::vector<int64_t> want = in.dims;
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "' has shape ", ShapeString(t.shape()),
+                     ", the model wants ", ShapeString(want), " (-1: any)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Tensor>> Executor::Run(
     const absl::flat_hash_map<std::string, Tensor>& feeds,
     const RunOptions& options) const {
+  if (!implicit_.empty()) {
+    return absl::FailedPreconditionError(
+        "this graph reads outer-scope values; run it through its owner");
+  }
   std::vector<Tensor> values(value_names_.size());
   for (const auto& [name, t] : feeds) {
     bool known = false;
@@ -274,39 +483,60 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       return absl::InvalidArgumentError(
           absl::StrCat("input '", name, "' is not fed"));
     }
-    const Tensor& t = it->second;
-    if (t.dtype() != in.type) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", name, "' is ", DataTypeName(t.dtype()),
-                       ", the model wants ", DataTypeName(in.type)));
-    }
-    bool shape_ok = !in.has_shape || in.dims.size() == t.shape().size();
-    for (size_t d = 0; shape_ok && in.has_shape && d < in.dims.size(); ++d) {
-      shape_ok = in.dims[d] < 0 || in.dims[d] == t.dim(d);
-    }
-    if (!shape_ok) {
-      std::vector<int64_t> want = in.dims;
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", name, "' has shape ", ShapeString(t.shape()),
-                       ", the model wants ", ShapeString(want), " (-1: any)"));
-    }
-    values[in.value] = t;
+    absl::Status s = CheckInput(i, it->second);
+    if (!s.ok()) return s;
+    values[in.value] = it->second;
   }
 
-  // Extra outputs must survive to the end.
   std::vector<int> extra;
-  std::vector<bool> keep;
-  if (!options.extra_outputs.empty()) {
-    keep.assign(value_names_.size(), false);
-    for (const std::string& name : options.extra_outputs) {
-      auto it = value_ids_.find(name);
-      if (it == value_ids_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "extra output '", name, "' is not a value of the model"));
-      }
-      extra.push_back(it->second);
-      keep[it->second] = true;
+  for (const std::string& name : options.extra_outputs) {
+    auto it = value_ids_.find(name);
+    if (it == value_ids_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "extra output '", name, "' is not a value of the model"));
     }
+    extra.push_back(it->second);
+  }
+  return Execute(std::move(values), options, extra);
+}
+
+absl::StatusOr<std::vector<Tensor>> Executor::RunBody(
+    absl::Span<const Tensor* const> inputs,
+    absl::Span<const Tensor* const> implicit, const RunOptions& options) const {
+  if (inputs.size() != inputs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the body takes ", inputs_.size(), " inputs, got ", inputs.size()));
+  }
+  std::vector<Tensor> values(value_names_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (inputs[i] == nullptr || inputs[i]->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("body input '", input_names_[i], "' has no value"));
+    }
+    absl::Status s = CheckInput(i, *inputs[i]);
+    if (!s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("body ", s.message()));
+    values[inputs_[i].value] = *inputs[i];
+  }
+  for (const auto& [index, v] : implicit_) {
+    if (index >= static_cast<int>(implicit.size()) ||
+        implicit[index]->empty()) {
+      return absl::InternalError(absl::StrCat("outer value '", value_names_[v],
+                                              "' was not passed to the body"));
+    }
+    values[v] = *implicit[index];
+  }
+  return Execute(std::move(values), options, {});
+}
+
+absl::StatusOr<std::vector<Tensor>> Executor::Execute(
+    std::vector<Tensor> values, const RunOptions& options,
+    const std::vector<int>& extra) const {
+  // Extra outputs must survive to the end.
+  std::vector<bool> keep;
+  if (!extra.empty()) {
+    keep.assign(value_names_.size(), false);
+    for (int v : extra) keep[v] = true;
   }
   auto release = [&](int v) {
     if (keep.empty() || !keep[v]) values[v] = Tensor();
@@ -340,7 +570,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(
       }
     }
     outs.assign(node.outputs.size(), Tensor());
-    KernelContext ctx{in_ptrs, &outs, options.pool};
+    KernelContext ctx{in_ptrs, &outs, options.pool, &options};
     absl::Status s = node.kernel->Compute(ctx);
     if (!s.ok()) return WithNode(s, node.name, node.op);
     for (size_t o = 0; o < node.outputs.size(); ++o) {

@@ -1,7 +1,12 @@
-// The FP32 graph executor: runs an ONNX model (default domain, opsets 7-21,
-// no subgraphs; float ops plus the quantized ones of QDQ, integer and QLinear
-// models) on Eigen, for calibration (activation ranges through
-// RunOptions::on_tensor) and fidelity reports.
+// The FP32 graph executor: runs an ONNX model (default domain, opsets 7-21;
+// float ops plus the quantized ones of QDQ, integer and QLinear models) on
+// Eigen, for calibration (activation ranges through RunOptions::on_tensor)
+// and fidelity reports. Control flow runs too: If, Loop and Scan (Scan-8
+// without sequence_lens) with tensor values only (sequence / optional values
+// are refused). Their bodies are child Executors built at Create; a body
+// reads outer-scope values by name (its free names become implicit inputs of
+// the owning node), and the run options (on_tensor, cancel, pool) reach into
+// every body.
 #ifndef QUANTD_CORE_EXECUTOR_EXECUTOR_H_
 #define QUANTD_CORE_EXECUTOR_EXECUTOR_H_
 
@@ -9,10 +14,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/engine/cancellation.h"
 #include "core/engine/thread_pool.h"
 #include "core/executor/kernel.h"
@@ -32,9 +39,12 @@ struct ExecutorRunOptions {
   const CancellationToken* cancel = nullptr;
   // Called once for every value as it is produced (graph inputs first,
   // then each node's outputs), before the executor frees it. Called on
-  // the thread that runs the batch.
+  // the thread that runs the batch. Values of subgraph bodies are reported
+  // too, under their own names, each time they are produced (once per
+  // iteration of a Loop or Scan; body inputs included).
   std::function<void(const std::string& name, const Tensor&)> on_tensor;
-  // Values to return after the graph outputs (kept alive to the end).
+  // Values to return after the graph outputs (kept alive to the end). Names
+  // of the main graph only; bodies ignore it.
   std::vector<std::string> extra_outputs;
 };
 
@@ -43,12 +53,30 @@ class Executor {
   using Options = ExecutorOptions;
   using RunOptions = ExecutorRunOptions;
 
-  // Validates the whole model before any run: UNIMPLEMENTED names every
-  // unsupported op (type and node), attribute value, element type, opset or
-  // subgraph; INVALID_ARGUMENT for malformed graphs (undefined inputs,
-  // nodes out of order, bad initializers).
+  // Validates the whole model (subgraph bodies included) before any run:
+  // UNIMPLEMENTED names every unsupported op (type and node, and for a body
+  // the owning node and its attribute), attribute value, element type, opset
+  // or non-tensor value; INVALID_ARGUMENT for malformed graphs (undefined
+  // inputs, nodes out of order, bad initializers, bodies whose signature does
+  // not fit their node).
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
       const onnx::ModelProto& model, Options options = {});
+
+  // For control-flow kernels: builds a subgraph body at Create. `scope` is
+  // the owning node's (NodeInfo::scope()); the body takes the entries it
+  // reads as constants or implicit inputs. Errors as Create's, unprefixed.
+  static absl::StatusOr<std::unique_ptr<Executor>> CreateBody(
+      const onnx::GraphProto& body, int64_t opset,
+      const std::vector<ScopeValue>& scope);
+
+  // Runs a body: `inputs` are its graph inputs in order (checked against
+  // their declared types and shapes), `implicit` the owning node's implicit
+  // inputs (the non-constant scope entries, in order). Ignores
+  // options.extra_outputs. Thread-safe like Run.
+  absl::StatusOr<std::vector<Tensor>> RunBody(
+      absl::Span<const Tensor* const> inputs,
+      absl::Span<const Tensor* const> implicit,
+      const RunOptions& options) const;
 
   // Thread-safe: batches may run concurrently. Returns the graph outputs in
   // graph order, then RunOptions::extra_outputs. INVALID_ARGUMENT for
@@ -62,13 +90,18 @@ class Executor {
 
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<std::string>& output_names() const { return output_names_; }
+  // Element types known at Create (UNDEFINED when not), by position.
+  const std::vector<int32_t>& input_types() const { return input_types_; }
+  const std::vector<int32_t>& output_types() const { return output_types_; }
 
  private:
   struct Node {
     std::string name;
     std::string op;
     std::unique_ptr<Kernel> kernel;
-    std::vector<int> inputs;   // Value ids; -1 for an omitted input.
+    // Value ids; -1 for an omitted input. The node's own inputs, then its
+    // implicit ones (outer values its bodies read; see ScopeValue).
+    std::vector<int> inputs;
     std::vector<int> outputs;  // Value ids; -1 for an omitted output.
     std::vector<int> release;  // Values whose last reader is this node.
   };
@@ -81,8 +114,17 @@ class Executor {
   };
 
   Executor() = default;
-  absl::Status Build(const onnx::ModelProto& model);
+  // `scope` is null for a main graph, else the owning node's scope.
+  absl::Status Build(const onnx::GraphProto& g, int64_t opset,
+                     const std::vector<ScopeValue>* scope);
   int ValueId(const std::string& name);
+  // INVALID_ARGUMENT unless t fits graph input i's declared type and shape.
+  absl::Status CheckInput(size_t i, const Tensor& t) const;
+  // Runs the nodes on `values` (inputs filled in); returns the outputs,
+  // then the values `extra`.
+  absl::StatusOr<std::vector<Tensor>> Execute(
+      std::vector<Tensor> values, const RunOptions& options,
+      const std::vector<int>& extra) const;
 
   absl::flat_hash_map<std::string, int> value_ids_;
   std::vector<std::string> value_names_;
@@ -92,10 +134,15 @@ class Executor {
   std::vector<Input> inputs_;
   std::vector<std::string> input_names_;
   std::vector<std::string> output_names_;
+  std::vector<int32_t> input_types_;
+  std::vector<int32_t> output_types_;
   std::vector<int> output_values_;
+  // Bodies only: (index among the owner's implicit inputs, value id) of each
+  // outer value this body reads at run time.
+  std::vector<std::pair<int, int>> implicit_;
   std::vector<Node> nodes_;
-  // Graph inputs not read by any node (and not outputs): freed after
-  // on_tensor sees them.
+  // Graph (and implicit) inputs not read by any node (and not outputs):
+  // freed after on_tensor sees them.
   std::vector<int> unread_inputs_;
 };
 

@@ -11,6 +11,7 @@ NodeInfo::NodeInfo(const onnx::NodeProto& node, int64_t opset,
                    std::vector<int32_t> input_types,
                    std::vector<const Tensor*> constant_inputs)
     : node_(node),
+      label_(node.name()),
       opset_(opset),
       input_types_(std::move(input_types)),
       constant_inputs_(std::move(constant_inputs)) {
@@ -64,6 +65,11 @@ std::string NodeInfo::String(const std::string& name, const std::string& dflt) {
   return a ? a->s() : dflt;
 }
 
+const onnx::GraphProto* NodeInfo::GraphAttr(const std::string& name) {
+  const auto* a = Find(name, onnx::AttributeProto::GRAPH);
+  return a ? &a->g() : nullptr;
+}
+
 std::vector<int64_t> NodeInfo::Ints(const std::string& name,
                                     std::vector<int64_t> dflt) {
   const auto* a = Find(name, onnx::AttributeProto::INTS);
@@ -85,13 +91,13 @@ const onnx::TensorProto* NodeInfo::TensorAttr(const std::string& name) {
 absl::Status NodeInfo::UnsupportedAttr(const std::string& attr,
                                        const std::string& value) const {
   return absl::UnimplementedError(absl::StrCat(
-      "attribute '", attr, "' = ", value, " of node '", node_.name(), "' (op ",
+      "attribute '", attr, "' = ", value, " of node '", label_, "' (op ",
       node_.op_type(), ") is not supported by the executor"));
 }
 
 absl::Status NodeInfo::Invalid(const std::string& message) const {
   return absl::InvalidArgumentError(absl::StrCat(
-      "node '", node_.name(), "' (op ", node_.op_type(), "): ", message));
+      "node '", label_, "' (op ", node_.op_type(), "): ", message));
 }
 
 absl::Status NodeInfo::RequireType(int i,
@@ -102,8 +108,8 @@ absl::Status NodeInfo::RequireType(int i,
     return absl::OkStatus();
   }
   return absl::UnimplementedError(
-      absl::StrCat("input ", i, " of node '", node_.name(), "' (op ",
-                   node_.op_type(), ") has element type ", DataTypeName(t),
+      absl::StrCat("input ", i, " of node '", label_, "' (op ", node_.op_type(),
+                   ") has element type ", DataTypeName(t),
                    ", which the executor does not support for this op"));
 }
 
@@ -111,9 +117,9 @@ absl::Status NodeInfo::Finish() const {
   if (!status_.ok()) return status_;
   for (const auto& a : node_.attribute()) {
     if (!read_.contains(a.name())) {
-      return absl::UnimplementedError(absl::StrCat(
-          "attribute '", a.name(), "' of node '", node_.name(), "' (op ",
-          node_.op_type(), ") is not supported by the executor"));
+      return absl::UnimplementedError(
+          absl::StrCat("attribute '", a.name(), "' of node '", label_, "' (op ",
+                       node_.op_type(), ") is not supported by the executor"));
     }
   }
   return absl::OkStatus();
@@ -133,6 +139,7 @@ const OpRegistry& GlobalOpRegistry() {
     RegisterNnOps(r);
     RegisterShapeOps(r);
     RegisterQuantOps(r);
+    RegisterControlOps(r);
     return r;
   }();
   return *registry;

@@ -24,6 +24,22 @@ class ThreadPool;
 
 namespace quantd::executor {
 
+struct ExecutorRunOptions;
+
+// A value of the enclosing graphs that a node's subgraph bodies (If, Loop,
+// Scan) read by name: the free names of the bodies, recursively through
+// nested bodies, in order of first use. Entries without a constant are
+// appended to the node's inputs at run time, in this order, after the
+// node's own inputs (so the executor keeps them alive until the node runs).
+struct ScopeValue {
+  std::string name;
+  int32_t type = 0;  // UNDEFINED when unknown.
+  int rank = -1;     // -1 when unknown.
+  // Set when fixed at Create (initializers, Constants); valid during Create
+  // only (bodies copy it).
+  const Tensor* constant = nullptr;
+};
+
 // What a kernel sees of its node at Create. Attribute getters remember what
 // they read: CheckAllRead() then refuses any attribute the kernel ignored, so
 // an unimplemented feature can never be silently dropped.
@@ -34,6 +50,9 @@ class NodeInfo {
            std::vector<const Tensor*> constant_inputs);
 
   const onnx::NodeProto& node() const { return node_; }
+  // How messages name the node: its name, or "#index" when it has none.
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
   const std::string& op() const { return node_.op_type(); }
   int64_t opset() const { return opset_; }
   int num_inputs() const { return node_.input_size(); }
@@ -67,6 +86,9 @@ class NodeInfo {
   // Defaults to the type of input 0.
   void set_output_type(int i, int32_t type);
   const std::vector<int32_t>& output_types() const { return output_types_; }
+  // Empty unless the node has subgraph attributes; see ScopeValue.
+  const std::vector<ScopeValue>& scope() const { return scope_; }
+  void set_scope(std::vector<ScopeValue> scope) { scope_ = std::move(scope); }
 
   bool HasAttr(const std::string& name) const;
   int64_t Int(const std::string& name, int64_t dflt);
@@ -77,6 +99,8 @@ class NodeInfo {
   std::vector<float> Floats(const std::string& name);
   // nullptr when absent.
   const onnx::TensorProto* TensorAttr(const std::string& name);
+  // A subgraph attribute (If branches, Loop / Scan body); nullptr when absent.
+  const onnx::GraphProto* GraphAttr(const std::string& name);
 
   // UNIMPLEMENTED naming the attribute, its value, the node and the op.
   absl::Status UnsupportedAttr(const std::string& attr,
@@ -94,11 +118,13 @@ class NodeInfo {
                                    onnx::AttributeProto::AttributeType type);
 
   const onnx::NodeProto& node_;
+  std::string label_;
   int64_t opset_;
   std::vector<int32_t> input_types_;
   std::vector<const Tensor*> constant_inputs_;
   std::vector<int> input_ranks_;
   std::vector<int32_t> output_types_;
+  std::vector<ScopeValue> scope_;
   absl::flat_hash_set<std::string> read_;
   absl::Status status_;
 };
@@ -110,6 +136,9 @@ struct KernelContext {
   std::vector<Tensor>* outputs;
   // May be null: run single-threaded.
   ThreadPool* pool = nullptr;
+  // The run's options (cancellation, on_tensor, pool), for kernels that run
+  // subgraph bodies; null outside a run (e.g. Constant folding at Create).
+  const ExecutorRunOptions* run_options = nullptr;
 
   const Tensor& in(int i) const { return *inputs[i]; }
   bool has(int i) const {
@@ -151,6 +180,7 @@ void RegisterElementwiseOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
 void RegisterShapeOps(OpRegistry* r);
 void RegisterQuantOps(OpRegistry* r);
+void RegisterControlOps(OpRegistry* r);
 
 // The registry of every supported op, built once.
 const OpRegistry& GlobalOpRegistry();
