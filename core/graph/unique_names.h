@@ -23,9 +23,11 @@ class UniqueNames {
 
   bool Contains(absl::string_view name) const { return used_.contains(name); }
 
- private:
+  // Reserves every name of `graph` (and its subgraphs) too: a rewrite of a
+  // subgraph body must not reuse the names of the graphs around it.
   void AddGraph(const onnx::GraphProto& graph);
 
+ private:
   absl::flat_hash_set<std::string> used_;
 };
 

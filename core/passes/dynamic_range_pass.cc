@@ -10,6 +10,7 @@
 #include "core/graph/graph_index.h"
 #include "core/graph/unique_names.h"
 #include "core/passes/opset_upgrade.h"
+#include "core/passes/subgraph_bodies.h"
 #include "core/passes/weight_plan.h"
 #include "core/passes/xla_lowering.h"
 
@@ -20,12 +21,18 @@ using onnx::NodeProto;
 
 class DynamicRangePass {
  public:
+  // `body`: the pass runs on a subgraph body (subgraph_bodies.h), whose
+  // opset it cannot change and whose outer names it must not reuse; null
+  // for the main graph.
   DynamicRangePass(const DynamicRangeOptions& options, const PassHooks& hooks,
-                   onnx::ModelProto* model)
+                   UnitPrecision units, onnx::ModelProto* model,
+                   const Body* body = nullptr)
       : options_(options),
         hooks_(hooks),
         model_(model),
-        graph_(model->mutable_graph()) {}
+        graph_(model->mutable_graph()),
+        body_(body),
+        units_(std::move(units)) {}
 
   absl::StatusOr<PassStats> Run();
 
@@ -50,6 +57,7 @@ class DynamicRangePass {
   const PassHooks& hooks_;
   onnx::ModelProto* model_;
   onnx::GraphProto* graph_;
+  const Body* body_;
   int64_t ir_version_ = 0;
   // Each node's precision: a FULL node keeps its weight float, so it is not
   // a consumer of a planned weight and gets no DynamicQuantizeLinear.
@@ -63,11 +71,6 @@ class DynamicRangePass {
 
 absl::StatusOr<PassStats> DynamicRangePass::Run() {
   ir_version_ = model_->ir_version();
-  absl::StatusOr<UnitPrecision> units =
-      UnitPrecision::Resolve(*model_, options_.precision, options_.units,
-                             &options_.inlined);
-  if (!units.ok()) return units.status();
-  units_ = std::move(*units);
   plan_ = Plan();
   if (!plan_.weights.empty()) {
     const bool xla = options_.op_set == tensorflow::quantization::XLA;
@@ -119,10 +122,12 @@ absl::Status DynamicRangePass::PrepareOpset() {
   const bool four_bit = std::any_of(
       plan_.weights.begin(), plan_.weights.end(),
       [](const WeightPlan& w) { return HasFourBitWeights(w.precision); });
-  absl::StatusOr<OpsetOutcome> outcome =
-      EnsureOpset(model_, four_bit      ? kInt4Opset
-                          : per_channel ? kPerChannelOpset
-                                        : kDynamicQuantizeOpset);
+  const int64_t needed = four_bit      ? kInt4Opset
+                         : per_channel ? kPerChannelOpset
+                                       : kDynamicQuantizeOpset;
+  absl::StatusOr<OpsetOutcome> outcome = body_ != nullptr
+                                             ? BodyOpset(*body_, needed)
+                                             : EnsureOpset(model_, needed);
   if (!outcome.ok()) return outcome.status();
   stats_.opset_note = outcome->note;
   switch (outcome->mode) {
@@ -143,6 +148,7 @@ absl::Status DynamicRangePass::PrepareOpset() {
 
 absl::Status DynamicRangePass::QuantizeWeights() {
   names_ = std::make_unique<graph::UniqueNames>(*graph_);
+  if (body_ != nullptr) names_->AddGraph(*body_->outer_root);
   weight_names_ = MakeWeightNames(plan_.weights, names_.get());
   const int64_t total = static_cast<int64_t>(plan_.weights.size());
   absl::StatusOr<QuantizedWeights> done =
@@ -244,7 +250,43 @@ void DynamicRangePass::Rewrite() {
 absl::StatusOr<PassStats> RunDynamicRangePass(
     const DynamicRangeOptions& options, const PassHooks& hooks,
     onnx::ModelProto* model) {
-  return DynamicRangePass(options, hooks, model).Run();
+  absl::StatusOr<UnitPrecision> units = UnitPrecision::Resolve(
+      *model, options.precision, options.units, &options.inlined);
+  if (!units.ok()) return units.status();
+  absl::StatusOr<PassStats> stats =
+      DynamicRangePass(options, hooks, *units, model).Run();
+  if (!stats.ok() || !HasQuantizableBodies(model->graph())) return stats;
+
+  // Then every If/Loop/Scan body, as a graph of its own.
+  absl::StatusOr<std::string> note = PrepareBodiesOpset(
+      model, MayUseFourBitWeights(options.precision, options.units));
+  if (!note.ok()) return note.status();
+  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
+  PassHooks body_hooks = hooks;
+  body_hooks.on_planned = nullptr;  // The stage counts the main graph's.
+  body_hooks.on_progress = nullptr;
+  absl::Status s =
+      ForEachBody(model, options.inlined, [&](Body* body) -> absl::Status {
+        absl::StatusOr<PassStats> b =
+            DynamicRangePass(options, body_hooks, units->InBody(body->scope),
+                             &body->model, body)
+                .Run();
+        if (!b.ok()) return b.status();
+        stats->quantized_tensors += b->quantized_tensors;
+        stats->quantized_nodes += b->quantized_nodes;
+        stats->weight_bytes_before += b->weight_bytes_before;
+        stats->weight_bytes_after += b->weight_bytes_after;
+        for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
+        if (!b->opset_note.empty()) {
+          stats->opset_note =
+              stats->opset_note.empty()
+                  ? b->opset_note
+                  : absl::StrCat(stats->opset_note, "; ", b->opset_note);
+        }
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  return stats;
 }
 
 }  // namespace quantd::passes

@@ -17,6 +17,7 @@
 #include "core/numerics/quant_params.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/static_range_quant_point.h"
+#include "core/passes/subgraph_bodies.h"
 #include "core/passes/uniform_quantized_lowering.h"
 #include "core/passes/weight_plan.h"
 #include "core/passes/xla_lowering.h"
@@ -31,12 +32,6 @@ using quantd::v1::SkipReason;
 
 bool IsDefaultDomain(const NodeProto& node) {
   return node.domain().empty() || node.domain() == "ai.onnx";
-}
-
-bool IsQuantizableOp(const NodeProto& node) {
-  return IsDefaultDomain(node) &&
-         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
-          node.op_type() == "MatMul");
 }
 
 // An activation quantization point to insert.
@@ -78,15 +73,21 @@ std::string StorageType(const numerics::QuantSpec& spec, bool four_bit) {
 
 class StaticRangePass {
  public:
+  // `body`: the pass runs on a subgraph body (subgraph_bodies.h), whose
+  // opset it cannot change and whose outer names it must not reuse; null
+  // for the main graph.
   StaticRangePass(const StaticRangeOptions& options,
                   const ActivationRanges& ranges, const PassHooks& hooks,
-                  onnx::ModelProto* model)
+                  UnitPrecision units, onnx::ModelProto* model,
+                  const Body* body = nullptr)
       : options_(options),
         weight_options_(options.WeightOptions()),
         ranges_(ranges),
         hooks_(hooks),
         model_(model),
-        graph_(model->mutable_graph()) {}
+        graph_(model->mutable_graph()),
+        body_(body),
+        units_(std::move(units)) {}
 
   absl::StatusOr<StaticRangeStats> Run();
 
@@ -157,6 +158,7 @@ class StaticRangePass {
   const PassHooks& hooks_;
   onnx::ModelProto* model_;
   onnx::GraphProto* graph_;
+  const Body* body_;
   int64_t ir_version_ = 0;
   UnitPrecision units_;
 
@@ -178,12 +180,8 @@ class StaticRangePass {
 
 absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   ir_version_ = model_->ir_version();
-  absl::StatusOr<UnitPrecision> units =
-      UnitPrecision::Resolve(*model_, options_.precision, options_.units,
-                             &options_.inlined);
-  if (!units.ok()) return units.status();
-  units_ = std::move(*units);
-  absl::Status s = CheckRangeNames();
+  // A body's ranges were checked against the whole model.
+  absl::Status s = body_ != nullptr ? absl::OkStatus() : CheckRangeNames();
   if (!s.ok()) return s;
   s = Plan();
   if (!s.ok()) return s;
@@ -195,6 +193,7 @@ absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   if (hooks_.on_planned) hooks_.on_planned(total_);
   if (total_ > 0) {
     names_ = std::make_unique<graph::UniqueNames>(*graph_);
+    if (body_ != nullptr) names_->AddGraph(*body_->outer_root);
     s = QuantizeWeights();
     if (!s.ok()) return s;
     PlaceWeightNodes();
@@ -209,16 +208,26 @@ absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   return std::move(stats_);
 }
 
-// Every named range must be a tensor of the main graph: a name that is not
-// is a calibration of another model (or a typo), and silently ignoring it
-// would hide that.
+// The values `graph` and its subgraphs define.
+void CollectValueNames(const onnx::GraphProto& graph,
+                       absl::flat_hash_set<std::string>* known) {
+  for (const auto& v : graph.input()) known->insert(v.name());
+  for (const auto& t : graph.initializer()) known->insert(t.name());
+  for (const auto& n : graph.node()) {
+    for (const auto& out : n.output()) known->insert(out);
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) CollectValueNames(a.g(), known);
+      for (const auto& g : a.graphs()) CollectValueNames(g, known);
+    }
+  }
+}
+
+// Every named range must be a tensor of the model (main graph or a
+// subgraph body): a name that is not is a calibration of another model (or
+// a typo), and silently ignoring it would hide that.
 absl::Status StaticRangePass::CheckRangeNames() const {
   absl::flat_hash_set<std::string> known;
-  for (const auto& v : graph_->input()) known.insert(v.name());
-  for (const auto& t : graph_->initializer()) known.insert(t.name());
-  for (const auto& n : graph_->node()) {
-    for (const auto& out : n.output()) known.insert(out);
-  }
+  CollectValueNames(*graph_, &known);
   std::vector<std::string> unknown;
   for (const auto& [name, range] : ranges_) {
     if (!known.contains(name)) unknown.push_back(name);
@@ -321,8 +330,10 @@ void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
           tensor, owner, 0, quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER,
           absl::StrCat("read inside a subgraph of ", reader.op_type(), " '",
                        reader.name(),
-                       "', which cannot be rewired to the "
-                       "dequantized tensor")));
+                       "', which cannot be rewired to a dequantized tensor: "
+                       "the subgraph's quantizable nodes quantize it there "
+                       "(subgraph_bodies.h), the readers in this graph do "
+                       "not")));
       return;
     }
     if (consumers.empty() || consumers.back() != use.node) {
@@ -485,8 +496,10 @@ absl::Status StaticRangePass::PrepareOpset() {
   for (const ActivationPlan& a : activations_) {
     four_bit |= HasFourBitActivations(a.precision);
   }
-  absl::StatusOr<OpsetOutcome> outcome =
-      EnsureOpset(model_, four_bit ? kInt4Opset : kPerChannelOpset);
+  const int64_t needed = four_bit ? kInt4Opset : kPerChannelOpset;
+  absl::StatusOr<OpsetOutcome> outcome = body_ != nullptr
+                                             ? BodyOpset(*body_, needed)
+                                             : EnsureOpset(model_, needed);
   if (!outcome.ok()) return outcome.status();
   stats_.opset_note = outcome->note;
   switch (outcome->mode) {
@@ -795,7 +808,48 @@ void StaticRangePass::Finish() {
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
     const StaticRangeOptions& options, const ActivationRanges& ranges,
     const PassHooks& hooks, onnx::ModelProto* model) {
-  return StaticRangePass(options, ranges, hooks, model).Run();
+  absl::StatusOr<UnitPrecision> units = UnitPrecision::Resolve(
+      *model, options.precision, options.units, &options.inlined);
+  if (!units.ok()) return units.status();
+  absl::StatusOr<StaticRangeStats> stats =
+      StaticRangePass(options, ranges, hooks, *units, model).Run();
+  if (!stats.ok() || !HasQuantizableBodies(model->graph())) return stats;
+
+  // Then every If/Loop/Scan body, as a graph of its own.
+  absl::StatusOr<std::string> note = PrepareBodiesOpset(
+      model, MayUseFourBitWeights(options.precision, options.units));
+  if (!note.ok()) return note.status();
+  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
+  PassHooks body_hooks = hooks;
+  body_hooks.on_planned = nullptr;  // The stage counts the main graph's.
+  body_hooks.on_progress = nullptr;
+  auto join = [](std::string* to, const std::string& more) {
+    if (more.empty()) return;
+    *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
+  };
+  absl::Status s =
+      ForEachBody(model, options.inlined, [&](Body* body) -> absl::Status {
+        absl::StatusOr<StaticRangeStats> b =
+            StaticRangePass(options, ranges, body_hooks,
+                            units->InBody(body->scope), &body->model, body)
+                .Run();
+        if (!b.ok()) return b.status();
+        stats->quantized_weights += b->quantized_weights;
+        stats->quantized_activations += b->quantized_activations;
+        stats->quantized_biases += b->quantized_biases;
+        stats->quantized_nodes += b->quantized_nodes;
+        stats->weight_bytes_before += b->weight_bytes_before;
+        stats->weight_bytes_after += b->weight_bytes_after;
+        for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
+        join(&stats->opset_note, b->opset_note);
+        if (!b->lowering_note.empty()) {
+          join(&stats->lowering_note,
+               absl::StrCat("in the ", body->where, ": ", b->lowering_note));
+        }
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  return stats;
 }
 
 }  // namespace quantd::passes

@@ -22,7 +22,6 @@ struct Place {
   std::string unit;      // Its name in that scope.
   std::string op;        // op_type.
   std::string instance;  // Which copy of the scope (a call, an owner node).
-  bool in_body = false;  // Inside an If/Loop/Scan body (stays float).
 };
 
 class PlaceCollector {
@@ -33,7 +32,7 @@ class PlaceCollector {
       : inlined_(inlined), places_(places), owners_(owners) {}
 
   void Graph(const onnx::GraphProto& graph, const std::string& scope,
-             const std::string& instance, bool in_body) {
+             const std::string& instance) {
     for (const onnx::NodeProto& node : graph.node()) {
       const graph::NodeOrigin* origin = nullptr;
       if (inlined_ != nullptr) {
@@ -42,7 +41,6 @@ class PlaceCollector {
       }
       Place p;
       p.op = node.op_type();
-      p.in_body = in_body;
       if (origin != nullptr && origin->top_level) {
         p.scope = origin->function;
         p.unit = origin->node;
@@ -57,11 +55,11 @@ class PlaceCollector {
       for (const onnx::AttributeProto& a : node.attribute()) {
         if (a.has_g()) {
           owners_->insert(owner);
-          Graph(a.g(), owner, node.name(), true);
+          Graph(a.g(), owner, node.name());
         }
         for (const onnx::GraphProto& g : a.graphs()) {
           owners_->insert(owner);
-          Graph(g, owner, node.name(), true);
+          Graph(g, owner, node.name());
         }
       }
     }
@@ -97,6 +95,18 @@ std::string AmbiguityIn(const std::vector<const Place*>& matches) {
 
 }  // namespace
 
+bool MayUseFourBitWeights(tfq::QuantizationPrecision default_precision,
+                          const UnitPrecisionEntries& entries) {
+  auto four_bit = [](tfq::QuantizationPrecision p) {
+    return p == tfq::PRECISION_W4A8 || p == tfq::PRECISION_W4A4;
+  };
+  if (four_bit(default_precision)) return true;
+  for (const Entry& e : entries) {
+    if (four_bit(e.quantization_precision())) return true;
+  }
+  return false;
+}
+
 std::string DescribeUnitEntry(int index, const Entry& entry) {
   return absl::StrCat("unit_wise_quantization_precision[", index, "] {",
                       entry.ShortDebugString(), "}");
@@ -115,14 +125,17 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
   out.entries_ = entries;
   if (inlined != nullptr) {
     for (const auto& [name, origin] : inlined->origins) {
-      if (origin.top_level) out.inlined_[name] = {origin.function, origin.node};
+      // A node inside a subgraph of a function's node takes the scope of
+      // that subgraph (known when For is asked, see InBody).
+      out.inlined_[name] = {origin.top_level ? origin.function : "",
+                            origin.node};
     }
   }
   if (entries.empty()) return out;
 
   std::vector<Place> places;
   absl::flat_hash_set<std::string> owners;  // Nodes holding subgraphs.
-  PlaceCollector(inlined, &places, &owners).Graph(model.graph(), "", "", false);
+  PlaceCollector(inlined, &places, &owners).Graph(model.graph(), "", "");
   absl::flat_hash_set<std::string> functions, called;
   if (inlined != nullptr) {
     functions.insert(inlined->functions.begin(), inlined->functions.end());
@@ -135,7 +148,7 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
   }
 
   const int n = static_cast<int>(entries.size());
-  std::vector<std::vector<std::string>> invalid(n), unimplemented(n);
+  std::vector<std::vector<std::string>> invalid(n);
   // Decision keys -> first entry with a valid precision.
   std::map<std::tuple<int, std::string, std::string>, int> first;
   // Resolved keys of each entry (kept for the maps below).
@@ -254,16 +267,6 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
         continue;
       }
     }
-    bool all_in_body = true;
-    for (const Place* pl : matches) all_in_body = all_in_body && pl->in_body;
-    if (all_in_body && precision_ok && p != tfq::PRECISION_FULL) {
-      unimplemented[i].push_back(absl::StrCat(
-          "its nodes are inside If/Loop/Scan bodies (",
-          ScopeName(matches.front()->scope, functions),
-          "), which quantd leaves float: only PRECISION_FULL can be honoured "
-          "there"));
-    }
-
     if (!precision_ok) continue;
     // Node entries are keyed by the node they resolved to, so a scoped and
     // an unscoped entry naming one node are the same unit.
@@ -300,8 +303,6 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
   };
   std::string bad = message(invalid, "invalid");
   if (!bad.empty()) return absl::InvalidArgumentError(bad);
-  std::string todo = message(unimplemented, "not implemented");
-  if (!todo.empty()) return absl::UnimplementedError(todo);
 
   // Duplicates agree: keep the first.
   for (int i = 0; i < n; ++i) {
@@ -318,9 +319,10 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
 }
 
 UnitPrecision::Choice UnitPrecision::For(const onnx::NodeProto& node) const {
-  std::pair<std::string, std::string> unit{"", node.name()};
+  std::pair<std::string, std::string> unit{body_scope_, node.name()};
   if (auto it = inlined_.find(node.name()); it != inlined_.end()) {
-    unit = it->second;
+    if (!it->second.first.empty()) unit.first = it->second.first;
+    unit.second = it->second.second;
   }
   int entry = -1;
   if (auto it = by_node_.find(unit); it != by_node_.end()) {
@@ -333,6 +335,12 @@ UnitPrecision::Choice UnitPrecision::For(const onnx::NodeProto& node) const {
   }
   if (entry < 0) return {default_, -1};
   return {entries_[entry].quantization_precision(), entry};
+}
+
+UnitPrecision UnitPrecision::InBody(const std::string& owner) const {
+  UnitPrecision body = *this;
+  body.body_scope_ = owner;
+  return body;
 }
 
 std::string UnitPrecision::Why(const onnx::NodeProto& node) const {

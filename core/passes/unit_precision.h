@@ -31,9 +31,6 @@
 //    an ambiguous UNIT_NODE entry (several nodes of that name in one scope,
 //    or, without func_name, in several scopes); a func_name naming both a
 //    local function and a node with a subgraph.
-//  - Then UNIMPLEMENTED, listing every such entry: an entry other than
-//    PRECISION_FULL whose nodes all lie inside If/Loop/Scan bodies (quantd
-//    leaves subgraph bodies float, so only FULL can be honoured there).
 //  - An entry may be FULL, W8A8, W4A8 or W4A4, so W8A8 and 4-bit layers mix
 //    in one model (4-bit weights are INT4, opset 21). Whether the method
 //    can express the precision is checked by the pass options: DYNAMIC_RANGE
@@ -78,10 +75,14 @@ class UnitPrecision {
     tensorflow::quantization::QuantizationPrecision precision;
     int entry = -1;  // Index of the deciding entry; -1 for the default.
   };
-  // For a node of the main graph (inlined function nodes included). Depends
+  // For a node of the main graph (inlined function nodes included), or of
+  // the body given to InBody. Depends
   // only on the node's name and op_type, so it stays right when a pass
   // renumbers or adds nodes.
   Choice For(const onnx::NodeProto& node) const;
+  // The same choices for the nodes of a subgraph body whose owner node's
+  // unit name (its name, or its name in its function) is `owner`.
+  UnitPrecision InBody(const std::string& owner) const;
   bool IsFull(const onnx::NodeProto& node) const {
     return For(node).precision == tensorflow::quantization::PRECISION_FULL;
   }
@@ -93,8 +94,11 @@ class UnitPrecision {
  private:
   tensorflow::quantization::QuantizationPrecision default_;
   UnitPrecisionEntries entries_;
-  // Inlined node name -> (function, name in it); other main-graph nodes are
-  // in scope "" under their own name.
+  // "" for the main graph, else the owner of the body For is asked about.
+  std::string body_scope_;
+  // Inlined node name -> (function, name in it); the function is "" for a
+  // node inside a subgraph of a function's node (its scope is the body's).
+  // Other nodes are in body_scope_ under their own name.
   absl::flat_hash_map<std::string, std::pair<std::string, std::string>>
       inlined_;
   // (scope, unit_name) -> entry.
@@ -103,6 +107,12 @@ class UnitPrecision {
   absl::flat_hash_map<std::pair<std::string, std::string>, int> by_scoped_op_;
   absl::flat_hash_map<std::string, int> by_op_;  // op_type -> unscoped entry
 };
+
+// True when the default or some entry is W4A8 or W4A4 (4-bit weights; W4A4
+// is the only precision with 4-bit activations).
+bool MayUseFourBitWeights(
+    tensorflow::quantization::QuantizationPrecision default_precision,
+    const UnitPrecisionEntries& entries);
 
 // "unit_wise_quantization_precision[i] {<entry as text>}".
 std::string DescribeUnitEntry(

@@ -23,12 +23,6 @@ bool IsDefaultDomain(const onnx::NodeProto& node) {
   return node.domain().empty() || node.domain() == "ai.onnx";
 }
 
-bool IsQuantizableOp(const onnx::NodeProto& node) {
-  return IsDefaultDomain(node) &&
-         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
-          node.op_type() == "MatMul");
-}
-
 // The `value` tensor of a Constant node, or null.
 const onnx::TensorProto* ConstantValue(const onnx::NodeProto& node) {
   if (node.op_type() != "Constant" || !IsDefaultDomain(node)) return nullptr;
@@ -299,6 +293,12 @@ class Planner {
 };
 
 }  // namespace
+
+bool IsQuantizableOp(const onnx::NodeProto& node) {
+  return IsDefaultDomain(node) &&
+         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
+          node.op_type() == "MatMul");
+}
 
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,

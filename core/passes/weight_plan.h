@@ -22,6 +22,10 @@
 
 namespace quantd::passes {
 
+// A default-domain Conv, Gemm or MatMul: the ops whose weight (input 1) the
+// passes quantize.
+bool IsQuantizableOp(const onnx::NodeProto& node);
+
 // One weight to quantize. Exactly one of `initializer` and `constant_node`
 // is >= 0 (indices into the graph's initializers / nodes).
 struct WeightPlan {

@@ -252,35 +252,31 @@ onnx::ModelProto WithSubgraph() {
   return m;
 }
 
-TEST(UnitPrecisionTest, SubgraphScopesMatchAndOnlyFullIsHonouredThere) {
+TEST(UnitPrecisionTest, SubgraphScopesMatchBodyNodes) {
   const onnx::ModelProto m = WithSubgraph();
-  // FULL inside a body is what quantd does there anyway: accepted.
   const std::vector<Unit> ok = {
-      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL, "branch"),
-      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "branch"),
-      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_FULL),  // Unique.
-      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),     // Main first.
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_W4A8, "branch"),  // 0
+      MakeUnit(Unit::UNIT_OP, "MatMul", tfq::PRECISION_FULL, "branch"),   // 1
+      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_W4A8),  // 2: unique.
+      MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8),  // 3: main first.
+      MakeUnit(Unit::UNIT_OP, "Relu", tfq::PRECISION_FULL),  // 4
   };
   absl::StatusOr<UnitPrecision> u =
       UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, ok);
   ASSERT_TRUE(u.ok()) << u.status();
-  EXPECT_EQ(u->For(*NodeNamed(m, "m1")).precision, tfq::PRECISION_W4A8);
+  EXPECT_EQ(u->For(*NodeNamed(m, "m1")).entry, 3);
   EXPECT_EQ(u->For(*NodeNamed(m, "m2")).precision, tfq::PRECISION_W8A8);
-
-  const std::vector<Unit> todo = {
-      MakeUnit(Unit::UNIT_NODE, "inner", tfq::PRECISION_W8A8, "branch"),  // 0
-      MakeUnit(Unit::UNIT_OP, "Relu", tfq::PRECISION_W4A8, "branch"),     // 1
-      MakeUnit(Unit::UNIT_NODE, "m2", tfq::PRECISION_FULL),               // 2
-  };
-  u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, todo);
-  ASSERT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
-  std::string msg(u.status().message());
-  for (int i : {0, 1}) {
-    EXPECT_THAT(msg, HasSubstr(DescribeUnitEntry(i, todo[i]))) << i;
-  }
-  EXPECT_THAT(msg, Not(HasSubstr("unit_wise_quantization_precision[2]")));
-  EXPECT_THAT(msg, HasSubstr("the subgraphs of node 'branch'"));
-  EXPECT_THAT(msg, HasSubstr("only PRECISION_FULL can be honoured there"));
+  // Inside the branch: the node entry beats the scoped op entry, which
+  // beats the unscoped one.
+  const UnitPrecision body = u->InBody("branch");
+  const onnx::GraphProto& then_g = m.graph().node(2).attribute(0).g();
+  EXPECT_EQ(body.For(then_g.node(0)).entry, 0);  // "inner"
+  onnx::NodeProto other = then_g.node(0);
+  other.set_name("other_matmul");
+  EXPECT_EQ(body.For(other).entry, 1);
+  EXPECT_EQ(body.For(then_g.node(1)).entry, 4);  // Relu "m1" of the body.
+  // The main graph's m1 entry does not reach the body's m1.
+  EXPECT_NE(body.For(then_g.node(1)).entry, 3);
 
   const std::vector<Unit> bad = {
       MakeUnit(Unit::UNIT_NODE, "nope", tfq::PRECISION_FULL, "branch"),   // 0
@@ -291,7 +287,7 @@ TEST(UnitPrecisionTest, SubgraphScopesMatchAndOnlyFullIsHonouredThere) {
   };
   u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, bad);
   ASSERT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
-  msg = std::string(u.status().message());
+  const std::string msg(u.status().message());
   EXPECT_THAT(msg, HasSubstr("5 unit_wise_quantization_precision entries"));
   EXPECT_THAT(msg, HasSubstr("no node in the subgraphs of node 'branch' is "
                              "named 'nope'"));

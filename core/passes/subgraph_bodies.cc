@@ -1,0 +1,258 @@
+#include "core/passes/subgraph_bodies.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/graph/graph_edit.h"
+#include "core/graph/model_io.h"
+#include "core/graph/unique_names.h"
+#include "core/passes/weight_plan.h"
+
+namespace quantd::passes {
+namespace {
+
+// A constant of an enclosing graph: where it lives, so it can be removed
+// once nothing reads it.
+struct OuterConstant {
+  const onnx::TensorProto* tensor = nullptr;
+  onnx::GraphProto* graph = nullptr;
+};
+using OuterConstants = absl::flat_hash_map<std::string, OuterConstant>;
+
+// The initializers of `graph` a body may treat as constants: at IR >= 4 an
+// initializer that is also a graph input may be fed at run time.
+void AddConstants(onnx::GraphProto* graph, int64_t ir_version,
+                  OuterConstants* out) {
+  absl::flat_hash_set<std::string> inputs;
+  for (const auto& v : graph->input()) inputs.insert(v.name());
+  for (const onnx::TensorProto& t : graph->initializer()) {
+    if (ir_version >= 4 && inputs.contains(t.name())) continue;
+    (*out)[t.name()] = {&t, graph};
+  }
+}
+
+// Every name read by a node, or returned, anywhere in `graph`.
+void CollectReads(const onnx::GraphProto& graph,
+                  absl::flat_hash_set<std::string>* reads) {
+  for (const auto& v : graph.output()) reads->insert(v.name());
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const auto& in : node.input()) reads->insert(in);
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) CollectReads(a.g(), reads);
+      for (const auto& g : a.graphs()) CollectReads(g, reads);
+    }
+  }
+}
+
+class BodyWalker {
+ public:
+  BodyWalker(onnx::ModelProto* model, const graph::InlinedFunctions& inlined,
+             const std::function<absl::Status(Body*)>& pass)
+      : model_(model), inlined_(inlined), pass_(pass) {}
+
+  absl::Status Run() {
+    AddTypes(model_->graph());
+    OuterConstants outer;
+    AddConstants(model_->mutable_graph(), model_->ir_version(), &outer);
+    absl::Status s = Walk(model_->mutable_graph(), outer);
+    if (!s.ok()) return s;
+    RemoveUnreadCopiedConstants();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Declared types of every value of `graph` (subgraphs included).
+  void AddTypes(const onnx::GraphProto& graph) {
+    for (const auto& v : graph.input()) outer_types_.emplace(v.name(), &v);
+    for (const auto& v : graph.value_info()) outer_types_.emplace(v.name(), &v);
+    for (const auto& v : graph.output()) outer_types_.emplace(v.name(), &v);
+  }
+
+  absl::Status Walk(onnx::GraphProto* graph, const OuterConstants& outer) {
+    for (onnx::NodeProto& node : *graph->mutable_node()) {
+      for (onnx::AttributeProto& a : *node.mutable_attribute()) {
+        std::vector<onnx::GraphProto*> bodies;
+        if (a.has_g()) bodies.push_back(a.mutable_g());
+        for (onnx::GraphProto& g : *a.mutable_graphs()) bodies.push_back(&g);
+        for (onnx::GraphProto* body : bodies) {
+          absl::Status s = RunOne(node, a.name(), body, outer);
+          if (!s.ok()) return s;
+          AddTypes(*body);
+          OuterConstants inner = outer;
+          AddConstants(body, model_->ir_version(), &inner);
+          s = Walk(body, inner);
+          if (!s.ok()) return s;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunOne(const onnx::NodeProto& owner, const std::string& attr,
+                      onnx::GraphProto* graph, const OuterConstants& outer) {
+    Body body;
+    body.model.set_ir_version(model_->ir_version());
+    *body.model.mutable_opset_import() = model_->opset_import();
+    auto origin = inlined_.origins.find(owner.name());
+    body.scope =
+        origin != inlined_.origins.end() ? origin->second.node : owner.name();
+    body.where =
+        absl::StrCat(attr, " of ", owner.op_type(), " '", owner.name(), "'");
+    body.outer_root = &model_->graph();
+    onnx::GraphProto* g = body.model.mutable_graph();
+    g->Swap(graph);
+
+    // Copies of the outer weights and biases its quantizable nodes read.
+    graph::UniqueNames names(*g);
+    names.AddGraph(model_->graph());
+    absl::flat_hash_map<std::string, std::string> copies;  // outer -> copy
+    for (onnx::NodeProto& node : *g->mutable_node()) {
+      if (!IsQuantizableOp(node)) continue;
+      for (int slot = 0; slot < node.input_size(); ++slot) {
+        auto it = outer.find(node.input(slot));
+        if (it == outer.end()) continue;
+        auto [copy, added] = copies.emplace(it->first, "");
+        if (added) {
+          copy->second = names.Make(it->first);
+          onnx::TensorProto t = *it->second.tensor;
+          t.set_name(copy->second);
+          graph::AddInitializer(std::move(t), /*also_input=*/false, g);
+        }
+        node.set_input(slot, copy->second);
+      }
+    }
+
+    // Outer activations read by the body's nodes look like graph inputs to
+    // the pass (a source with no producer, as it expects), for the time it
+    // runs.
+    const int real_inputs = g->input_size();
+    absl::flat_hash_set<std::string> defined;
+    for (const auto& v : g->input()) defined.insert(v.name());
+    for (const auto& t : g->initializer()) defined.insert(t.name());
+    for (const auto& n : g->node()) {
+      for (const auto& o : n.output()) defined.insert(o);
+    }
+    for (const auto& n : g->node()) {
+      for (const auto& in : n.input()) {
+        if (in.empty() || !defined.insert(in).second) continue;
+        onnx::ValueInfoProto* v = g->add_input();
+        auto known = outer_types_.find(in);
+        if (known != outer_types_.end()) *v = *known->second;
+        v->set_name(in);
+      }
+    }
+
+    absl::Status s = pass_(&body);
+
+    g->mutable_input()->DeleteSubrange(real_inputs,
+                                       g->input_size() - real_inputs);
+
+    // A copy the pass left float is folded back onto the outer constant.
+    absl::flat_hash_map<std::string, std::string> unused;  // copy -> outer
+    for (const auto& [outer_name, copy] : copies) unused[copy] = outer_name;
+    absl::flat_hash_set<std::string> float_copies;
+    for (const onnx::TensorProto& t : g->initializer()) {
+      if (unused.contains(t.name())) float_copies.insert(t.name());
+    }
+    for (onnx::NodeProto& node : *g->mutable_node()) {
+      for (std::string& in : *node.mutable_input()) {
+        if (float_copies.contains(in)) in = unused[in];
+      }
+    }
+    for (const auto& [outer_name, copy] : copies) {
+      if (!float_copies.contains(copy)) {
+        quantized_outer_[outer_name] = outer.at(outer_name).graph;
+      }
+    }
+    auto* inits = g->mutable_initializer();
+    for (int i = inits->size() - 1; i >= 0; --i) {
+      if (float_copies.contains(inits->Get(i).name())) {
+        inits->DeleteSubrange(i, 1);
+      }
+    }
+    graph->Swap(g);
+    return s;
+  }
+
+  // Outer constants whose readers all moved to quantized copies.
+  void RemoveUnreadCopiedConstants() {
+    if (quantized_outer_.empty()) return;
+    absl::flat_hash_set<std::string> reads;
+    CollectReads(model_->graph(), &reads);
+    absl::flat_hash_map<onnx::GraphProto*, absl::flat_hash_set<std::string>>
+        unread;
+    for (const auto& [name, graph] : quantized_outer_) {
+      if (!reads.contains(name)) unread[graph].insert(name);
+    }
+    for (auto& [graph, names] : unread) {
+      auto* inits = graph->mutable_initializer();
+      for (int i = inits->size() - 1; i >= 0; --i) {
+        if (names.contains(inits->Get(i).name())) inits->DeleteSubrange(i, 1);
+      }
+    }
+  }
+
+  onnx::ModelProto* model_;
+  const graph::InlinedFunctions& inlined_;
+  const std::function<absl::Status(Body*)>& pass_;
+  // Value name -> its declaration in the main graph.
+  absl::flat_hash_map<std::string, const onnx::ValueInfoProto*> outer_types_;
+  // Outer constants a body now reads through a quantized copy -> the graph
+  // holding them.
+  absl::flat_hash_map<std::string, onnx::GraphProto*> quantized_outer_;
+};
+
+bool BodyHasQuantizable(const onnx::GraphProto& graph, bool in_body) {
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (in_body && IsQuantizableOp(node)) return true;
+    for (const auto& a : node.attribute()) {
+      if (a.has_g() && BodyHasQuantizable(a.g(), true)) return true;
+      for (const auto& g : a.graphs()) {
+        if (BodyHasQuantizable(g, true)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed) {
+  OpsetOutcome outcome;
+  outcome.from = outcome.to = graph::DefaultOpset(body.model);
+  if (outcome.from >= needed) return outcome;
+  if (needed == kPerChannelOpset && outcome.from >= kDynamicQuantizeOpset) {
+    outcome.mode = OpsetOutcome::kPerTensorFallback;
+    outcome.note = absl::StrCat("weights in the ", body.where,
+                                " get one scale each (opset ", outcome.from,
+                                " has no per-channel DequantizeLinear)");
+    return outcome;
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "quantizing the ", body.where, " needs opset ", needed,
+      " but the model is at opset ", outcome.from,
+      ", which its main graph's quantization did not need to raise"));
+}
+
+absl::StatusOr<std::string> PrepareBodiesOpset(onnx::ModelProto* model,
+                                               bool four_bit) {
+  absl::StatusOr<OpsetOutcome> outcome =
+      EnsureOpset(model, four_bit ? kInt4Opset : kPerChannelOpset);
+  if (!outcome.ok()) return outcome.status();
+  return outcome->note;
+}
+
+bool HasQuantizableBodies(const onnx::GraphProto& graph) {
+  return BodyHasQuantizable(graph, false);
+}
+
+absl::Status ForEachBody(onnx::ModelProto* model,
+                         const graph::InlinedFunctions& inlined,
+                         const std::function<absl::Status(Body*)>& pass) {
+  return BodyWalker(model, inlined, pass).Run();
+}
+
+}  // namespace quantd::passes
