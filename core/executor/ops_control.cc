@@ -411,9 +411,10 @@ class ScanKernel : public Kernel {
     // Scan-8 has a leading sequence_lens input and a batch axis 0 on every
     // input and output.
     if (info.opset() < 8) {
-      return info.Invalid(absl::StrCat("Scan exists from opset 8; the model "
-                                       "imports opset ",
-                                       info.opset()));
+      return info.Invalid(
+          absl::StrCat("Scan exists from opset 8; the model "
+                       "imports opset ",
+                       info.opset()));
     }
     k->batched_ = info.opset() < 9;
     const int first = k->batched_ ? 1 : 0;
