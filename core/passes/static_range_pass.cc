@@ -813,13 +813,9 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
   if (!units.ok()) return units.status();
   absl::StatusOr<StaticRangeStats> stats =
       StaticRangePass(options, ranges, hooks, *units, model).Run();
-  if (!stats.ok() || !HasQuantizableBodies(model->graph())) return stats;
+  if (!stats.ok()) return stats;
 
   // Then every If/Loop/Scan body, as a graph of its own.
-  absl::StatusOr<std::string> note = PrepareBodiesOpset(
-      model, MayUseFourBitWeights(options.precision, options.units));
-  if (!note.ok()) return note.status();
-  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
   PassHooks body_hooks = hooks;
   body_hooks.on_planned = nullptr;  // The stage counts the main graph's.
   body_hooks.on_progress = nullptr;
@@ -827,8 +823,10 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
     if (more.empty()) return;
     *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
   };
-  absl::Status s =
-      ForEachBody(model, options.inlined, [&](Body* body) -> absl::Status {
+  absl::StatusOr<std::string> note = QuantizeBodies(
+      model, options.inlined,
+      MayUseFourBitWeights(options.precision, options.units),
+      [&](Body* body) -> absl::Status {
         absl::StatusOr<StaticRangeStats> b =
             StaticRangePass(options, ranges, body_hooks,
                             units->InBody(body->scope), &body->model, body)
@@ -848,7 +846,8 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         }
         return absl::OkStatus();
       });
-  if (!s.ok()) return s;
+  if (!note.ok()) return note.status();
+  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
   return stats;
 }
 

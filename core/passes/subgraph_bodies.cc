@@ -237,22 +237,20 @@ absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed) {
       ", which its main graph's quantization did not need to raise"));
 }
 
-absl::StatusOr<std::string> PrepareBodiesOpset(onnx::ModelProto* model,
-                                               bool four_bit) {
-  absl::StatusOr<OpsetOutcome> outcome =
-      EnsureOpset(model, four_bit ? kInt4Opset : kPerChannelOpset);
-  if (!outcome.ok()) return outcome.status();
-  return outcome->note;
-}
-
 bool HasQuantizableBodies(const onnx::GraphProto& graph) {
   return BodyHasQuantizable(graph, false);
 }
 
-absl::Status ForEachBody(onnx::ModelProto* model,
-                         const graph::InlinedFunctions& inlined,
-                         const std::function<absl::Status(Body*)>& pass) {
-  return BodyWalker(model, inlined, pass).Run();
+absl::StatusOr<std::string> QuantizeBodies(
+    onnx::ModelProto* model, const graph::InlinedFunctions& inlined,
+    bool four_bit, const std::function<absl::Status(Body*)>& pass) {
+  if (!HasQuantizableBodies(model->graph())) return std::string();
+  absl::StatusOr<OpsetOutcome> outcome =
+      EnsureOpset(model, four_bit ? kInt4Opset : kPerChannelOpset);
+  if (!outcome.ok()) return outcome.status();
+  absl::Status s = BodyWalker(model, inlined, pass).Run();
+  if (!s.ok()) return s;
+  return outcome->note;
 }
 
 }  // namespace quantd::passes

@@ -51,22 +51,20 @@ struct Body {
 // otherwise UNIMPLEMENTED naming the body and the opsets.
 absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed);
 
-// Before the bodies of `model` are quantized: raises its opset to what they
-// may need (kInt4Opset when `four_bit`, else kPerChannelOpset) with
-// EnsureOpset, which may replace the whole graph. Returns its note.
-absl::StatusOr<std::string> PrepareBodiesOpset(onnx::ModelProto* model,
-                                               bool four_bit);
-
 // True when some If/Loop/Scan body of `graph` (at any depth) holds a
 // default-domain Conv, Gemm or MatMul.
 bool HasQuantizableBodies(const onnx::GraphProto& graph);
 
-// Runs `pass` on every body of `model`'s graph (see above); stops at the
-// first error, leaving that body's graph as the pass left it (the caller
-// discards the model). `inlined` names the owners inlined from functions.
-absl::Status ForEachBody(onnx::ModelProto* model,
-                         const graph::InlinedFunctions& inlined,
-                         const std::function<absl::Status(Body*)>& pass);
+// After a pass quantized the main graph: when some body holds a quantizable
+// node, raises the model's opset to what the bodies may need (kInt4Opset
+// when `four_bit`, else kPerChannelOpset; EnsureOpset may replace the whole
+// graph) and runs `pass` on every body of the model (see above), outer
+// bodies first. Stops at the first error, leaving that body's graph as the
+// pass left it (the caller discards the model). `inlined` names the owners
+// inlined from functions. Returns the opset note ("" when unchanged).
+absl::StatusOr<std::string> QuantizeBodies(
+    onnx::ModelProto* model, const graph::InlinedFunctions& inlined,
+    bool four_bit, const std::function<absl::Status(Body*)>& pass);
 
 }  // namespace quantd::passes
 
