@@ -137,6 +137,7 @@ const OpRegistry& GlobalOpRegistry() {
     auto* r = new OpRegistry;
     RegisterElementwiseOps(r);
     RegisterNnOps(r);
+    RegisterReduceOps(r);
     RegisterShapeOps(r);
     RegisterQuantOps(r);
     RegisterControlOps(r);

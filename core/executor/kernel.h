@@ -178,6 +178,7 @@ class OpRegistry {
 // dropped by the linker from the static library).
 void RegisterElementwiseOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
+void RegisterReduceOps(OpRegistry* r);
 void RegisterShapeOps(OpRegistry* r);
 void RegisterQuantOps(OpRegistry* r);
 void RegisterControlOps(OpRegistry* r);

@@ -1,7 +1,7 @@
-// Elementwise kernels: binary arithmetic and comparison (broadcasting through
-// BroadcastWalk), unary math, Clip, Where. Each inner run is one Eigen array
-// expression, so the compiler vectorizes it and nothing is called per element
-// through a pointer.
+// Elementwise kernels: binary arithmetic, comparison and logic, variadic
+// Max / Min (broadcasting through BroadcastWalk), unary math, Not, Clip,
+// Where. Each inner run is one Eigen array expression, so the compiler
+// vectorizes it and nothing is called per element through a pointer.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -108,6 +108,101 @@ struct EqualOp {
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
     return a == b;
+  }
+};
+
+// Comparisons: BOOL out, numeric in (Greater / Less since opset 7, ints
+// since 9; GreaterOrEqual / LessOrEqual since 12).
+struct GreaterOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a > b;
+  }
+};
+struct LessOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a < b;
+  }
+};
+struct GreaterOrEqualOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a >= b;
+  }
+};
+struct LessOrEqualOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a <= b;
+  }
+};
+
+// Logic: BOOL in and out.
+struct AndOp {
+  using Types = TypeList<bool>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a && b;
+  }
+};
+struct OrOp {
+  using Types = TypeList<bool>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a || b;
+  }
+};
+struct XorOp {
+  using Types = TypeList<bool>;
+  template <typename T>
+  using Out = bool;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a != b;
+  }
+};
+
+// The steps of variadic Max / Min. NaN wins, as in numpy's maximum /
+// minimum, which ONNX's reference implementation uses.
+struct MaxOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = T;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    // Eigen 3.4's ArrayBase::max has no NaN-propagation parameter; its
+    // functor does (and stays vectorized).
+    using T = typename A::Scalar;
+    return a.binaryExpr(
+        b, Eigen::internal::scalar_max_op<T, T, Eigen::PropagateNaN>());
+  }
+};
+struct MinOp {
+  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  template <typename T>
+  using Out = T;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    using T = typename A::Scalar;
+    return a.binaryExpr(
+        b, Eigen::internal::scalar_min_op<T, T, Eigen::PropagateNaN>());
   }
 };
 
@@ -231,6 +326,76 @@ class BinaryKernel : public Kernel {
   std::string op_;
 };
 
+// Max / Min: any number of inputs of one type, folded pairwise through
+// BinaryBroadcast (broadcasting since opset 8; before, equal shapes only).
+template <typename Op>
+class VariadicKernel : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
+    if (info.num_inputs() < 1) return info.Invalid("needs at least 1 input");
+    for (int i = 0; i < info.num_inputs(); ++i) {
+      if (!info.has_input(i)) {
+        return info.Invalid(absl::StrCat("input ", i, " is empty"));
+      }
+      absl::Status s = CheckType(info, i, typename Op::Types{});
+      if (!s.ok()) return s;
+    }
+    auto k = std::unique_ptr<VariadicKernel<Op>>(new VariadicKernel<Op>);
+    k->op_ = info.op();
+    k->broadcast_ = info.opset() >= 8;
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  absl::Status Compute(const KernelContext& ctx) const override {
+    Tensor acc = ctx.in(0);
+    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+      const Tensor& b = ctx.in(i);
+      if (b.dtype() != acc.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op_, " inputs have different types ", DataTypeName(acc.dtype()),
+            " and ", DataTypeName(b.dtype())));
+      }
+      if (!broadcast_ && b.shape() != acc.shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op_, " before opset 8 needs equal shapes, got ",
+            ShapeString(acc.shape()), " and ", ShapeString(b.shape())));
+      }
+      const std::vector<int64_t> shapes[2] = {acc.shape(), b.shape()};
+      absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
+      if (!shape.ok()) return shape.status();
+      absl::Status s = DispatchImpl(
+          acc.dtype(),
+          [&](auto tag) {
+            using T = decltype(tag);
+            Tensor out(acc.dtype(), *shape);
+            BinaryBroadcast<Op, T>(acc, b, &out, ctx.pool);
+            acc = std::move(out);
+            return absl::OkStatus();
+          },
+          typename Op::Types{});
+      if (!s.ok()) return s;
+    }
+    if (ctx.inputs.size() == 1) {
+      // Still refuse a type the op does not take.
+      absl::Status s = DispatchImpl(
+          acc.dtype(), [](auto) { return absl::OkStatus(); },
+          typename Op::Types{});
+      if (!s.ok()) return s;
+    }
+    (*ctx.outputs)[0] = std::move(acc);
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename... Ts>
+  static absl::Status CheckType(NodeInfo& info, int i, TypeList<Ts...>) {
+    return info.RequireType(i, {TypeOf<Ts>::value...});
+  }
+
+  std::string op_;
+  bool broadcast_ = true;
+};
+
 // ------------------------------------------------------------------- unary
 
 // Applies f (an Eigen array expression builder) over the flat input.
@@ -245,21 +410,50 @@ Tensor UnaryMap(const Tensor& x, ThreadPool* pool, F f) {
   return out;
 }
 
-enum class Unary { kSqrt, kNeg, kRelu, kSigmoid, kTanh, kErf, kLeakyRelu };
+enum class Unary {
+  kSqrt,
+  kNeg,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kErf,
+  kLeakyRelu,
+  kAbs,
+  kSign,
+  kExp,
+  kLog,
+  kNot
+};
+
+// The kinds that take integers too (the rest are float / double only, Not
+// is BOOL only).
+bool IntegerUnary(Unary kind) {
+  return kind == Unary::kNeg || kind == Unary::kRelu || kind == Unary::kAbs ||
+         kind == Unary::kSign;
+}
 
 class UnaryKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     static const absl::flat_hash_map<std::string, Unary>* kinds =
         new absl::flat_hash_map<std::string, Unary>{
-            {"Sqrt", Unary::kSqrt},          {"Neg", Unary::kNeg},
-            {"Relu", Unary::kRelu},          {"Sigmoid", Unary::kSigmoid},
-            {"Tanh", Unary::kTanh},          {"Erf", Unary::kErf},
-            {"LeakyRelu", Unary::kLeakyRelu}};
+            {"Sqrt", Unary::kSqrt},
+            {"Neg", Unary::kNeg},
+            {"Relu", Unary::kRelu},
+            {"Sigmoid", Unary::kSigmoid},
+            {"Tanh", Unary::kTanh},
+            {"Erf", Unary::kErf},
+            {"LeakyRelu", Unary::kLeakyRelu},
+            {"Abs", Unary::kAbs},
+            {"Sign", Unary::kSign},
+            {"Exp", Unary::kExp},
+            {"Log", Unary::kLog},
+            {"Not", Unary::kNot}};
     auto k = std::unique_ptr<UnaryKernel>(new UnaryKernel);
     k->kind_ = kinds->at(info.op());
     if (k->kind_ == Unary::kLeakyRelu) k->alpha_ = info.Float("alpha", 0.01f);
-    absl::Status s = k->kind_ == Unary::kNeg || k->kind_ == Unary::kRelu
+    absl::Status s = k->kind_ == Unary::kNot ? info.RequireType(0, {TP::BOOL})
+                     : IntegerUnary(k->kind_)
                          ? info.RequireType(0, {TP::FLOAT, TP::DOUBLE,
                                                 TP::INT32, TP::INT64, TP::INT8})
                          : info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
@@ -270,12 +464,27 @@ class UnaryKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     Tensor& y = (*ctx.outputs)[0];
-    if (kind_ == Unary::kNeg || kind_ == Unary::kRelu) {
+    if (kind_ == Unary::kNot) {
+      return Dispatch<bool>(x.dtype(), [&](auto) {
+        y = UnaryMap<bool>(x, ctx.pool,
+                           [](const auto& a) { return a == false; });
+        return absl::OkStatus();
+      });
+    }
+    if (IntegerUnary(kind_)) {
       return Dispatch<float, double, int32_t, int64_t, int8_t>(
           x.dtype(), [&](auto tag) {
             using T = decltype(tag);
             if (kind_ == Unary::kNeg) {
               y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return -a; });
+            } else if (kind_ == Unary::kAbs) {
+              y = UnaryMap<T>(x, ctx.pool,
+                              [](const auto& a) { return a.abs(); });
+            } else if (kind_ == Unary::kSign) {
+              // Zero (and NaN) map to themselves.
+              y = UnaryMap<T>(x, ctx.pool, [](const auto& a) {
+                return (a > T(0)).select(T(1), (a < T(0)).select(T(-1), a));
+              });
             } else if constexpr (std::is_same_v<T, float>) {
               y = ClampFloatTensor(
                   x, 0.0f, std::numeric_limits<float>::infinity(), ctx.pool);
@@ -305,6 +514,12 @@ class UnaryKernel : public Kernel {
           break;
         case Unary::kErf:
           y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.erf(); });
+          break;
+        case Unary::kExp:
+          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.exp(); });
+          break;
+        case Unary::kLog:
+          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.log(); });
           break;
         case Unary::kLeakyRelu:
           y = UnaryMap<T>(x, ctx.pool, [alpha](const auto& a) {
@@ -436,8 +651,17 @@ void RegisterElementwiseOps(OpRegistry* r) {
   r->Register("Div", &BinaryKernel<DivOp>::Create);
   r->Register("Pow", &BinaryKernel<PowOp>::Create);
   r->Register("Equal", &BinaryKernel<EqualOp>::Create);
-  for (const char* op :
-       {"Sqrt", "Neg", "Relu", "Sigmoid", "Tanh", "Erf", "LeakyRelu"}) {
+  r->Register("Greater", &BinaryKernel<GreaterOp>::Create);
+  r->Register("Less", &BinaryKernel<LessOp>::Create);
+  r->Register("GreaterOrEqual", &BinaryKernel<GreaterOrEqualOp>::Create);
+  r->Register("LessOrEqual", &BinaryKernel<LessOrEqualOp>::Create);
+  r->Register("And", &BinaryKernel<AndOp>::Create);
+  r->Register("Or", &BinaryKernel<OrOp>::Create);
+  r->Register("Xor", &BinaryKernel<XorOp>::Create);
+  r->Register("Max", &VariadicKernel<MaxOp>::Create);
+  r->Register("Min", &VariadicKernel<MinOp>::Create);
+  for (const char* op : {"Sqrt", "Neg", "Relu", "Sigmoid", "Tanh", "Erf",
+                         "LeakyRelu", "Abs", "Sign", "Exp", "Log", "Not"}) {
     r->Register(op, &UnaryKernel::Create);
   }
   r->Register("Clip", &ClipKernel::Create);

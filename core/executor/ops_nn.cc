@@ -1,5 +1,5 @@
 // Neural-network kernels: Conv, pools, Gemm, MatMul, BatchNormalization,
-// Softmax, LayerNormalization, ReduceMean.
+// Softmax, LayerNormalization (the reductions are in ops_reduce.cc).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -661,84 +661,6 @@ class LayerNormKernel : public Kernel {
   float epsilon_ = 1e-5f;
 };
 
-// -------------------------------------------------------------- ReduceMean
-
-class ReduceMeanKernel : public Kernel {
- public:
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
-    auto k = std::unique_ptr<ReduceMeanKernel>(new ReduceMeanKernel);
-    k->keepdims_ = info.Int("keepdims", 1) != 0;
-    if (info.opset() >= 18) {
-      k->axes_input_ = true;
-      k->noop_with_empty_axes_ = info.Int("noop_with_empty_axes", 0) != 0;
-    } else {
-      k->axes_ = info.Ints("axes");
-    }
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (!s.ok()) return s;
-    return std::unique_ptr<Kernel>(std::move(k));
-  }
-
-  absl::Status Compute(const KernelContext& ctx) const override {
-    const Tensor& x = ctx.in(0);
-    if (x.dtype() != TP::FLOAT) {
-      return absl::UnimplementedError("only FLOAT ReduceMean is supported");
-    }
-    std::vector<int64_t> axes = axes_;
-    if (axes_input_ && ctx.has(1)) axes = ctx.in(1).ToInt64Vector();
-    if (axes.empty() && noop_with_empty_axes_) {
-      (*ctx.outputs)[0] = x;
-      return absl::OkStatus();
-    }
-    std::vector<bool> reduce(x.rank(), axes.empty());
-    for (int64_t a : axes) {
-      absl::StatusOr<int> ax = NormalizeAxis(a, x.rank());
-      if (!ax.ok()) return ax.status();
-      reduce[*ax] = true;
-    }
-    std::vector<int64_t> kept = x.shape(), out_shape;
-    int64_t count = 1;
-    for (int i = 0; i < x.rank(); ++i) {
-      if (reduce[i]) {
-        count *= kept[i];
-        kept[i] = 1;
-        if (keepdims_) out_shape.push_back(1);
-      } else {
-        out_shape.push_back(kept[i]);
-      }
-    }
-    Tensor y(TP::FLOAT, kept);
-    float* out = y.mutable_data<float>();
-    std::fill(out, out + y.size(), 0.0f);
-    const float* in = x.data<float>();
-    // Walk the input with the kept-dims output broadcast along it: each run
-    // either sums into one output value or adds a row onto a row.
-    const std::vector<int64_t> shapes[2] = {x.shape(), kept};
-    BroadcastWalk walk(x.shape(), shapes);
-    const int64_t n = walk.inner();
-    const bool row = walk.inner_stride(1) != 0;
-    walk.ForEachRun(0, walk.runs(), [&](int64_t o, const int64_t* off) {
-      if (row) {
-        Eigen::Map<Eigen::ArrayXf>(out + off[1], n) +=
-            Eigen::Map<const Eigen::ArrayXf>(in + o, n);
-      } else {
-        out[off[1]] += Eigen::Map<const Eigen::ArrayXf>(in + o, n).sum();
-      }
-    });
-    const float inv =
-        count > 0 ? 1.0f / count : std::numeric_limits<float>::quiet_NaN();
-    for (int64_t i = 0; i < y.size(); ++i) out[i] *= inv;
-    (*ctx.outputs)[0] = y.Reshaped(out_shape);
-    return absl::OkStatus();
-  }
-
- private:
-  std::vector<int64_t> axes_;
-  bool keepdims_ = true;
-  bool axes_input_ = false;
-  bool noop_with_empty_axes_ = false;
-};
-
 }  // namespace
 
 void RegisterNnOps(OpRegistry* r) {
@@ -751,7 +673,6 @@ void RegisterNnOps(OpRegistry* r) {
   r->Register("BatchNormalization", &BatchNormKernel::Create);
   r->Register("Softmax", &SoftmaxKernel::Create);
   r->Register("LayerNormalization", &LayerNormKernel::Create);
-  r->Register("ReduceMean", &ReduceMeanKernel::Create);
 }
 
 }  // namespace quantd::executor

@@ -1,0 +1,713 @@
+// Hand-computed vectors for the ops that control-flow conditions and common
+// heads use: comparisons and logic (broadcasting, BOOL out), Reduce* (axes as
+// attribute or input, keepdims, noop_with_empty_axes), ArgMax / ArgMin,
+// variadic Max / Min and the unary math, plus their error codes.
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/engine/thread_pool.h"
+#include "core/executor/executor.h"
+#include "core/executor/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace quantd::executor {
+namespace {
+
+using ::quantd::testing::ModelBuilder;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using TP = onnx::TensorProto;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// One node "n0" of `op` at `opset`: every input with a tensor is a graph
+// input (declared with its type and shape), except those given as
+// initializers; output "y" (or y0, y1, ...).
+class NodeTester {
+ public:
+  NodeTester(std::string op, int64_t opset) : op_(std::move(op)), b_(opset) {}
+
+  NodeTester& In(Tensor t) {
+    const std::string name = absl::StrCat("x", inputs_.size());
+    b_.Input(name, t.shape(), t.dtype());
+    feeds_[name] = std::move(t);
+    inputs_.push_back(name);
+    return *this;
+  }
+  // An initializer: its value is known at Create.
+  NodeTester& Const(const Tensor& t) {
+    const std::string name = absl::StrCat("x", inputs_.size());
+    *b_.model().mutable_graph()->add_initializer() = t.ToProto(name);
+    inputs_.push_back(name);
+    return *this;
+  }
+  // An omitted optional input.
+  NodeTester& None() {
+    inputs_.push_back("");
+    return *this;
+  }
+  NodeTester& Attr(const std::string& name, int64_t v) {
+    attrs_.emplace_back(name, std::vector<int64_t>{v});
+    ints_.push_back(false);
+    return *this;
+  }
+  NodeTester& Attr(const std::string& name, std::vector<int64_t> v) {
+    attrs_.emplace_back(name, std::move(v));
+    ints_.push_back(true);
+    return *this;
+  }
+
+  onnx::ModelProto Model() {
+    ModelBuilder b = b_;
+    b.Node(op_, inputs_, {"y"}, "n0");
+    for (size_t i = 0; i < attrs_.size(); ++i) {
+      if (ints_[i]) {
+        b.Attr(attrs_[i].first, attrs_[i].second);
+      } else {
+        b.Attr(attrs_[i].first, attrs_[i].second[0]);
+      }
+    }
+    b.model().mutable_graph()->add_output()->set_name("y");
+    return b.Build();
+  }
+
+  absl::StatusOr<std::unique_ptr<Executor>> Create() {
+    return Executor::Create(Model());
+  }
+
+  // The output, or the Create / Run error.
+  absl::StatusOr<Tensor> Run() {
+    absl::StatusOr<std::unique_ptr<Executor>> e = Create();
+    if (!e.ok()) return e.status();
+    absl::StatusOr<std::vector<Tensor>> out = (*e)->Run(feeds_);
+    if (!out.ok()) return out.status();
+    return (*out)[0];
+  }
+
+ private:
+  std::string op_;
+  ModelBuilder b_;
+  std::vector<std::string> inputs_;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> attrs_;
+  std::vector<bool> ints_;
+  absl::flat_hash_map<std::string, Tensor> feeds_;
+};
+
+template <typename T>
+std::vector<T> Values(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
+  if (t.dtype() != TypeOf<T>::value) return {};
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
+}
+
+template <typename T>
+Tensor T1(std::vector<int64_t> shape, std::vector<T> v) {
+  return Tensor::FromVector<T>(std::move(shape), v);
+}
+
+// x[i][j][k] = 1 + 6i + 2j + k, shape [2, 3, 2].
+Tensor Cube() {
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = static_cast<float>(i + 1);
+  return T1<float>({2, 3, 2}, v);
+}
+
+// ------------------------------------------------------------ comparisons
+
+TEST(OpsComparisonTest, GreaterBroadcastsRowOverMatrix) {
+  absl::StatusOr<Tensor> y = NodeTester("Greater", 13)
+                                 .In(T1<float>({2, 3}, {1, 5, 3, -1, 0, 9}))
+                                 .In(T1<float>({3}, {0, 5, 2}))
+                                 .Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<bool>(*y),
+              ElementsAre(true, false, true, false, false, true));
+}
+
+TEST(OpsComparisonTest, LessBroadcastsColumnAgainstRowInt64) {
+  absl::StatusOr<Tensor> y = NodeTester("Less", 9)
+                                 .In(T1<int64_t>({2, 1}, {1, 4}))
+                                 .In(T1<int64_t>({1, 3}, {0, 2, 4}))
+                                 .Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<bool>(*y),
+              ElementsAre(false, true, true, false, false, false));
+}
+
+TEST(OpsComparisonTest, OrEqualVariantsIncludeTies) {
+  absl::StatusOr<Tensor> ge = NodeTester("GreaterOrEqual", 12)
+                                  .In(T1<int32_t>({}, {2}))
+                                  .In(T1<int32_t>({4}, {1, 2, 3, -7}))
+                                  .Run();
+  ASSERT_TRUE(ge.ok()) << ge.status();
+  EXPECT_EQ(ge->shape(), (std::vector<int64_t>{4}));
+  EXPECT_THAT(Values<bool>(*ge), ElementsAre(true, true, false, true));
+  absl::StatusOr<Tensor> le = NodeTester("LessOrEqual", 16)
+                                  .In(T1<double>({3}, {1.5, 2.0, 2.5}))
+                                  .In(T1<double>({1}, {2.0}))
+                                  .Run();
+  ASSERT_TRUE(le.ok()) << le.status();
+  EXPECT_THAT(Values<bool>(*le), ElementsAre(true, true, false));
+}
+
+TEST(OpsComparisonTest, NanComparesFalse) {
+  absl::StatusOr<Tensor> y = NodeTester("Greater", 13)
+                                 .In(T1<float>({2}, {kNan, 1}))
+                                 .In(T1<float>({2}, {0, kNan}))
+                                 .Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<bool>(*y), ElementsAre(false, false));
+}
+
+TEST(OpsComparisonTest, ShapesThatDoNotBroadcastNameTheNode) {
+  absl::StatusOr<Tensor> y = NodeTester("Less", 13)
+                                 .In(T1<float>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                 .In(T1<float>({2}, {1, 2}))
+                                 .Run();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("n0"));
+  EXPECT_THAT(y.status().message(), HasSubstr("do not broadcast"));
+}
+
+TEST(OpsComparisonTest, MixedInputTypesAreInvalid) {
+  absl::StatusOr<Tensor> y = NodeTester("Greater", 13)
+                                 .In(T1<float>({1}, {1}))
+                                 .In(T1<int64_t>({1}, {1}))
+                                 .Run();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("n0"));
+}
+
+// ------------------------------------------------------------------ logic
+
+TEST(OpsLogicTest, AndOrXorBroadcast) {
+  const Tensor a = T1<bool>({2, 2}, {true, true, false, false});
+  const Tensor b = T1<bool>({2}, {true, false});
+  struct Case {
+    const char* op;
+    std::vector<bool> want;
+  };
+  for (const Case& c : {Case{"And", {true, false, false, false}},
+                        Case{"Or", {true, true, true, false}},
+                        Case{"Xor", {false, true, true, false}}}) {
+    absl::StatusOr<Tensor> y = NodeTester(c.op, 7).In(a).In(b).Run();
+    ASSERT_TRUE(y.ok()) << c.op << ": " << y.status();
+    EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 2})) << c.op;
+    EXPECT_THAT(Values<bool>(*y), ElementsAreArray(c.want)) << c.op;
+  }
+}
+
+TEST(OpsLogicTest, NotFlips) {
+  absl::StatusOr<Tensor> y =
+      NodeTester("Not", 7).In(T1<bool>({3}, {true, false, true})).Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<bool>(*y), ElementsAre(false, true, false));
+}
+
+TEST(OpsLogicTest, NonBoolInputIsRefusedAtCreate) {
+  absl::StatusOr<std::unique_ptr<Executor>> e = NodeTester("And", 7)
+                                                    .In(T1<float>({1}, {1}))
+                                                    .In(T1<float>({1}, {0}))
+                                                    .Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("n0"));
+  EXPECT_THAT(e.status().message(), HasSubstr("FLOAT"));
+}
+
+TEST(OpsLogicTest, ComparisonFeedsWhereAndLogic) {
+  // The shape of a typical condition: (x > 0) and not (x > 2) selects x.
+  ModelBuilder b(13);
+  b.Input("x", {4})
+      .Initializer("zero", {}, {0.0f})
+      .Initializer("two", {}, {2.0f})
+      .Node("Greater", {"x", "zero"}, {"pos"})
+      .Node("Greater", {"x", "two"}, {"big"})
+      .Node("Not", {"big"}, {"small"})
+      .Node("And", {"pos", "small"}, {"cond"})
+      .Node("Where", {"cond", "x", "zero"}, {"y"})
+      .Output("y", {4});
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(b.Build());
+  ASSERT_TRUE(e.ok()) << e.status();
+  absl::StatusOr<std::vector<Tensor>> out =
+      (*e)->Run({{"x", T1<float>({4}, {-1, 1, 2, 3})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Values<float>((*out)[0]), ElementsAre(0, 1, 2, 0));
+}
+
+// ------------------------------------------------------------- reductions
+
+TEST(OpsReduceTest, SumOverTwoAxesFromInputWithAndWithoutKeepdims) {
+  for (int keep : {1, 0}) {
+    absl::StatusOr<Tensor> y = NodeTester("ReduceSum", 13)
+                                   .In(Cube())
+                                   .In(T1<int64_t>({2}, {0, 2}))
+                                   .Attr("keepdims", keep)
+                                   .Run();
+    ASSERT_TRUE(y.ok()) << y.status();
+    const std::vector<int64_t> want =
+        keep ? std::vector<int64_t>{1, 3, 1} : std::vector<int64_t>{3};
+    EXPECT_EQ(y->shape(), want);
+    // 1+2+7+8, 3+4+9+10, 5+6+11+12.
+    EXPECT_THAT(Values<float>(*y), ElementsAre(18, 26, 34));
+  }
+}
+
+TEST(OpsReduceTest, SumAxesAsConstantInputAndAsOldAttribute) {
+  // Opset 13 reads axes from input 1 (here an initializer, checked at
+  // Create); opset 11 from the attribute. Both reduce the middle axis.
+  absl::StatusOr<Tensor> in =
+      NodeTester("ReduceSum", 13).In(Cube()).Const(T1<int64_t>({1}, {1})).Run();
+  absl::StatusOr<Tensor> attr = NodeTester("ReduceSum", 11)
+                                    .In(Cube())
+                                    .Attr("axes", std::vector<int64_t>{1})
+                                    .Run();
+  for (const auto* y : {&in, &attr}) {
+    ASSERT_TRUE(y->ok()) << y->status();
+    EXPECT_EQ((*y)->shape(), (std::vector<int64_t>{2, 1, 2}));
+    EXPECT_THAT(Values<float>(**y), ElementsAre(9, 12, 27, 30));
+  }
+}
+
+TEST(OpsReduceTest, MaxMinAxesAttributeBefore18InputFrom18) {
+  absl::StatusOr<Tensor> mx = NodeTester("ReduceMax", 13)
+                                  .In(Cube())
+                                  .Attr("axes", std::vector<int64_t>{1})
+                                  .Run();
+  ASSERT_TRUE(mx.ok()) << mx.status();
+  EXPECT_EQ(mx->shape(), (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_THAT(Values<float>(*mx), ElementsAre(5, 6, 11, 12));
+
+  absl::StatusOr<Tensor> mn = NodeTester("ReduceMin", 18)
+                                  .In(Cube())
+                                  .In(T1<int64_t>({1}, {-1}))
+                                  .Attr("keepdims", 0)
+                                  .Run();
+  ASSERT_TRUE(mn.ok()) << mn.status();
+  EXPECT_EQ(mn->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<float>(*mn), ElementsAre(1, 3, 5, 7, 9, 11));
+
+  // At 18 the attribute no longer exists: refused, not ignored.
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      NodeTester("ReduceMax", 18)
+          .In(Cube())
+          .Attr("axes", std::vector<int64_t>{1})
+          .Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("'axes'"));
+}
+
+TEST(OpsReduceTest, MeanKeepsItsBehaviourThroughTheSharedHelper) {
+  absl::StatusOr<Tensor> y =
+      NodeTester("ReduceMean", 18).In(Cube()).In(T1<int64_t>({1}, {1})).Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_THAT(Values<float>(*y), ElementsAre(3, 4, 9, 10));
+  absl::StatusOr<Tensor> all =
+      NodeTester("ReduceMean", 13).In(Cube()).Attr("keepdims", 0).Run();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->rank(), 0);
+  EXPECT_THAT(Values<float>(*all), ElementsAre(6.5f));
+}
+
+TEST(OpsReduceTest, ProdOfIntsOverAllAxesByDefault) {
+  absl::StatusOr<Tensor> y =
+      NodeTester("ReduceProd", 13).In(T1<int64_t>({2, 2}, {1, 2, 3, 4})).Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 1}));
+  EXPECT_THAT(Values<int64_t>(*y), ElementsAre(24));
+  absl::StatusOr<Tensor> i32 = NodeTester("ReduceSum", 13)
+                                   .In(T1<int32_t>({2, 2}, {1, 2, 3, 4}))
+                                   .None()
+                                   .Attr("keepdims", 0)
+                                   .Run();
+  ASSERT_TRUE(i32.ok()) << i32.status();
+  EXPECT_EQ(i32->rank(), 0);
+  EXPECT_THAT(Values<int32_t>(*i32), ElementsAre(10));
+}
+
+TEST(OpsReduceTest, NoopWithEmptyAxes) {
+  const Tensor empty_axes = T1<int64_t>({0}, {});
+  absl::StatusOr<Tensor> noop = NodeTester("ReduceMax", 18)
+                                    .In(Cube())
+                                    .In(empty_axes)
+                                    .Attr("noop_with_empty_axes", 1)
+                                    .Run();
+  ASSERT_TRUE(noop.ok()) << noop.status();
+  EXPECT_EQ(noop->shape(), (std::vector<int64_t>{2, 3, 2}));
+  EXPECT_EQ(Values<float>(*noop), Values<float>(Cube()));
+  // Without the flag, empty axes reduce everything.
+  absl::StatusOr<Tensor> all =
+      NodeTester("ReduceSum", 13).In(Cube()).In(empty_axes).Run();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->shape(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_THAT(Values<float>(*all), ElementsAre(78));
+  // With the flag and no axes input at all: also a no-op.
+  absl::StatusOr<Tensor> omitted = NodeTester("ReduceSum", 13)
+                                       .In(Cube())
+                                       .Attr("noop_with_empty_axes", 1)
+                                       .Run();
+  ASSERT_TRUE(omitted.ok()) << omitted.status();
+  EXPECT_EQ(omitted->shape(), (std::vector<int64_t>{2, 3, 2}));
+  // Before opset 13 ReduceSum has no such attribute.
+  absl::StatusOr<std::unique_ptr<Executor>> old =
+      NodeTester("ReduceSum", 11)
+          .In(Cube())
+          .Attr("noop_with_empty_axes", 1)
+          .Create();
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(old.status().message(), HasSubstr("noop_with_empty_axes"));
+}
+
+TEST(OpsReduceTest, EmptySetsGiveTheIdentity) {
+  const Tensor none = T1<float>({2, 0}, {});
+  struct Case {
+    const char* op;
+    float want;
+  };
+  for (const Case& c : {Case{"ReduceSum", 0}, Case{"ReduceProd", 1},
+                        Case{"ReduceMax", -kInf}, Case{"ReduceMin", kInf}}) {
+    // Opset 18: axes is an input for every Reduce*.
+    absl::StatusOr<Tensor> y = NodeTester(c.op, 18)
+                                   .In(none)
+                                   .In(T1<int64_t>({1}, {1}))
+                                   .Attr("keepdims", 0)
+                                   .Run();
+    ASSERT_TRUE(y.ok()) << c.op << ": " << y.status();
+    EXPECT_EQ(y->shape(), (std::vector<int64_t>{2})) << c.op;
+    EXPECT_THAT(Values<float>(*y), ElementsAre(c.want, c.want)) << c.op;
+  }
+  absl::StatusOr<Tensor> mean = NodeTester("ReduceMean", 13)
+                                    .In(none)
+                                    .Attr("axes", std::vector<int64_t>{1})
+                                    .Run();
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_TRUE(std::isnan(Values<float>(*mean)[0]));
+}
+
+TEST(OpsReduceTest, MaxPropagatesNanAndTakesBoolAndInt8) {
+  absl::StatusOr<Tensor> f = NodeTester("ReduceMax", 13)
+                                 .In(T1<float>({2, 2}, {1, kNan, 3, 2}))
+                                 .Attr("axes", std::vector<int64_t>{1})
+                                 .Attr("keepdims", 0)
+                                 .Run();
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::vector<float> fv = Values<float>(*f);
+  ASSERT_EQ(fv.size(), 2u);
+  EXPECT_TRUE(std::isnan(fv[0]));
+  EXPECT_EQ(fv[1], 3);
+  const Tensor b = T1<bool>({2, 2}, {true, false, false, false});
+  absl::StatusOr<Tensor> any = NodeTester("ReduceMax", 20)
+                                   .In(b)
+                                   .In(T1<int64_t>({1}, {1}))
+                                   .Attr("keepdims", 0)
+                                   .Run();
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_THAT(Values<bool>(*any), ElementsAre(true, false));
+  absl::StatusOr<Tensor> all =
+      NodeTester("ReduceMin", 20).In(b).In(T1<int64_t>({1}, {0})).Run();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_THAT(Values<bool>(*all), ElementsAre(false, false));
+  absl::StatusOr<Tensor> i8 = NodeTester("ReduceMin", 13)
+                                  .In(T1<int8_t>({3}, {4, -7, 2}))
+                                  .Attr("keepdims", 0)
+                                  .Run();
+  ASSERT_TRUE(i8.ok()) << i8.status();
+  EXPECT_THAT(Values<int8_t>(*i8), ElementsAre(-7));
+}
+
+TEST(OpsReduceTest, OutOfRangeAxisIsInvalidAndNamesTheNode) {
+  // Known at Create (attribute, declared rank).
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      NodeTester("ReduceMax", 13)
+          .In(Cube())
+          .Attr("axes", std::vector<int64_t>{3})
+          .Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.status().message(), HasSubstr("n0"));
+  EXPECT_THAT(e.status().message(), HasSubstr("out of range"));
+  // Only known at run time (axes is a graph input).
+  absl::StatusOr<Tensor> y =
+      NodeTester("ReduceSum", 13).In(Cube()).In(T1<int64_t>({1}, {-4})).Run();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("n0"));
+  EXPECT_THAT(y.status().message(), HasSubstr("out of range"));
+}
+
+// ------------------------------------------------------- ArgMax / ArgMin
+
+TEST(OpsArgTest, SelectLastIndexPicksTheLastTie) {
+  const Tensor x = T1<float>({2, 3}, {2, 5, 5, 7, 1, 7});
+  absl::StatusOr<Tensor> first =
+      NodeTester("ArgMax", 13).In(x).Attr("axis", 1).Run();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->shape(), (std::vector<int64_t>{2, 1}));
+  EXPECT_THAT(Values<int64_t>(*first), ElementsAre(1, 0));
+  absl::StatusOr<Tensor> last = NodeTester("ArgMax", 13)
+                                    .In(x)
+                                    .Attr("axis", -1)
+                                    .Attr("keepdims", 0)
+                                    .Attr("select_last_index", 1)
+                                    .Run();
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->shape(), (std::vector<int64_t>{2}));
+  EXPECT_THAT(Values<int64_t>(*last), ElementsAre(2, 2));
+}
+
+TEST(OpsArgTest, ArgMinAlongTheFirstAxisOfInts) {
+  const Tensor x = T1<int32_t>({2, 3}, {2, 1, 3, 2, 1, 0});
+  absl::StatusOr<Tensor> first =
+      NodeTester("ArgMin", 12).In(x).Attr("keepdims", 0).Run();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(Values<int64_t>(*first), ElementsAre(0, 0, 1));
+  absl::StatusOr<Tensor> last = NodeTester("ArgMin", 12)
+                                    .In(x)
+                                    .Attr("keepdims", 0)
+                                    .Attr("select_last_index", 1)
+                                    .Run();
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_THAT(Values<int64_t>(*last), ElementsAre(1, 1, 1));
+}
+
+TEST(OpsArgTest, NanWinsLikeNumpy) {
+  absl::StatusOr<Tensor> y = NodeTester("ArgMax", 13)
+                                 .In(T1<float>({4}, {1, kNan, 9, kNan}))
+                                 .Attr("keepdims", 0)
+                                 .Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<int64_t>(*y), ElementsAre(1));
+}
+
+TEST(OpsArgTest, SelectLastIndexDoesNotExistBefore12) {
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      NodeTester("ArgMax", 11)
+          .In(T1<float>({2}, {1, 2}))
+          .Attr("select_last_index", 1)
+          .Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("select_last_index"));
+}
+
+TEST(OpsArgTest, OutOfRangeAxisIsInvalidAndNamesTheNode) {
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      NodeTester("ArgMin", 13).In(Cube()).Attr("axis", -4).Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.status().message(), HasSubstr("n0"));
+}
+
+// ------------------------------------------------------------ elementwise
+
+TEST(OpsElementwiseTest, VariadicMaxMinBroadcastThreeInputs) {
+  const Tensor a = T1<float>({2, 1}, {1, 6});
+  const Tensor b = T1<float>({3}, {0, 4, 8});
+  const Tensor c = T1<float>({}, {3});
+  absl::StatusOr<Tensor> mx = NodeTester("Max", 13).In(a).In(b).In(c).Run();
+  ASSERT_TRUE(mx.ok()) << mx.status();
+  EXPECT_EQ(mx->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<float>(*mx), ElementsAre(3, 4, 8, 6, 6, 8));
+  absl::StatusOr<Tensor> mn = NodeTester("Min", 13).In(a).In(b).In(c).Run();
+  ASSERT_TRUE(mn.ok()) << mn.status();
+  EXPECT_THAT(Values<float>(*mn), ElementsAre(0, 1, 1, 0, 3, 3));
+  absl::StatusOr<Tensor> one =
+      NodeTester("Max", 13).In(T1<int64_t>({2}, {5, -5})).Run();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(Values<int64_t>(*one), ElementsAre(5, -5));
+}
+
+TEST(OpsElementwiseTest, MaxPropagatesNan) {
+  absl::StatusOr<Tensor> y = NodeTester("Max", 13)
+                                 .In(T1<float>({2}, {kNan, 1}))
+                                 .In(T1<float>({2}, {0, kNan}))
+                                 .Run();
+  ASSERT_TRUE(y.ok()) << y.status();
+  const std::vector<float> v = Values<float>(*y);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_TRUE(std::isnan(v[1]));
+}
+
+TEST(OpsElementwiseTest, MaxBeforeOpset8NeedsEqualShapes) {
+  absl::StatusOr<Tensor> y = NodeTester("Max", 7)
+                                 .In(T1<float>({2}, {1, 2}))
+                                 .In(T1<float>({1}, {3}))
+                                 .Run();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("n0"));
+  absl::StatusOr<Tensor> same = NodeTester("Min", 7)
+                                    .In(T1<float>({2}, {1, 2}))
+                                    .In(T1<float>({2}, {3, 0}))
+                                    .Run();
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_THAT(Values<float>(*same), ElementsAre(1, 0));
+}
+
+TEST(OpsElementwiseTest, AbsSignExpLog) {
+  const Tensor x = T1<float>({4}, {-2, 0, 0.5f, kNan});
+  absl::StatusOr<Tensor> abs = NodeTester("Abs", 13).In(x).Run();
+  ASSERT_TRUE(abs.ok()) << abs.status();
+  std::vector<float> v = Values<float>(*abs);
+  EXPECT_EQ(v[0], 2);
+  EXPECT_EQ(v[1], 0);
+  EXPECT_EQ(v[2], 0.5f);
+  EXPECT_TRUE(std::isnan(v[3]));
+  absl::StatusOr<Tensor> sign = NodeTester("Sign", 13).In(x).Run();
+  ASSERT_TRUE(sign.ok()) << sign.status();
+  v = Values<float>(*sign);
+  EXPECT_EQ(v[0], -1);
+  EXPECT_EQ(v[1], 0);
+  EXPECT_EQ(v[2], 1);
+  EXPECT_TRUE(std::isnan(v[3]));
+  absl::StatusOr<Tensor> isign =
+      NodeTester("Sign", 9).In(T1<int64_t>({3}, {-9, 0, 4})).Run();
+  ASSERT_TRUE(isign.ok()) << isign.status();
+  EXPECT_THAT(Values<int64_t>(*isign), ElementsAre(-1, 0, 1));
+  absl::StatusOr<Tensor> iabs =
+      NodeTester("Abs", 13).In(T1<int32_t>({2}, {-3, 3})).Run();
+  ASSERT_TRUE(iabs.ok()) << iabs.status();
+  EXPECT_THAT(Values<int32_t>(*iabs), ElementsAre(3, 3));
+
+  absl::StatusOr<Tensor> ex =
+      NodeTester("Exp", 13).In(T1<float>({3}, {0, 1, -kInf})).Run();
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  v = Values<float>(*ex);
+  EXPECT_EQ(v[0], 1);
+  EXPECT_NEAR(v[1], 2.7182817f, 1e-6);
+  EXPECT_EQ(v[2], 0);
+  absl::StatusOr<Tensor> lg =
+      NodeTester("Log", 13).In(T1<double>({3}, {1, M_E, 0})).Run();
+  ASSERT_TRUE(lg.ok()) << lg.status();
+  const std::vector<double> d = Values<double>(*lg);
+  EXPECT_EQ(d[0], 0);
+  EXPECT_NEAR(d[1], 1, 1e-15);
+  EXPECT_EQ(d[2], -std::numeric_limits<double>::infinity());
+}
+
+TEST(OpsElementwiseTest, ExpOfIntsIsRefusedAtCreate) {
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      NodeTester("Exp", 13).In(T1<int64_t>({1}, {1})).Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("INT64"));
+}
+
+// ------------------------------------------------------ against ONNX Runtime
+
+// A head and a condition built from every new op (and the moved ReduceMean),
+// judged by onnxruntime-node: log-sum-exp, products, mins, an ArgMax, a
+// comparison / logic chain feeding Where, variadic Max / Min.
+TEST(OpsLogicReduceOrtParityTest, HeadAndConditionMatchOnnxRuntime) {
+  ASSERT_TRUE(std::filesystem::exists(std::string(QUANTD_ORT_NODE_PATH) +
+                                      "/onnxruntime-node"))
+      << "no onnxruntime-node under " << QUANTD_ORT_NODE_PATH;
+  ModelBuilder b(13);
+  b.Input("x", {4, 5, 6})
+      .Initializer("half", {}, {0.5f})
+      .Initializer("zero", {}, {0.0f})
+      .Initializer("neg", {}, {-1.5f});
+  *b.model().mutable_graph()->add_initializer() =
+      T1<int64_t>({1}, {2}).ToProto("ax2");
+  b.Node("ReduceMax", {"x"}, {"m"})
+      .Attr("axes", std::vector<int64_t>{2})
+      .Node("Sub", {"x", "m"}, {"d"})
+      .Node("Exp", {"d"}, {"e"})
+      .Node("ReduceSum", {"e", "ax2"}, {"s"})
+      .Node("Log", {"s"}, {"ls"})
+      .Node("Abs", {"x"}, {"ax"})
+      .Node("ReduceProd", {"ax"}, {"p"})
+      .Attr("axes", std::vector<int64_t>{1})
+      .Node("ReduceMin", {"x"}, {"mn"})
+      .Attr("axes", std::vector<int64_t>{0, 2})
+      .Node("ReduceMean", {"x"}, {"rm"})
+      .Attr("axes", std::vector<int64_t>{0})
+      .Attr("keepdims", 0)
+      .Node("ArgMax", {"x"}, {"am"})
+      .Attr("axis", 1)
+      .Attr("select_last_index", 1)
+      .Node("Cast", {"am"}, {"amf"})
+      .Attr("to", int64_t{TP::FLOAT})
+      .Node("Mul", {"m", "half"}, {"hm"})
+      .Node("Greater", {"x", "mn"}, {"g"})
+      .Node("LessOrEqual", {"x", "hm"}, {"le"})
+      .Node("Not", {"le"}, {"nle"})
+      .Node("And", {"g", "nle"}, {"c1"})
+      .Node("GreaterOrEqual", {"x", "zero"}, {"ge"})
+      .Node("Xor", {"c1", "ge"}, {"c2"})
+      .Node("Less", {"x", "neg"}, {"lt"})
+      .Node("Or", {"c2", "lt"}, {"c3"})
+      .Node("Sign", {"x"}, {"sg"})
+      .Node("Where", {"c3", "x", "sg"}, {"w"})
+      .Node("Max", {"w", "ls", "amf"}, {"mx"})
+      .Node("Min", {"x", "mn"}, {"mi"})
+      .Node("Add", {"mx", "mi"}, {"t0"})
+      .Node("Add", {"t0", "p"}, {"t1"})
+      .Node("Add", {"t1", "rm"}, {"y"})
+      .Output("y", {4, 5, 6});
+
+  testing::TempDir tmp;
+  const std::string model_path = tmp.File("head.onnx");
+  testing::WriteFileOrDie(model_path, b.Bytes());
+  Tensor x(TP::FLOAT, {4, 5, 6});
+  std::mt19937 gen(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < x.size(); ++i) x.mutable_data<float>()[i] = dist(gen);
+  const std::string x_path = tmp.File("x.npy");
+  ASSERT_TRUE(WriteNpyFile(x_path, x).ok());
+
+  absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(b.Build());
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  ThreadPool pool(2);
+  Executor::RunOptions ro;
+  ro.pool = &pool;
+  absl::StatusOr<std::vector<Tensor>> ours = (*exec)->Run({{"x", x}}, ro);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+
+  const std::string out_path = tmp.File("ort_out.npy");
+  testing::CommandResult r = testing::RunCommand(
+      {QUANTD_NODE_BIN, testing::SourcePath("scripts/ort_eval.js"), "run",
+       "--model", model_path, "--x", x_path, "--out", out_path, "--batch",
+       "1000000", "--ort_dir", QUANTD_ORT_NODE_PATH},
+      {absl::StrCat("NODE_PATH=", QUANTD_ORT_NODE_PATH)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  absl::StatusOr<Tensor> theirs = ReadNpyFile(out_path);
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  const Tensor& a = (*ours)[0];
+  ASSERT_EQ(a.shape(), theirs->shape());
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const double g = a.data<float>()[i], w = theirs->data<float>()[i];
+    max_diff = std::max(max_diff, std::abs(g - w));
+    max_ref = std::max(max_ref, std::abs(w));
+  }
+  const double rel = max_diff / max_ref;
+  std::cout << "measured: ORT parity of the logic/reduce head: "
+               "max|ours-ort|/max|ort| = "
+            << rel << std::endl;
+  EXPECT_LE(rel, 1e-5);
+}
+
+}  // namespace
+}  // namespace quantd::executor
