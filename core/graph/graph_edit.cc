@@ -102,4 +102,55 @@ onnx::TensorProto MakeInt32Tensor(const std::string& name,
   return t;
 }
 
+bool HasSubgraph(const onnx::NodeProto& node) {
+  for (const auto& a : node.attribute()) {
+    if (a.has_g() || a.graphs_size() > 0) return true;
+  }
+  return false;
+}
+
+bool SubgraphReads(const onnx::GraphProto& subgraph,
+                   const std::string& tensor) {
+  for (const auto& v : subgraph.output()) {
+    if (v.name() == tensor) return true;
+  }
+  for (const auto& node : subgraph.node()) {
+    for (const auto& in : node.input()) {
+      if (in == tensor) return true;
+    }
+    for (const auto& a : node.attribute()) {
+      if (a.has_g() && SubgraphReads(a.g(), tensor)) return true;
+      for (const auto& g : a.graphs()) {
+        if (SubgraphReads(g, tensor)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+namespace {
+
+void RenameReads(const std::string& from, const std::string& to,
+                 onnx::GraphProto* graph) {
+  for (auto& v : *graph->mutable_output()) {
+    if (v.name() == from) v.set_name(to);
+  }
+  for (auto& node : *graph->mutable_node()) {
+    for (auto& in : *node.mutable_input()) {
+      if (in == from) in = to;
+    }
+    RenameSubgraphReads(from, to, &node);
+  }
+}
+
+}  // namespace
+
+void RenameSubgraphReads(const std::string& from, const std::string& to,
+                         onnx::NodeProto* node) {
+  for (auto& a : *node->mutable_attribute()) {
+    if (a.has_g()) RenameReads(from, to, a.mutable_g());
+    for (auto& g : *a.mutable_graphs()) RenameReads(from, to, &g);
+  }
+}
+
 }  // namespace quantd::graph

@@ -31,6 +31,20 @@ float FloatAttribute(const onnx::NodeProto& node, const std::string& name,
 void SetIntAttribute(onnx::NodeProto* node, const std::string& name,
                      int64_t value);
 
+// Whether `node` has a GRAPH or GRAPHS attribute (If, Loop, Scan).
+bool HasSubgraph(const onnx::NodeProto& node);
+
+// Whether a node of `subgraph` (or of its own subgraphs) reads `tensor`, or
+// `subgraph` returns it: a body reading an outer value by name.
+bool SubgraphReads(const onnx::GraphProto& subgraph, const std::string& tensor);
+
+// Makes `node`'s subgraphs (If/Loop/Scan bodies, at any depth) read `to`
+// wherever they read the outer value `from` (node inputs and subgraph
+// outputs). ONNX names are unique across scopes, so nothing inside can
+// define `from` itself.
+void RenameSubgraphReads(const std::string& from, const std::string& to,
+                         onnx::NodeProto* node);
+
 // Appends `tensor` to the initializers; with `also_input` (IR version < 4,
 // where every initializer must be a graph input) also declares it as a graph
 // input of the same type and shape.

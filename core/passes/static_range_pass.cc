@@ -134,6 +134,11 @@ class StaticRangePass {
   tensorflow::quantization::QuantizationPrecision PointPrecision(
       const graph::GraphIndex& index, const std::string& tensor,
       const std::vector<int>& readers) const;
+  // A point on `x` rewired every reader inside `owner`'s bodies to
+  // `dequantized`; a quantizable body node at PRECISION_FULL reads `x` again
+  // (unit-wise precision, scoped to the body).
+  void KeepFullBodyReadersFloat(NodeProto* owner, const std::string& x,
+                                const std::string& dequantized) const;
   absl::Status PrepareOpset();
   absl::Status QuantizeWeights();
   void PlaceWeightNodes();
@@ -324,18 +329,8 @@ void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
   }
   std::vector<int> consumers;
   for (const graph::Use& use : index.Uses(tensor)) {
-    if (use.slot == graph::Use::kSubgraphSlot) {
-      const NodeProto& reader = graph_->node(use.node);
-      skipped_.push_back(MakeSkip(
-          tensor, owner, 0, quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER,
-          absl::StrCat("read inside a subgraph of ", reader.op_type(), " '",
-                       reader.name(),
-                       "', which cannot be rewired to a dequantized tensor: "
-                       "the subgraph's quantizable nodes quantize it there "
-                       "(subgraph_bodies.h), the readers in this graph do "
-                       "not")));
-      return;
-    }
+    // A node reading the tensor inside its subgraphs is a consumer too:
+    // the point rewires its bodies (InsertQuantPoint).
     if (consumers.empty() || consumers.back() != use.node) {
       consumers.push_back(use.node);
     }
@@ -554,6 +549,30 @@ void StaticRangePass::PlaceWeightNodes() {
   RemoveQuantizedInitializers(plan, graph_);
 }
 
+void StaticRangePass::KeepFullBodyReadersFloat(
+    NodeProto* owner, const std::string& x,
+    const std::string& dequantized) const {
+  const UnitPrecision body_units =
+      units_.InBody(BodyScope(*owner, options_.inlined));
+  for (onnx::AttributeProto& a : *owner->mutable_attribute()) {
+    std::vector<onnx::GraphProto*> bodies;
+    if (a.has_g()) bodies.push_back(a.mutable_g());
+    for (onnx::GraphProto& g : *a.mutable_graphs()) bodies.push_back(&g);
+    for (onnx::GraphProto* body : bodies) {
+      for (NodeProto& node : *body->mutable_node()) {
+        if (IsQuantizableOp(node) && body_units.IsFull(node)) {
+          for (std::string& in : *node.mutable_input()) {
+            if (in == dequantized) in = x;
+          }
+        }
+        if (graph::HasSubgraph(node)) {
+          KeepFullBodyReadersFloat(&node, x, dequantized);
+        }
+      }
+    }
+  }
+}
+
 absl::Status StaticRangePass::QuantizeActivations() {
   if (hooks_.check_cancelled) {
     absl::Status s = hooks_.check_cancelled();
@@ -576,10 +595,20 @@ absl::Status StaticRangePass::QuantizeActivations() {
     QuantPointParams params{*qp, spec, four_bit,
                             options_.activations.producer_scope,
                             options_.activations.consumer_scope};
-    absl::StatusOr<QuantPoint> point = InsertQuantPoint(
-        graph_, x, PointReaders(ConsumersOf(*graph_, x)), params, names_.get());
+    const std::vector<int> readers = PointReaders(ConsumersOf(*graph_, x));
+    std::vector<NodeProto*> owners;  // Readers holding bodies.
+    for (int n : readers) {
+      NodeProto* node = graph_->mutable_node(n);
+      if (graph::HasSubgraph(*node)) owners.push_back(node);
+    }
+    absl::StatusOr<QuantPoint> point =
+        InsertQuantPoint(graph_, x, readers, params, names_.get());
     if (!point.ok()) return point.status();
     if (point->outcome == QuantPoint::kInserted) {
+      // InsertNode keeps NodeProto objects in place: `owners` still holds.
+      for (NodeProto* owner : owners) {
+        KeepFullBodyReadersFloat(owner, x, point->dequantized);
+      }
       activation_params_[x] = *qp;
       ++stats_.quantized_activations;
       quantd::v1::TensorReport r;

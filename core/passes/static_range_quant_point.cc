@@ -23,9 +23,21 @@ bool IsOp(const onnx::NodeProto& node, const char* op) {
   return IsDefaultDomain(node) && node.op_type() == op;
 }
 
+// Whether `node` reads `tensor` as an input or inside one of its subgraphs
+// (If/Loop/Scan bodies see outer values by name): either way it is a
+// consumer of the tensor.
 bool Reads(const onnx::NodeProto& node, const std::string& tensor) {
-  return std::find(node.input().begin(), node.input().end(), tensor) !=
-         node.input().end();
+  if (std::find(node.input().begin(), node.input().end(), tensor) !=
+      node.input().end()) {
+    return true;
+  }
+  for (const auto& a : node.attribute()) {
+    if (a.has_g() && graph::SubgraphReads(a.g(), tensor)) return true;
+    for (const auto& g : a.graphs()) {
+      if (graph::SubgraphReads(g, tensor)) return true;
+    }
+  }
+  return false;
 }
 
 // Index of the node producing `tensor`; -1 for a graph input or
@@ -241,6 +253,7 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
     for (int s = 0; s < node->input_size(); ++s) {
       if (node->input(s) == x) node->set_input(s, point->dequantized);
     }
+    graph::RenameSubgraphReads(x, point->dequantized, node);
   }
   int position = FindProducer(*graph, x) + 1;  // 0 for inputs/initializers.
   for (onnx::NodeProto& node : added) {

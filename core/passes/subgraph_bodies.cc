@@ -54,7 +54,7 @@ class BodyWalker {
       : model_(model), inlined_(inlined), pass_(pass) {}
 
   absl::Status Run() {
-    AddTypes(model_->graph());
+    AddOuterValues(model_->graph());
     OuterConstants outer;
     AddConstants(model_->mutable_graph(), model_->ir_version(), &outer);
     absl::Status s = Walk(model_->mutable_graph(), outer);
@@ -64,11 +64,18 @@ class BodyWalker {
   }
 
  private:
-  // Declared types of every value of `graph` (subgraphs included).
-  void AddTypes(const onnx::GraphProto& graph) {
+  // What bodies inside `graph` may need to know of its values: their
+  // declared types, and which are DequantizeLinear outputs.
+  void AddOuterValues(const onnx::GraphProto& graph) {
     for (const auto& v : graph.input()) outer_types_.emplace(v.name(), &v);
     for (const auto& v : graph.value_info()) outer_types_.emplace(v.name(), &v);
     for (const auto& v : graph.output()) outer_types_.emplace(v.name(), &v);
+    for (const auto& n : graph.node()) {
+      if (n.op_type() == "DequantizeLinear" && n.output_size() > 0 &&
+          (n.domain().empty() || n.domain() == "ai.onnx")) {
+        outer_dequantized_.emplace(n.output(0), &n);
+      }
+    }
   }
 
   absl::Status Walk(onnx::GraphProto* graph, const OuterConstants& outer) {
@@ -80,7 +87,7 @@ class BodyWalker {
         for (onnx::GraphProto* body : bodies) {
           absl::Status s = RunOne(node, a.name(), body, outer);
           if (!s.ok()) return s;
-          AddTypes(*body);
+          AddOuterValues(*body);
           OuterConstants inner = outer;
           AddConstants(body, model_->ir_version(), &inner);
           s = Walk(body, inner);
@@ -96,9 +103,7 @@ class BodyWalker {
     Body body;
     body.model.set_ir_version(model_->ir_version());
     *body.model.mutable_opset_import() = model_->opset_import();
-    auto origin = inlined_.origins.find(owner.name());
-    body.scope =
-        origin != inlined_.origins.end() ? origin->second.node : owner.name();
+    body.scope = BodyScope(owner, inlined_);
     body.where =
         absl::StrCat(attr, " of ", owner.op_type(), " '", owner.name(), "'");
     body.outer_root = &model_->graph();
@@ -125,9 +130,14 @@ class BodyWalker {
       }
     }
 
-    // Outer activations read by the body's nodes look like graph inputs to
-    // the pass (a source with no producer, as it expects), for the time it
-    // runs.
+    // An outer value a body node reads that an outer DequantizeLinear makes
+    // (a point the enclosing graph's pass placed where the tensor is made,
+    // as _InsertQuantOp does) gets a DequantizeLinear of its own at the
+    // start of the body, under a fresh name: the pass sees the input as
+    // quantized already, and a runtime fusing Q/DQ node units (ONNX Runtime
+    // does) finds the whole unit inside the body. Without it ORT 1.30 turns
+    // "float input, dequantized weight" into a dynamically quantized MatMul,
+    // off by up to 7 output steps on the control-flow test model.
     const int real_inputs = g->input_size();
     absl::flat_hash_set<std::string> defined;
     for (const auto& v : g->input()) defined.insert(v.name());
@@ -135,6 +145,33 @@ class BodyWalker {
     for (const auto& n : g->node()) {
       for (const auto& o : n.output()) defined.insert(o);
     }
+    absl::flat_hash_set<std::string> local_dequantized;  // Outputs.
+    {
+      absl::flat_hash_map<std::string, std::string> local;  // outer -> local
+      std::vector<onnx::NodeProto> copies;
+      for (onnx::NodeProto& n : *g->mutable_node()) {
+        for (std::string& in : *n.mutable_input()) {
+          auto dq = outer_dequantized_.find(in);
+          if (dq == outer_dequantized_.end() || defined.contains(in)) continue;
+          auto [it, added] = local.emplace(in, "");
+          if (added) {
+            it->second = names.Make(in);
+            onnx::NodeProto copy = *dq->second;
+            copy.set_name(names.Make(copy.name()));
+            copy.set_output(0, it->second);
+            copies.push_back(std::move(copy));
+            local_dequantized.insert(it->second);
+          }
+          in = it->second;
+        }
+      }
+      int position = 0;
+      for (onnx::NodeProto& copy : copies) {
+        graph::InsertNode(std::move(copy), position++, g);
+      }
+    }
+    // Other outer values look like graph inputs to the pass while it runs
+    // (a source with no producer, as it expects).
     for (const auto& n : g->node()) {
       for (const auto& in : n.input()) {
         if (in.empty() || !defined.insert(in).second) continue;
@@ -149,6 +186,20 @@ class BodyWalker {
 
     g->mutable_input()->DeleteSubrange(real_inputs,
                                        g->input_size() - real_inputs);
+    // A local DequantizeLinear the pass left without readers (a lowering
+    // reads the quantized tensor directly) goes.
+    if (!local_dequantized.empty()) {
+      absl::flat_hash_set<std::string> reads;
+      CollectReads(*g, &reads);
+      auto* nodes = g->mutable_node();
+      for (int i = nodes->size() - 1; i >= 0; --i) {
+        const onnx::NodeProto& n = nodes->Get(i);
+        if (n.output_size() > 0 && local_dequantized.contains(n.output(0)) &&
+            !reads.contains(n.output(0))) {
+          nodes->DeleteSubrange(i, 1);
+        }
+      }
+    }
 
     // A copy the pass left float is folded back onto the outer constant.
     absl::flat_hash_map<std::string, std::string> unused;  // copy -> outer
@@ -198,8 +249,10 @@ class BodyWalker {
   onnx::ModelProto* model_;
   const graph::InlinedFunctions& inlined_;
   const std::function<absl::Status(Body*)>& pass_;
-  // Value name -> its declaration in the main graph.
+  // Value name -> its declaration in an enclosing graph.
   absl::flat_hash_map<std::string, const onnx::ValueInfoProto*> outer_types_;
+  // Value name -> the DequantizeLinear making it in an enclosing graph.
+  absl::flat_hash_map<std::string, const onnx::NodeProto*> outer_dequantized_;
   // Outer constants a body now reads through a quantized copy -> the graph
   // holding them.
   absl::flat_hash_map<std::string, onnx::GraphProto*> quantized_outer_;
@@ -219,6 +272,12 @@ bool BodyHasQuantizable(const onnx::GraphProto& graph, bool in_body) {
 }
 
 }  // namespace
+
+std::string BodyScope(const onnx::NodeProto& owner,
+                      const graph::InlinedFunctions& inlined) {
+  auto origin = inlined.origins.find(owner.name());
+  return origin != inlined.origins.end() ? origin->second.node : owner.name();
+}
 
 absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed) {
   OpsetOutcome outcome;
