@@ -553,7 +553,7 @@ void StaticRangePass::KeepFullBodyReadersFloat(
     NodeProto* owner, const std::string& x,
     const std::string& dequantized) const {
   const UnitPrecision body_units =
-      units_.InBody(BodyScope(*owner, options_.inlined));
+      units_.InBody(BodyScope(*owner, &options_.inlined));
   for (onnx::AttributeProto& a : *owner->mutable_attribute()) {
     std::vector<onnx::GraphProto*> bodies;
     if (a.has_g()) bodies.push_back(a.mutable_g());

@@ -103,9 +103,11 @@ class BodyWalker {
     Body body;
     body.model.set_ir_version(model_->ir_version());
     *body.model.mutable_opset_import() = model_->opset_import();
-    body.scope = BodyScope(owner, inlined_);
-    body.where =
-        absl::StrCat(attr, " of ", owner.op_type(), " '", owner.name(), "'");
+    body.scope = BodyScope(owner, &inlined_);
+    body.where = absl::StrCat(attr, " of ", owner.op_type(), " ",
+                              owner.name().empty()
+                                  ? "(unnamed)"
+                                  : absl::StrCat("'", owner.name(), "'"));
     body.outer_root = &model_->graph();
     onnx::GraphProto* g = body.model.mutable_graph();
     g->Swap(graph);
@@ -272,12 +274,6 @@ bool BodyHasQuantizable(const onnx::GraphProto& graph, bool in_body) {
 }
 
 }  // namespace
-
-std::string BodyScope(const onnx::NodeProto& owner,
-                      const graph::InlinedFunctions& inlined) {
-  auto origin = inlined.origins.find(owner.name());
-  return origin != inlined.origins.end() ? origin->second.node : owner.name();
-}
 
 absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed) {
   OpsetOutcome outcome;

@@ -44,11 +44,6 @@ struct Body {
   const onnx::GraphProto* outer_root = nullptr;
 };
 
-// The unit-wise scope of the bodies of `owner`: its name, or its name in its
-// local function when it was inlined from one.
-std::string BodyScope(const onnx::NodeProto& owner,
-                      const graph::InlinedFunctions& inlined);
-
 // The opset a pass may use in a body, which it cannot change (the opsets are
 // the whole model's): kAlreadyNewEnough when the model's default opset is
 // >= `needed`; kPerTensorFallback when it is at least 11 and `needed` is the

@@ -50,15 +50,15 @@ class PlaceCollector {
         p.unit = origin != nullptr ? origin->node : node.name();
         p.instance = instance;
       }
-      const std::string owner = p.unit;
+      const std::string owner = BodyScope(node, inlined_);
       places_->push_back(std::move(p));
       for (const onnx::AttributeProto& a : node.attribute()) {
         if (a.has_g()) {
-          owners_->insert(owner);
+          if (owner != kUnnamedScope) owners_->insert(owner);
           Graph(a.g(), owner, node.name());
         }
         for (const onnx::GraphProto& g : a.graphs()) {
-          owners_->insert(owner);
+          if (owner != kUnnamedScope) owners_->insert(owner);
           Graph(g, owner, node.name());
         }
       }
@@ -78,6 +78,7 @@ std::string ScopeName(const std::string& scope,
   if (functions.contains(scope)) {
     return absl::StrCat("local function '", scope, "'");
   }
+  if (scope == kUnnamedScope) return "the subgraphs of unnamed nodes";
   return absl::StrCat("the subgraphs of node '", scope, "'");
 }
 
@@ -94,6 +95,15 @@ std::string AmbiguityIn(const std::vector<const Place*>& matches) {
 }
 
 }  // namespace
+
+std::string BodyScope(const onnx::NodeProto& owner,
+                      const graph::InlinedFunctions* inlined) {
+  if (inlined != nullptr) {
+    auto origin = inlined->origins.find(owner.name());
+    if (origin != inlined->origins.end()) return origin->second.node;
+  }
+  return owner.name().empty() ? kUnnamedScope : owner.name();
+}
 
 bool MayUseFourBitWeights(tfq::QuantizationPrecision default_precision,
                           const UnitPrecisionEntries& entries) {

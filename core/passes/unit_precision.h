@@ -108,6 +108,14 @@ class UnitPrecision {
   absl::flat_hash_map<std::string, int> by_op_;  // op_type -> unscoped entry
 };
 
+// The scope of the nodes in `owner`'s subgraphs: its name, or its name in
+// its local function when it was inlined from one (`inlined` may be null).
+// The bodies of unnamed nodes share the scope kUnnamedScope, which no
+// func_name should name.
+inline constexpr char kUnnamedScope[] = "(unnamed node)";
+std::string BodyScope(const onnx::NodeProto& owner,
+                      const graph::InlinedFunctions* inlined);
+
 // True when the default or some entry is W4A8 or W4A4 (4-bit weights; W4A4
 // is the only precision with 4-bit activations).
 bool MayUseFourBitWeights(
