@@ -245,6 +245,15 @@ class BodyWalker {
       for (int i = inits->size() - 1; i >= 0; --i) {
         if (names.contains(inits->Get(i).name())) inits->DeleteSubrange(i, 1);
       }
+      // Below IR 4 the main graph also lists every initializer as an input;
+      // left alone, it would become an input the caller must feed.
+      if (graph != model_->mutable_graph()) continue;
+      auto* inputs = graph->mutable_input();
+      for (int i = inputs->size() - 1; i >= 0; --i) {
+        if (names.contains(inputs->Get(i).name())) {
+          inputs->DeleteSubrange(i, 1);
+        }
+      }
     }
   }
 

@@ -137,6 +137,31 @@ TEST(SubgraphBodiesTest, DynamicRangeQuantizesInsideIfAndLoop) {
   EXPECT_GT(sqnr, 25.0);
 }
 
+// Below IR 4 every initializer is also a graph input: an outer weight the
+// bodies now read through quantized copies leaves both lists, or the model
+// would ask its caller to feed it.
+TEST(SubgraphBodiesTest, OldIrOuterWeightsLeaveTheInputsToo) {
+  onnx::ModelProto m = Load();
+  m.set_ir_version(3);
+  for (const auto& t : m.graph().initializer()) {
+    onnx::ValueInfoProto* v = m.mutable_graph()->add_input();
+    v->set_name(t.name());
+    auto* type = v->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(t.data_type());
+    for (int64_t d : t.dims())
+      type->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  absl::StatusOr<PassStats> stats = RunDynamicRangePass(Dynamic(), {}, &m);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->quantized_tensors, 5);
+  for (const auto& v : m.graph().input()) {
+    EXPECT_NE(v.name(), "W1");
+    EXPECT_NE(v.name(), "W3");
+  }
+  EXPECT_FALSE(HasInitializer(m.graph(), "W1"));
+  EXPECT_TRUE(HasInitializer(m.graph(), "b3"));
+}
+
 TEST(SubgraphBodiesTest, FuncNameKeepsBodyNodesFloat) {
   onnx::ModelProto m = Load();
   DynamicRangeOptions o = Dynamic();
