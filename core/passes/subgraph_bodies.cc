@@ -148,6 +148,7 @@ class BodyWalker {
       for (const auto& o : n.output()) defined.insert(o);
     }
     absl::flat_hash_set<std::string> local_dequantized;  // Outputs.
+    absl::flat_hash_set<std::string> local_constants;    // Their params.
     {
       absl::flat_hash_map<std::string, std::string> local;  // outer -> local
       std::vector<onnx::NodeProto> copies;
@@ -161,6 +162,18 @@ class BodyWalker {
             onnx::NodeProto copy = *dq->second;
             copy.set_name(names.Make(copy.name()));
             copy.set_output(0, it->second);
+            // Its scale and zero point too, when they are outer constants:
+            // a lowering turns the unit into a QLinear op only when they
+            // are initializers of the graph it rewrites.
+            for (int slot = 1; slot < copy.input_size(); ++slot) {
+              auto c = outer.find(copy.input(slot));
+              if (c == outer.end()) continue;
+              onnx::TensorProto t = *c->second.tensor;
+              t.set_name(names.Make(c->first));
+              copy.set_input(slot, t.name());
+              local_constants.insert(t.name());
+              graph::AddInitializer(std::move(t), /*also_input=*/false, g);
+            }
             copies.push_back(std::move(copy));
             local_dequantized.insert(it->second);
           }
@@ -189,7 +202,8 @@ class BodyWalker {
     g->mutable_input()->DeleteSubrange(real_inputs,
                                        g->input_size() - real_inputs);
     // A local DequantizeLinear the pass left without readers (a lowering
-    // reads the quantized tensor directly) goes.
+    // reads the quantized tensor directly) goes, and then any of their
+    // scales and zero points nothing reads.
     if (!local_dequantized.empty()) {
       absl::flat_hash_set<std::string> reads;
       CollectReads(*g, &reads);
@@ -199,6 +213,15 @@ class BodyWalker {
         if (n.output_size() > 0 && local_dequantized.contains(n.output(0)) &&
             !reads.contains(n.output(0))) {
           nodes->DeleteSubrange(i, 1);
+        }
+      }
+      reads.clear();
+      CollectReads(*g, &reads);
+      auto* inits = g->mutable_initializer();
+      for (int i = inits->size() - 1; i >= 0; --i) {
+        const std::string& name = inits->Get(i).name();
+        if (local_constants.contains(name) && !reads.contains(name)) {
+          inits->DeleteSubrange(i, 1);
         }
       }
     }

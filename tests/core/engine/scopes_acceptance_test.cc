@@ -321,6 +321,19 @@ TEST(ScopesAcceptanceTest, IfAndLoopBodiesAreCalibratedAndQuantized) {
   }
 }
 
+// Conv, Gemm and MatMul nodes anywhere in `g`, bodies included.
+int CountFloatCompute(const onnx::GraphProto& g) {
+  int n = 0;
+  for (const auto& node : g.node()) {
+    n += node.op_type() == "Conv" || node.op_type() == "Gemm" ||
+         node.op_type() == "MatMul";
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) n += CountFloatCompute(a.g());
+    }
+  }
+  return n;
+}
+
 // The executor's control-flow model (scripts/make_control_flow_model.py):
 // unnamed nodes, an If nested in a Loop whose branches read the Loop body's
 // values, and a reverse Scan. Both methods and every op set; calibration and
@@ -364,6 +377,12 @@ TEST(ScopesAcceptanceTest, NestedBodiesOfUnnamedNodes) {
     ASSERT_TRUE(r.ok()) << what << ": " << r.status();
     // Two Convs, the If's MatMul, the head and the Scan's MatMul.
     EXPECT_EQ(r->summary.quantized_nodes(), 5) << what;
+    if (c.op_set != tfq::TF) {
+      // Every one lowered, in whichever body it is.
+      absl::StatusOr<onnx::ModelProto> m = graph::ParseModel(r->model);
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ(CountFloatCompute(m->graph()), 0) << what;
+    }
     const std::string path = Save(tmp, "q.onnx", r->model);
     const double sqnr = ::quantd::testing::JsonNumber(
         ::quantd::testing::OrtEval({"compare", "--model", SourcePath(model),
