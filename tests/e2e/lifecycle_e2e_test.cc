@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -359,6 +360,16 @@ TEST(LifecycleE2eTest, CancelledCallsStopCorePromptlyWithoutLeaking) {
     std::optional<std::string> line = WaitForLine(
         log, {"quantd call", "request_id=" + id + " "}, absl::Seconds(30));
     ASSERT_TRUE(line.has_value()) << ReadAll(log);
+    // On a loaded machine the server can finish sending a deadline call
+    // (code=OK in its log) while the client, still reading, runs out of
+    // time: both are right about their own side.
+    if (by_deadline && absl::StrContains(*line, "code=OK ")) {
+      ++completed;
+      if (i + 1 == kWarmCalls) {
+        rss_warm = ProcStatusBytes(server.pid(), "VmRSS");
+      }
+      continue;
+    }
     EXPECT_THAT(*line,
                 HasSubstr(std::string("code=") +
                           (by_deadline ? "DEADLINE_EXCEEDED" : "CANCELLED")));
@@ -400,9 +411,19 @@ TEST(LifecycleE2eTest, CancelledCallsStopCorePromptlyWithoutLeaking) {
   }
   const double calls_s = absl::ToDoubleSeconds(absl::Now() - calls_start);
   // The last call's memory goes once its last reference is dropped, just
-  // after the job's slot is released.
-  absl::SleepFor(absl::Milliseconds(300));
-  const int64_t rss_last = ProcStatusBytes(server.pid(), "VmRSS");
+  // after the job's slot is released (then the heap is trimmed). On a loaded
+  // machine that can take longer than a moment: wait up to 10 s for RSS to
+  // come back under the bound; a leak never does.
+  ASSERT_GT(rss_warm, 0);
+  const absl::Time settle_start = absl::Now();
+  int64_t rss_last = ProcStatusBytes(server.pid(), "VmRSS");
+  while (rss_last - rss_warm >= static_cast<int64_t>(model.size()) &&
+         absl::Now() - settle_start < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(50));
+    rss_last = ProcStatusBytes(server.pid(), "VmRSS");
+  }
+  std::printf("measured: RSS settled %.2f s after the last call\n",
+              absl::ToDoubleSeconds(absl::Now() - settle_start));
   std::printf("measured: %d cancelled calls in %.1f s\n", kCalls, calls_s);
   std::printf("measured: cancel -> core stopped, all: %s\n",
               Summary(all_ms).c_str());
@@ -424,7 +445,6 @@ TEST(LifecycleE2eTest, CancelledCallsStopCorePromptlyWithoutLeaking) {
   // No per-call leak: over the 40 cancelled calls after the warm-up RSS
   // grows by less than one model, so even 2.5% of a model kept per call
   // would fail.
-  ASSERT_GT(rss_warm, 0);
   EXPECT_LT(rss_last - rss_warm, static_cast<int64_t>(model.size()));
   // Still healthy and working after all that.
   client::Client client(ClientOptions(server));
