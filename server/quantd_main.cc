@@ -101,16 +101,20 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
 #if defined(__GLIBC__)
-  // One malloc arena per core instead of glibc's eight per core: a call's big
-  // buffers (model chunks, tensors) are freed on other threads than the ones
-  // that allocated them, and with many arenas each keeps its own freed pages,
-  // so RSS ratcheted up call after call (fragmentation, not a leak: +25-50
-  // MiB over 40 cancelled calls of a 48 MiB model in lifecycle_e2e_test,
-  // now within a few MiB). A fixed M_MMAP_THRESHOLD of 1-4 MiB also kept RSS
-  // flat but made ResNet-18 calls 30-50% slower (page faults on every big
+  // One malloc arena per core quantd uses (--threads, set from the CPU limit
+  // in Kubernetes where hardware_concurrency() sees the whole node; else the
+  // machine's) instead of glibc's eight per core. A call's big buffers
+  // (model chunks, tensors) are freed on other threads than the ones that
+  // allocated them, and with many arenas each keeps its own freed pages, so
+  // RSS ratcheted up call after call (fragmentation, not a leak: +25-50 MiB
+  // over 40 cancelled calls of a 48 MiB model in lifecycle_e2e_test, now
+  // within a few MiB). A fixed M_MMAP_THRESHOLD of 1-4 MiB also kept RSS flat
+  // but made ResNet-18 calls 30-50% slower (page faults on every big
   // buffer); this costs nothing measurable (docs/benchmarks.md).
-  mallopt(M_ARENA_MAX,
-          static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+  const int cores = absl::GetFlag(FLAGS_threads) > 0
+                        ? absl::GetFlag(FLAGS_threads)
+                        : static_cast<int>(std::thread::hardware_concurrency());
+  mallopt(M_ARENA_MAX, std::max(2, cores));
 #endif
 
   // Blocked before any thread starts, so every thread inherits the mask and
