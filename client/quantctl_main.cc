@@ -713,9 +713,14 @@ int RunInfo() {
                info->min_input_opset(), info->max_checked_opset());
   absl::PrintF(
       "limits:        model %d bytes, message %d bytes, chunk %d "
-      "bytes, %d concurrent jobs\n",
+      "bytes, %d concurrent jobs, %d queued, call %s\n",
       info->limits().max_model_bytes(), info->limits().max_message_bytes(),
-      info->limits().model_chunk_bytes(), info->limits().max_concurrent_jobs());
+      info->limits().model_chunk_bytes(), info->limits().max_concurrent_jobs(),
+      info->limits().max_queued_jobs(),
+      info->limits().max_call_duration_seconds() > 0
+          ? absl::StrCat("<= ", info->limits().max_call_duration_seconds(),
+                         " s")
+          : std::string("uncapped"));
   absl::PrintF("core threads:  %d\n\n", info->core_threads());
   std::vector<std::vector<std::string>> rows = {
       {"METHOD", "OP_SET", "PRECISION", "SUPPORTED", "NOTE"}};

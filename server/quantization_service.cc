@@ -1047,6 +1047,11 @@ grpc::ServerUnaryReactor* QuantizationServiceImpl::GetServerInfo(
   limits->set_calibration_queue_batches(
       static_cast<uint32_t>(options_.calibration_queue_batches));
   limits->set_max_concurrent_jobs(limiter_->limit());
+  limits->set_max_queued_jobs(limiter_->max_queued());
+  limits->set_max_call_duration_seconds(
+      options_.max_call_duration > absl::ZeroDuration()
+          ? absl::ToDoubleSeconds(options_.max_call_duration)
+          : 0.0);
   response->set_core_threads(jobs_->threads());
   RecordCall(metrics_, call, grpc::Status::OK);
   reactor->Finish(grpc::Status::OK);

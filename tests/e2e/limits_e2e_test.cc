@@ -225,6 +225,19 @@ TEST_F(LimitsE2eTest, ConnectionAgeNeverBreaksACallAndTheChannelReconnects) {
   }
 }
 
+TEST_F(LimitsE2eTest, ServerInfoReportsTheQueueAndCallCaps) {
+  Start({"--max_concurrent_jobs=1", "--max_queued_jobs=2",
+         "--max_call_duration=90s"});
+  grpc::ClientContext context;
+  quantd::v1::ServerInfo info;
+  ASSERT_TRUE(
+      stub_->GetServerInfo(&context, quantd::v1::GetServerInfoRequest(), &info)
+          .ok());
+  EXPECT_EQ(info.limits().max_concurrent_jobs(), 1);
+  EXPECT_EQ(info.limits().max_queued_jobs(), 2);
+  EXPECT_DOUBLE_EQ(info.limits().max_call_duration_seconds(), 90.0);
+}
+
 TEST_F(LimitsE2eTest, QueuedCallsWaitForASlotAndLeaveWhenCancelled) {
   Start({"--max_concurrent_jobs=1", "--max_queued_jobs=1"});
   constexpr int kDim = 16;
