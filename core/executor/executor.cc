@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 
 namespace quantd::executor {
@@ -65,13 +66,9 @@ void AddUnique(const std::string& name, std::vector<std::string>* out,
 // The names `g` reads but does not define itself (outer-scope values),
 // recursively through nested subgraphs, in order of first use.
 std::vector<std::string> FreeNames(const onnx::GraphProto& g) {
-  absl::flat_hash_set<std::string> local;
-  for (const auto& vi : g.input()) local.insert(vi.name());
-  for (const auto& t : g.initializer()) local.insert(t.name());
-  for (const auto& t : g.sparse_initializer()) local.insert(t.values().name());
-  for (const auto& n : g.node()) {
-    for (const std::string& o : n.output()) local.insert(o);
-  }
+  const std::vector<std::string> defined =
+      graph::DefinedNames(g, /*recursive=*/false);
+  const absl::flat_hash_set<std::string> local(defined.begin(), defined.end());
   std::vector<std::string> out;
   absl::flat_hash_set<std::string> seen;
   auto use = [&](const std::string& name) {

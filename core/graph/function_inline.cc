@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/unique_names.h"
 
 namespace quantd::graph {
@@ -21,26 +22,6 @@ using FunctionKey = std::pair<std::string, std::string>;  // domain, name
 // Deep enough for any real exporter; ONNX forbids recursion, so a deeper
 // chain is a cycle.
 constexpr int kMaxDepth = 32;
-
-// Every name defined inside `graph` (its inputs, initializers and node
-// outputs), recursively through nested subgraphs.
-void CollectDefined(const onnx::GraphProto& graph,
-                    std::vector<std::string>* out) {
-  for (const auto& i : graph.input()) out->push_back(i.name());
-  for (const auto& t : graph.initializer()) out->push_back(t.name());
-  for (const auto& t : graph.sparse_initializer()) {
-    out->push_back(t.values().name());
-  }
-  for (const auto& node : graph.node()) {
-    for (const auto& o : node.output()) {
-      if (!o.empty()) out->push_back(o);
-    }
-    for (const auto& a : node.attribute()) {
-      if (a.has_g()) CollectDefined(a.g(), out);
-      for (const auto& g : a.graphs()) CollectDefined(g, out);
-    }
-  }
-}
 
 class Inliner {
  public:
@@ -202,9 +183,13 @@ class Inliner {
       for (const auto& o : n.output()) {
         if (!o.empty()) defined.push_back(o);
       }
+      auto add = [&](const onnx::GraphProto& g) {
+        std::vector<std::string> inner = DefinedNames(g, /*recursive=*/true);
+        defined.insert(defined.end(), inner.begin(), inner.end());
+      };
       for (const auto& a : n.attribute()) {
-        if (a.has_g()) CollectDefined(a.g(), &defined);
-        for (const auto& g : a.graphs()) CollectDefined(g, &defined);
+        if (a.has_g()) add(a.g());
+        for (const auto& g : a.graphs()) add(g);
       }
     }
     for (const std::string& name : defined) {

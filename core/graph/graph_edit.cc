@@ -102,6 +102,44 @@ onnx::TensorProto MakeInt32Tensor(const std::string& name,
   return t;
 }
 
+const onnx::TensorProto* FindInitializer(const onnx::GraphProto& graph,
+                                         const std::string& name) {
+  for (const auto& t : graph.initializer()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+namespace {
+
+void AddDefinedNames(const onnx::GraphProto& graph, bool recursive,
+                     std::vector<std::string>* out) {
+  for (const auto& v : graph.input()) out->push_back(v.name());
+  for (const auto& t : graph.initializer()) out->push_back(t.name());
+  for (const auto& t : graph.sparse_initializer()) {
+    out->push_back(t.values().name());
+  }
+  for (const auto& node : graph.node()) {
+    for (const auto& o : node.output()) {
+      if (!o.empty()) out->push_back(o);
+    }
+    if (!recursive) continue;
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) AddDefinedNames(a.g(), true, out);
+      for (const auto& g : a.graphs()) AddDefinedNames(g, true, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> DefinedNames(const onnx::GraphProto& graph,
+                                      bool recursive) {
+  std::vector<std::string> out;
+  AddDefinedNames(graph, recursive, &out);
+  return out;
+}
+
 bool HasSubgraph(const onnx::NodeProto& node) {
   for (const auto& a : node.attribute()) {
     if (a.has_g() || a.graphs_size() > 0) return true;

@@ -31,6 +31,16 @@ float FloatAttribute(const onnx::NodeProto& node, const std::string& name,
 void SetIntAttribute(onnx::NodeProto* node, const std::string& name,
                      int64_t value);
 
+// The initializer `name` of `graph` (not its subgraphs), or null.
+const onnx::TensorProto* FindInitializer(const onnx::GraphProto& graph,
+                                         const std::string& name);
+
+// Every name `graph` defines, in graph order: its inputs, initializers
+// (sparse too) and node outputs; with `recursive`, then those of the
+// subgraphs of each node, after that node's outputs.
+std::vector<std::string> DefinedNames(const onnx::GraphProto& graph,
+                                      bool recursive);
+
 // Whether `node` has a GRAPH or GRAPHS attribute (If, Loop, Scan).
 bool HasSubgraph(const onnx::NodeProto& node);
 

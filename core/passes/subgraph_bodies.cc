@@ -141,12 +141,9 @@ class BodyWalker {
     // "float input, dequantized weight" into a dynamically quantized MatMul,
     // off by up to 7 output steps on the control-flow test model.
     const int real_inputs = g->input_size();
-    absl::flat_hash_set<std::string> defined;
-    for (const auto& v : g->input()) defined.insert(v.name());
-    for (const auto& t : g->initializer()) defined.insert(t.name());
-    for (const auto& n : g->node()) {
-      for (const auto& o : n.output()) defined.insert(o);
-    }
+    const std::vector<std::string> own =
+        graph::DefinedNames(*g, /*recursive=*/false);
+    absl::flat_hash_set<std::string> defined(own.begin(), own.end());
     absl::flat_hash_set<std::string> local_dequantized;  // Outputs.
     absl::flat_hash_set<std::string> local_constants;    // Their params.
     {

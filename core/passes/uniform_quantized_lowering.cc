@@ -111,10 +111,7 @@ class QdqToUniformQuantized {
   }
 
   const TensorProto* Init(const std::string& name) const {
-    for (const auto& t : graph_->initializer()) {
-      if (t.name() == name) return &t;
-    }
-    return nullptr;
+    return graph::FindInitializer(*graph_, name);
   }
 
   absl::Status FindOutputPoint(const graph::GraphIndex& index,

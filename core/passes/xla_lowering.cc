@@ -426,10 +426,7 @@ class QdqToXla {
   }
 
   const TensorProto* Init(const std::string& name) const {
-    for (const auto& t : graph_->initializer()) {
-      if (t.name() == name) return &t;
-    }
-    return nullptr;
+    return graph::FindInitializer(*graph_, name);
   }
 
   // The weight of `m` stored for its integer op (one copy per layout).
