@@ -247,6 +247,18 @@ void DynamicRangePass::Rewrite() {
 
 }  // namespace
 
+PassHooks BodyHooks(const PassHooks& hooks) {
+  PassHooks body = hooks;
+  body.on_planned = nullptr;
+  body.on_progress = nullptr;
+  return body;
+}
+
+void AppendNote(std::string* to, const std::string& more) {
+  if (more.empty()) return;
+  *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
+}
+
 absl::StatusOr<PassStats> RunDynamicRangePass(
     const DynamicRangeOptions& options, const PassHooks& hooks,
     onnx::ModelProto* model) {
@@ -258,9 +270,7 @@ absl::StatusOr<PassStats> RunDynamicRangePass(
   if (!stats.ok()) return stats;
 
   // Then every If/Loop/Scan body, as a graph of its own.
-  PassHooks body_hooks = hooks;
-  body_hooks.on_planned = nullptr;  // The stage counts the main graph's.
-  body_hooks.on_progress = nullptr;
+  const PassHooks body_hooks = BodyHooks(hooks);
   absl::StatusOr<std::string> note = QuantizeBodies(
       model, options.inlined,
       MayUseFourBitWeights(options.precision, options.units),
@@ -275,12 +285,7 @@ absl::StatusOr<PassStats> RunDynamicRangePass(
         stats->weight_bytes_before += b->weight_bytes_before;
         stats->weight_bytes_after += b->weight_bytes_after;
         for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
-        if (!b->opset_note.empty()) {
-          stats->opset_note =
-              stats->opset_note.empty()
-                  ? b->opset_note
-                  : absl::StrCat(stats->opset_note, "; ", b->opset_note);
-        }
+        AppendNote(&stats->opset_note, b->opset_note);
         return absl::OkStatus();
       });
   if (!note.ok()) return note.status();

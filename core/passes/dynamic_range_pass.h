@@ -37,6 +37,14 @@ struct PassHooks {
   int group_size = 1;
 };
 
+// The hooks a pass gives the passes over its If/Loop/Scan bodies: the
+// same, minus on_planned and on_progress (the stage counts the main
+// graph's tensors).
+PassHooks BodyHooks(const PassHooks& hooks);
+
+// Appends `more` to the note `*to`, "; "-separated; nothing when empty.
+void AppendNote(std::string* to, const std::string& more);
+
 struct PassStats {
   int quantized_tensors = 0;
   // Distinct nodes whose weight was quantized (their activations are

@@ -213,26 +213,13 @@ absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   return std::move(stats_);
 }
 
-// The values `graph` and its subgraphs define.
-void CollectValueNames(const onnx::GraphProto& graph,
-                       absl::flat_hash_set<std::string>* known) {
-  for (const auto& v : graph.input()) known->insert(v.name());
-  for (const auto& t : graph.initializer()) known->insert(t.name());
-  for (const auto& n : graph.node()) {
-    for (const auto& out : n.output()) known->insert(out);
-    for (const auto& a : n.attribute()) {
-      if (a.has_g()) CollectValueNames(a.g(), known);
-      for (const auto& g : a.graphs()) CollectValueNames(g, known);
-    }
-  }
-}
-
 // Every named range must be a tensor of the model (main graph or a
 // subgraph body): a name that is not is a calibration of another model (or
 // a typo), and silently ignoring it would hide that.
 absl::Status StaticRangePass::CheckRangeNames() const {
-  absl::flat_hash_set<std::string> known;
-  CollectValueNames(*graph_, &known);
+  const std::vector<std::string> defined =
+      graph::DefinedNames(*graph_, /*recursive=*/true);
+  const absl::flat_hash_set<std::string> known(defined.begin(), defined.end());
   std::vector<std::string> unknown;
   for (const auto& [name, range] : ranges_) {
     if (!known.contains(name)) unknown.push_back(name);
@@ -845,13 +832,7 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
   if (!stats.ok()) return stats;
 
   // Then every If/Loop/Scan body, as a graph of its own.
-  PassHooks body_hooks = hooks;
-  body_hooks.on_planned = nullptr;  // The stage counts the main graph's.
-  body_hooks.on_progress = nullptr;
-  auto join = [](std::string* to, const std::string& more) {
-    if (more.empty()) return;
-    *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
-  };
+  const PassHooks body_hooks = BodyHooks(hooks);
   absl::StatusOr<std::string> note = QuantizeBodies(
       model, options.inlined,
       MayUseFourBitWeights(options.precision, options.units),
@@ -868,10 +849,11 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         stats->weight_bytes_before += b->weight_bytes_before;
         stats->weight_bytes_after += b->weight_bytes_after;
         for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
-        join(&stats->opset_note, b->opset_note);
+        AppendNote(&stats->opset_note, b->opset_note);
         if (!b->lowering_note.empty()) {
-          join(&stats->lowering_note,
-               absl::StrCat("in the ", body->where, ": ", b->lowering_note));
+          AppendNote(
+              &stats->lowering_note,
+              absl::StrCat("in the ", body->where, ": ", b->lowering_note));
         }
         return absl::OkStatus();
       });
