@@ -208,10 +208,15 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
       writing_ = false;
       // The peer is gone (or the call was cancelled): nothing more can be
       // delivered, so stop the job and finish.
+      // A write fails too when the client's deadline passes while it is
+      // still reading: that is DEADLINE_EXCEEDED, as everywhere else.
       if (!ok && !finish_status_.has_value()) {
         finish_status_ =
-            grpc::Status(grpc::StatusCode::CANCELLED,
-                         "the client went away while responses were sent");
+            DeadlinePassed()
+                ? CancelStatus(" while responses were sent")
+                : grpc::Status(
+                      grpc::StatusCode::CANCELLED,
+                      "the client went away while responses were sent");
       }
     }
     Pump();
