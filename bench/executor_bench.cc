@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/engine/thread_pool.h"
+#include "core/base/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/graph/model_io.h"
 #include "tests/support/subprocess.h"

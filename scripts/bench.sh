@@ -5,6 +5,7 @@
 #    the bundled digits example and torchvision ResNet-18.
 # 2. The FP32 executor that calibration runs on, against ONNX Runtime on the
 #    same model and thread count (ResNet-18, MobileNetV2).
+# 3. The executor's QLinearConv against its float Conv on a ResNet-18 layer.
 # Models (random weights) are made by scripts/make_resnet18.py into
 # build/bench/ on first use.
 set -euo pipefail
@@ -20,3 +21,6 @@ resnet="$BUILD_DIR/bench/resnet18.onnx"
 echo
 "$BUILD_DIR/bench/executor_bench" --model_dir="$BUILD_DIR/bench" --threads=1,2 \
   2>>"$BUILD_DIR/bench/bench.log" || { cat "$BUILD_DIR/bench/bench.log"; exit 1; }
+echo
+"$BUILD_DIR/bench/qlinear_conv_bench" 2>>"$BUILD_DIR/bench/bench.log" ||
+  { cat "$BUILD_DIR/bench/bench.log"; exit 1; }

@@ -193,11 +193,24 @@ function sessionOptions(opts) {
   if (!['disabled', 'basic', 'extended', 'all'].includes(level)) {
     throw new UsageError('--opt must be disabled|basic|extended|all');
   }
+  // x86 CPUs without VNNI run ORT's u8 x s8 integer kernels with
+  // VPMADDUBSW, whose int16 pair sums saturate for full-range int8 weights:
+  // results then depend on the machine, not on the model. The tests judge a
+  // model's arithmetic, so they ask ORT's AVX2 precision mode (int8 weights
+  // shifted to uint8, exact u8 x u8 products) unless --x64quantprecision=0
+  // asks for ORT's default. The real-model corpus (scripts/corpus/) keeps
+  // ORT's defaults: that is what a deployment sees.
+  const precision = opts.x64quantprecision === undefined ? '1'
+                                                         : String(opts.x64quantprecision);
+  if (!['0', '1'].includes(precision)) {
+    throw new UsageError('--x64quantprecision must be 0 or 1');
+  }
   return {
     intraOpNumThreads: posInt(opts, 'threads', 1),
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: level,
+    extra: {session: {x64quantprecision: precision}},
   };
 }
 

@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "core/base/cancellation.h"
 #include "core/engine/batch_queue.h"
-#include "core/engine/cancellation.h"
 #include "core/engine/engine.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -35,6 +35,8 @@ class JobRunner {
 
   // Core worker threads, for GetServerInfo.
   virtual int threads() const = 0;
+  // The limits core enforces on each job, for GetServerInfo.
+  virtual JobLimits limits() const { return JobLimits(); }
 };
 
 class EngineJobRunner final : public JobRunner {
@@ -63,6 +65,7 @@ class EngineJobRunner final : public JobRunner {
   }
 
   int threads() const override { return engine_->threads(); }
+  JobLimits limits() const override { return engine_->limits(); }
 
  private:
   Engine* const engine_;

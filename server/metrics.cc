@@ -51,6 +51,13 @@ Metrics::Metrics()
                              "(--max_queued_jobs).")
                        .Register(*registry_)
                        .Add({})),
+      uploading_bytes_(prometheus::BuildGauge()
+                           .Name("quantd_uploading_bytes")
+                           .Help("Declared model bytes of calls still "
+                                 "uploading their model, charged against "
+                                 "--max_uploading_bytes.")
+                           .Register(*registry_)
+                           .Add({})),
       quantized_tensors_(
           prometheus::BuildCounter()
               .Name("quantd_quantized_tensors_total")
@@ -108,6 +115,10 @@ void Metrics::AddCalibrationBatches(absl::string_view method,
 
 void Metrics::JobStarted() { inflight_jobs_.Increment(); }
 void Metrics::JobFinished() { inflight_jobs_.Decrement(); }
+
+void Metrics::SetUploadingBytes(uint64_t bytes) {
+  uploading_bytes_.Set(static_cast<double>(bytes));
+}
 
 void Metrics::SetQueuedJobs(int queued) {
   queued_jobs_.Set(static_cast<double>(queued));

@@ -45,6 +45,8 @@ class Metrics {
   void JobFinished();
   // Calls with their model received, waiting for a job slot.
   void SetQueuedJobs(int queued);
+  // Declared model bytes of calls still uploading (the upload budget).
+  void SetUploadingBytes(uint64_t bytes);
   // A Quantize job's quantized tensors, by the options' precision and op
   // set (enum names, e.g. "PRECISION_W8A8", "TF").
   void AddQuantizedTensors(absl::string_view precision,
@@ -66,6 +68,7 @@ class Metrics {
   prometheus::Counter& bytes_out_;
   prometheus::Gauge& inflight_jobs_;
   prometheus::Gauge& queued_jobs_;
+  prometheus::Gauge& uploading_bytes_;
   prometheus::Family<prometheus::Counter>& quantized_tensors_;
   prometheus::Family<prometheus::Counter>& calibration_batches_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -31,6 +31,15 @@ ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{1} << 30,
           "Largest model a client may send, in bytes; a larger declared "
           "config.model_size_bytes is RESOURCE_EXHAUSTED before any model "
           "byte is read.");
+ABSL_FLAG(uint64_t, max_uploading_bytes, uint64_t{2} << 30,
+          "Model bytes all calls still uploading may hold together (each "
+          "call's declared config.model_size_bytes, from its config until its "
+          "model is complete); a call that would pass it is "
+          "RESOURCE_EXHAUSTED at once. 0 = no budget.");
+ABSL_FLAG(int64_t, max_observer_bytes, int64_t{256} << 20,
+          "Memory one call's calibration observers may take (histograms x "
+          "bins x channels, per-channel statistics); a calibration that needs "
+          "more is RESOURCE_EXHAUSTED naming this flag.");
 ABSL_FLAG(uint64_t, max_calibration_batches, 100000,
           "Most calibration batches one call may send.");
 ABSL_FLAG(uint64_t, calibration_queue_batches, 4,
@@ -133,6 +142,8 @@ int main(int argc, char** argv) {
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.core.threads = absl::GetFlag(FLAGS_threads);
   options.limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.limits.max_uploading_bytes = absl::GetFlag(FLAGS_max_uploading_bytes);
+  options.limits.max_observer_bytes = absl::GetFlag(FLAGS_max_observer_bytes);
   options.limits.max_calibration_batches =
       absl::GetFlag(FLAGS_max_calibration_batches);
   options.limits.calibration_queue_batches =

@@ -99,10 +99,12 @@ absl::Status Server::Start() {
   engine_options.threads = options_.core.threads;
   engine_options.limits.max_tensor_elements = limits.max_tensor_elements;
   engine_options.limits.max_graph_nodes = limits.max_graph_nodes;
+  engine_options.limits.max_observer_memory_bytes = limits.max_observer_bytes;
   engine_ = std::make_unique<Engine>(engine_options);
 
   QuantizationServiceImpl::Options service_options;
   service_options.max_model_bytes = limits.max_model_bytes;
+  service_options.max_uploading_bytes = limits.max_uploading_bytes;
   service_options.model_chunk_bytes = limits.model_chunk_bytes;
   service_options.max_message_bytes = limits.max_message_bytes;
   service_options.max_calibration_batches = limits.max_calibration_batches;

@@ -35,19 +35,23 @@ class Server {
     } core;
     struct Limits {
       uint64_t max_model_bytes = uint64_t{1} << 30;
+      // See ServiceOptions::max_uploading_bytes.
+      uint64_t max_uploading_bytes = uint64_t{2} << 30;
+      // Per call; see JobLimits::max_observer_memory_bytes.
+      int64_t max_observer_bytes = int64_t{256} << 20;
       uint64_t model_chunk_bytes = uint64_t{1} << 20;
       // Largest gRPC message either way: a model chunk plus framing, with
       // room for clients that send bigger chunks. Deliberately far from
       // INT_MAX so one message cannot pin gigabytes.
       int max_message_bytes = 16 << 20;
       // Calibration batches per call, and how many a call buffers before it
-      // stops reading its stream (see QuantizationServiceImpl::Options).
+      // stops reading its stream (see ServiceOptions).
       uint64_t max_calibration_batches = 100000;
       size_t calibration_queue_batches = 4;
       // Quantize/Calibrate jobs running at once (0: twice the core
       // threads), calls waiting for one of them (more is
       // RESOURCE_EXHAUSTED), and the cap on a call's duration (zero: none).
-      // See QuantizationServiceImpl::Options.
+      // See ServiceOptions.
       int max_concurrent_jobs = 0;
       int max_queued_jobs = 0;
       absl::Duration max_call_duration = absl::ZeroDuration();

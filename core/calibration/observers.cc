@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/checked_count.h"
 #include "core/calibration/histogram.h"
 #include "core/numerics/quant_params.h"
 
@@ -295,16 +296,15 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
 // ---------------------------------------------------------------------------
 // Observer
 
+Observer::~Observer() {
+  if (budget_ != nullptr) budget_->Release(charged_);
+}
+
 absl::Status Observer::Observe(absl::Span<const float> data,
                                absl::Span<const int64_t> shape) {
-  int64_t size = 1;
-  for (int64_t d : shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape [", absl::StrJoin(shape, ", "), "] has a negative dimension"));
-    }
-    size *= d;
-  }
+  absl::StatusOr<int64_t> count = CheckedElementCount(shape);
+  if (!count.ok()) return count.status();
+  const int64_t size = *count;
   if (size != static_cast<int64_t>(data.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] holds ", size,
@@ -332,6 +332,37 @@ absl::Status Observer::Observe(absl::Span<const float> data,
         " channels but earlier batches had ", channels_));
   }
   const size_t slots = config_.per_channel ? 1 + layout.channels : 1;
+  if (channels_ < 0) {
+    // First batch: the state is sized now, so it is paid for now, before
+    // anything is allocated.
+    if (slots > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "per-channel axis ", config_.axis, " has ", layout.channels,
+          " channels, more than an observer "
+          "can hold"));
+    }
+    const int64_t bytes = ObserverStateBytes(config_, layout.channels);
+    if (budget_ != nullptr && bytes != charged_) {
+      budget_->Release(charged_);
+      charged_ = 0;
+      const bool histogram = config_.method == "percentile" ||
+                             config_.method == "mse" ||
+                             config_.method == "entropy";
+      absl::Status s = budget_->Charge(
+          bytes,
+          absl::StrCat(
+              "the ", config_.method, " observer",
+              config_.per_channel
+                  ? absl::StrCat(" (per-channel, ", layout.channels,
+                                 " channels along axis ", config_.axis, ")")
+                  : std::string(),
+              histogram ? absl::StrCat(" with ", slots, " histograms of ",
+                                       config_.num_bins, " bins")
+                        : std::string()));
+      if (!s.ok()) return s;
+      charged_ = bytes;
+    }
+  }
   if (slot_min_.size() != slots) {  // First batch only.
     slot_min_.resize(slots);
     slot_max_.resize(slots);
@@ -460,21 +491,47 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
 }
 
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
-    const ObserverConfig& config) {
+    const ObserverConfig& config, MemoryBudget* budget) {
   if (absl::Status s = ValidateObserverConfig(config); !s.ok()) return s;
   using Kind = HistogramObserver::Kind;
   const std::string& m = config.method;
-  if (m == "last_value") return std::make_unique<LastValueObserver>(config);
-  if (m == "min_max") return std::make_unique<MinMaxObserver>(config);
-  if (m == "moving_average") {
-    return std::make_unique<MovingAverageObserver>(config);
+  std::unique_ptr<Observer> o;
+  if (m == "last_value") {
+    o = std::make_unique<LastValueObserver>(config);
+  } else if (m == "min_max") {
+    o = std::make_unique<MinMaxObserver>(config);
+  } else if (m == "moving_average") {
+    o = std::make_unique<MovingAverageObserver>(config);
+  } else if (m == "percentile") {
+    o = std::make_unique<HistogramObserver>(config, Kind::kPercentile);
+  } else if (m == "mse") {
+    o = std::make_unique<HistogramObserver>(config, Kind::kMse);
+  } else {
+    o = std::make_unique<HistogramObserver>(config, Kind::kEntropy);
   }
-  if (m == "percentile") {
-    return std::make_unique<HistogramObserver>(config, Kind::kPercentile);
+  o->budget_ = budget;
+  return o;
+}
+
+int64_t ObserverStateBytes(const ObserverConfig& config, int64_t channels) {
+  const int64_t slots =
+      config.per_channel ? SaturatingAdd(std::max<int64_t>(channels, 0), 1) : 1;
+  // Every observer: the per-batch slot_min_ / slot_max_ scratch.
+  int64_t per_slot = 2 * sizeof(float);
+  const std::string& m = config.method;
+  if (m == "last_value" || m == "min_max") {
+    per_slot += 2 * sizeof(float);
+  } else if (m == "moving_average") {
+    per_slot += 4 * sizeof(float);
+  } else {
+    // A StreamingHistogram (counts and re-binning scratch, num_bins each)
+    // plus the observed extremes.
+    per_slot += static_cast<int64_t>(sizeof(StreamingHistogram)) +
+                2 * sizeof(float) +
+                SaturatingMul(2 * sizeof(int64_t),
+                              std::max<int64_t>(config.num_bins, 1));
   }
-  if (m == "mse")
-    return std::make_unique<HistogramObserver>(config, Kind::kMse);
-  return std::make_unique<HistogramObserver>(config, Kind::kEntropy);
+  return SaturatingMul(slots, per_slot);
 }
 
 ObserverConfig ObserverConfigFromProto(const quantd::v1::CalibrateConfig& p) {

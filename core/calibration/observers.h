@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "core/calibration/memory_budget.h"
 #include "core/numerics/quant_params.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -91,14 +92,18 @@ struct ObserverResult {
 // floats, or one num_bins histogram for the histogram methods.
 class Observer {
  public:
-  virtual ~Observer() = default;
+  // Gives back what the observer charged to its budget.
+  virtual ~Observer();
   Observer(const Observer&) = delete;
   Observer& operator=(const Observer&) = delete;
 
   // Takes one batch of `shape` (row-major). INVALID_ARGUMENT when the shape
-  // does not match data.size(), the axis is outside the shape, the channel
-  // count differs from earlier batches, or data holds NaN or infinity; the
-  // state is then unchanged. An empty batch is ignored (not counted).
+  // is negative or overflows, does not match data.size(), the axis is
+  // outside the shape, the channel count differs from earlier batches, or
+  // data holds NaN or infinity; RESOURCE_EXHAUSTED when the first batch's
+  // state (ObserverStateBytes) does not fit the observer's budget, which is
+  // charged before anything is allocated. The state is then unchanged. An
+  // empty batch is ignored (not counted).
   absl::Status Observe(absl::Span<const float> data,
                        absl::Span<const int64_t> shape)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -137,7 +142,12 @@ class Observer {
   const ObserverConfig config_;
 
  private:
+  friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
+      const ObserverConfig& config, MemoryBudget* budget);
+
+  MemoryBudget* budget_ = nullptr;  // Not owned; may be null.
   mutable absl::Mutex mu_;
+  int64_t charged_ ABSL_GUARDED_BY(mu_) = 0;  // Bytes held on budget_.
   int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t channels_ ABSL_GUARDED_BY(mu_) = -1;  // -1 until the first batch.
   int axis_ ABSL_GUARDED_BY(mu_) = -1;
@@ -150,8 +160,15 @@ class Observer {
 // unknown method lists the accepted names).
 absl::Status ValidateObserverConfig(const ObserverConfig& config);
 
+// `budget` (may be null; must outlive the observer) is charged the
+// observer's state before its first batch allocates it.
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
-    const ObserverConfig& config);
+    const ObserverConfig& config, MemoryBudget* budget = nullptr);
+
+// Heap bytes an observer of `config` holds once it has seen a batch with
+// `channels` channels along config.axis (ignored unless per_channel):
+// exactly what StateBytes() reports then. Saturates at kMaxCount.
+int64_t ObserverStateBytes(const ObserverConfig& config, int64_t channels);
 
 // The observer config a CalibrateConfig asks for: method, percentile,
 // num_bins, per_channel (axis 1, NCHW) and the activation QuantOpParams

@@ -1,6 +1,7 @@
 // RunCalibrate: one Calibrate call, from model bytes and a stream of batches
 // to activation ranges.
 #include <chrono>
+#include <new>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -9,7 +10,9 @@
 #include "core/engine/engine.h"
 #include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
+#include "core/graph/prepare.h"
 #include "core/graph/validate.h"
+#include "core/passes/fold_constants.h"
 
 namespace quantd {
 namespace {
@@ -50,17 +53,13 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
   return session->Result();
 }
 
-absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
+namespace {
+
+absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
     const quantd::v1::CalibrateConfig& config, std::string model_bytes,
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits) {
-  // Whatever happens, the producer must not wait for room that never comes.
-  struct AbortOnExit {
-    BatchQueue* q;
-    ~AbortOnExit() { q->Abort(); }
-  } abort_on_exit{batches};
-
   const calibration::ObserverConfig observer_config =
       calibration::ObserverConfigFromProto(config);
   absl::Status s = calibration::ValidateObserverConfig(observer_config);
@@ -76,6 +75,9 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
   s = CheckJobLimits(*model, limits);
   if (!s.ok()) return s;
   Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
+  // As Quantize does: sorted before the checks, which want node order.
+  s = graph::SortTopologically(model->mutable_graph(), nullptr);
+  if (!s.ok()) return s;
   std::vector<std::string> validations;
   s = graph::ValidateModel(*model, "input model", &validations);
   if (!s.ok()) return s;
@@ -84,14 +86,18 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
   absl::StatusOr<graph::InlinedFunctions> inlined =
       graph::InlineLocalFunctions(&*model);
   if (!inlined.ok()) return inlined.status();
+  // Prepared exactly as Quantize prepares it (same folds, same names).
+  absl::StatusOr<graph::PrepareReport> prepared =
+      graph::PrepareGraph(&*model, passes::FullPrepareOptions());
+  if (!prepared.ok()) return prepared.status();
   s = cancel.Check("validate");
   if (!s.ok()) return s;
 
+  // The session keeps the model (until a batch of graph inputs needs the
+  // executor, which then holds its own copy of the weights).
   absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
-      CalibrationSession::Create(*model, observer_config);
+      CalibrationSession::Create(*std::move(model), observer_config, limits);
   if (!session.ok()) return session.status();
-  // The executor holds its own copy of the weights.
-  onnx::ModelProto().Swap(&*model);
 
   Report(events, quantd::v1::STAGE_CALIBRATE, 0, 0,
          absl::StrCat("observing batches with ", observer_config.method));
@@ -108,6 +114,30 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
         "model");
   }
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
+    const quantd::v1::CalibrateConfig& config, std::string model_bytes,
+    BatchQueue* batches, const CalibrateEvents& events,
+    const CancellationToken& cancel, ThreadPool* pool,
+    const JobLimits& limits) {
+  // Whatever happens, the producer must not wait for room that never comes.
+  struct AbortOnExit {
+    BatchQueue* q;
+    ~AbortOnExit() { q->Abort(); }
+  } abort_on_exit{batches};
+  // Running out of memory fails this call, not the process (the job's
+  // memory is freed by the unwinding).
+  try {
+    return RunCalibrateJob(config, std::move(model_bytes), batches, events,
+                           cancel, pool, limits);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "the Calibrate job ran out of memory; send smaller batches, or ask "
+        "the operator for more memory per call");
+  }
 }
 
 }  // namespace quantd

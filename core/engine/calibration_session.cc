@@ -2,17 +2,181 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/checked_count.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
 
 namespace quantd {
+namespace {
+
+// Initializers up to this many elements keep their data for shape
+// inference: shapes, axes, scales and pads are small, weights are not.
+constexpr int64_t kInferenceDataElements = 64;
+
+std::string Label(const std::string& name) {
+  return name.empty() ? std::string("(unnamed input)")
+                      : absl::StrCat("'", name, "'");
+}
+
+std::string DeclaredShapeString(const DeclaredTensor& d) {
+  std::vector<std::string> parts;
+  for (int64_t v : d.dims) {
+    parts.push_back(v < 0 ? std::string("?") : absl::StrCat(v));
+  }
+  return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+}
+
+DeclaredTensor FromType(const onnx::TypeProto& type) {
+  DeclaredTensor d;
+  if (!type.has_tensor_type()) return d;
+  const auto& tt = type.tensor_type();
+  d.elem_type = tt.elem_type();
+  d.has_shape = tt.has_shape();
+  for (const auto& dim : tt.shape().dim()) {
+    d.dims.push_back(
+        dim.has_dim_value() && dim.dim_value() >= 0 ? dim.dim_value() : -1);
+  }
+  return d;
+}
+
+// Completes `into` with what `more` knows and `into` does not.
+void Merge(const DeclaredTensor& more, DeclaredTensor* into) {
+  if (into->elem_type == 0) into->elem_type = more.elem_type;
+  if (!more.has_shape) return;
+  if (!into->has_shape) {
+    into->has_shape = true;
+    into->dims = more.dims;
+    return;
+  }
+  if (into->dims.size() != more.dims.size()) return;  // Keep the declared.
+  for (size_t i = 0; i < into->dims.size(); ++i) {
+    if (into->dims[i] < 0) into->dims[i] = more.dims[i];
+  }
+}
+
+// The model's main graph with the large initializers' data left out, shape
+// inference run on it; nullopt when inference fails (it throws on models
+// whose declared shapes contradict it).
+std::optional<onnx::GraphProto> InferredGraph(const onnx::ModelProto& model) {
+  onnx::ModelProto copy;
+  copy.set_ir_version(model.ir_version());
+  *copy.mutable_opset_import() = model.opset_import();
+  *copy.mutable_functions() = model.functions();
+  onnx::GraphProto* g = copy.mutable_graph();
+  const onnx::GraphProto& src = model.graph();
+  g->set_name(src.name());
+  *g->mutable_node() = src.node();
+  *g->mutable_input() = src.input();
+  *g->mutable_output() = src.output();
+  *g->mutable_value_info() = src.value_info();
+  for (const onnx::TensorProto& init : src.initializer()) {
+    onnx::TensorProto* t = g->add_initializer();
+    const int64_t n = SaturatingElementCount(
+        absl::MakeConstSpan(init.dims().data(), init.dims().size()));
+    if (n >= 0 && n <= kInferenceDataElements) {
+      *t = init;
+      continue;
+    }
+    t->set_name(init.name());
+    t->set_data_type(init.data_type());
+    *t->mutable_dims() = init.dims();
+  }
+  try {
+    onnx::shape_inference::InferShapes(
+        copy, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(/*check_type_val=*/false,
+                                    /*strict_mode_val=*/0,
+                                    /*data_prop_val=*/false));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return std::move(*copy.mutable_graph());
+}
+
+}  // namespace
+
+ModelTensorTypes ModelTensorTypes::FromModel(const onnx::ModelProto& model) {
+  ModelTensorTypes types;
+  auto& m = types.types_;
+  const onnx::GraphProto& g = model.graph();
+  for (const onnx::TensorProto& init : g.initializer()) {
+    DeclaredTensor d;
+    d.elem_type = init.data_type();
+    d.has_shape = true;
+    d.dims.assign(init.dims().begin(), init.dims().end());
+    m[init.name()] = std::move(d);
+  }
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()}) {
+    for (const onnx::ValueInfoProto& vi : *list) {
+      auto [it, inserted] = m.try_emplace(vi.name(), FromType(vi.type()));
+      if (!inserted) Merge(FromType(vi.type()), &it->second);
+    }
+  }
+  if (std::optional<onnx::GraphProto> inferred = InferredGraph(model)) {
+    for (const auto* list : {&inferred->value_info(), &inferred->output()}) {
+      for (const onnx::ValueInfoProto& vi : *list) {
+        auto [it, inserted] = m.try_emplace(vi.name(), FromType(vi.type()));
+        if (!inserted) Merge(FromType(vi.type()), &it->second);
+      }
+    }
+  }
+  return types;
+}
+
+const DeclaredTensor* ModelTensorTypes::Find(const std::string& name) const {
+  auto it = types_.find(name);
+  return it == types_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> ModelTensorTypes::Check(const std::string& name,
+                                                int32_t dtype,
+                                                absl::Span<const int64_t> shape,
+                                                int64_t max_elements) const {
+  const std::string label = Label(name);
+  absl::StatusOr<int64_t> count = CheckedElementCount(shape);
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", label, ": ", count.status().message()));
+  }
+  if (const DeclaredTensor* d = Find(name)) {
+    if (d->elem_type != 0 && dtype != d->elem_type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", label, ": the model declares element type ",
+                       executor::DataTypeName(d->elem_type), ", the batch has ",
+                       executor::DataTypeName(dtype)));
+    }
+    if (d->has_shape) {
+      bool ok = d->dims.size() == shape.size();
+      for (size_t i = 0; ok && i < shape.size(); ++i) {
+        ok = d->dims[i] < 0 || d->dims[i] == shape[i];
+      }
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", label, ": the model's shape is ",
+            DeclaredShapeString(*d), " (rank ", d->dims.size(),
+            ", ? = any), the batch has ", executor::ShapeString(shape),
+            " (rank ", shape.size(), ")"));
+      }
+    }
+  }
+  if (max_elements > 0 && *count > max_elements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", label, ": shape ", executor::ShapeString(shape),
+                     " has ", *count, " elements, over this server's limit of ",
+                     max_elements, " elements per tensor"));
+  }
+  return *count;
+}
 
 absl::StatusOr<executor::Tensor> TensorFromNamed(
     const quantd::v1::NamedTensor& named) {
-  const std::string label =
-      named.name().empty() ? std::string("(unnamed input)") : named.name();
+  const std::string label = Label(named.name());
   const int64_t element_size = executor::ElementSize(named.data_type());
   if (element_size == 0) {
     return absl::InvalidArgumentError(
@@ -21,47 +185,81 @@ absl::StatusOr<executor::Tensor> TensorFromNamed(
                      "INT64, INT32, INT8, UINT8, BOOL are)"));
   }
   std::vector<int64_t> shape(named.shape().begin(), named.shape().end());
-  for (int64_t d : shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", label, ": negative dimension in shape ",
-                       executor::ShapeString(shape)));
-    }
+  // The client's shape: counted without wrapping, and its byte size
+  // compared with the data that came, before anything is allocated or read.
+  absl::StatusOr<int64_t> count = CheckedElementCount(shape);
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", label, ": ", count.status().message()));
   }
-  const int64_t expected = executor::NumElements(shape) * element_size;
-  if (static_cast<int64_t>(named.data().size()) != expected) {
+  absl::StatusOr<int64_t> expected = CheckedByteSize(*count, element_size);
+  if (!expected.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", label, ": shape ", executor::ShapeString(shape),
+                     ": ", expected.status().message()));
+  }
+  if (static_cast<uint64_t>(named.data().size()) !=
+      static_cast<uint64_t>(*expected)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", label, ": shape ", executor::ShapeString(shape), " of ",
-        executor::DataTypeName(named.data_type()), " needs ", expected,
+        executor::DataTypeName(named.data_type()), " needs ", *expected,
         " bytes of data, got ", named.data().size()));
   }
   executor::Tensor t(static_cast<executor::DataType>(named.data_type()),
                      std::move(shape));
-  if (expected > 0) {
-    std::memcpy(t.mutable_data<uint8_t>(), named.data().data(), expected);
+  if (*expected > 0) {
+    std::memcpy(t.mutable_data<uint8_t>(), named.data().data(), *expected);
   }
   return t;
 }
 
+CalibrationSession::CalibrationSession(onnx::ModelProto model,
+                                       calibration::ObserverConfig config,
+                                       const JobLimits& limits)
+    : model_(std::move(model)),
+      config_(std::move(config)),
+      limits_(limits),
+      budget_(limits.max_observer_memory_bytes,
+              "observer memory budget of this call") {}
+
 absl::StatusOr<std::unique_ptr<CalibrationSession>> CalibrationSession::Create(
-    const onnx::ModelProto& model,
-    const calibration::ObserverConfig& observer_config) {
+    onnx::ModelProto model, const calibration::ObserverConfig& observer_config,
+    const JobLimits& limits) {
   absl::Status s = calibration::ValidateObserverConfig(observer_config);
   if (!s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<executor::Executor>> ex =
-      executor::Executor::Create(model);
-  if (!ex.ok()) return ex.status();
-  absl::flat_hash_set<std::string> names;
-  const onnx::GraphProto& g = model.graph();
-  for (const auto& i : g.input()) names.insert(i.name());
-  for (const auto& i : g.initializer()) names.insert(i.name());
+  std::unique_ptr<CalibrationSession> session(
+      new CalibrationSession(std::move(model), observer_config, limits));
+  const onnx::GraphProto& g = session->model_.graph();
+  for (const auto& i : g.input()) {
+    session->input_names_.push_back(i.name());
+    session->tensor_names_.insert(i.name());
+  }
+  for (const auto& i : g.initializer()) session->tensor_names_.insert(i.name());
   for (const auto& n : g.node()) {
     for (const auto& o : n.output()) {
-      if (!o.empty()) names.insert(o);
+      if (!o.empty()) session->tensor_names_.insert(o);
     }
   }
-  return std::unique_ptr<CalibrationSession>(new CalibrationSession(
-      std::move(*ex), observer_config, std::move(names)));
+  session->types_ = ModelTensorTypes::FromModel(session->model_);
+  return session;
+}
+
+absl::StatusOr<const executor::Executor*> CalibrationSession::GetExecutor() {
+  if (executor_ != nullptr) return executor_.get();
+  if (!executor_status_.ok()) return executor_status_;
+  absl::StatusOr<std::unique_ptr<executor::Executor>> ex =
+      executor::Executor::Create(model_);
+  if (!ex.ok()) {
+    executor_status_ = absl::Status(
+        ex.status().code(),
+        absl::StrCat("batches of graph inputs need the model to run: ",
+                     ex.status().message()));
+    return executor_status_;
+  }
+  executor_ = std::move(*ex);
+  // The executor holds its own copy of the weights.
+  onnx::ModelProto().Swap(&model_);
+  return executor_.get();
 }
 
 absl::Status CalibrationSession::Observe(const std::string& name,
@@ -71,25 +269,30 @@ absl::Status CalibrationSession::Observe(const std::string& name,
   if (t.dtype() != onnx::TensorProto::FLOAT || t.size() == 0) {
     return absl::OkStatus();
   }
-  auto& observer = observers_[name];
-  if (observer == nullptr) {
+  auto it = observers_.find(name);
+  const bool made_now = it == observers_.end();
+  if (made_now) {
     absl::StatusOr<std::unique_ptr<calibration::Observer>> made =
-        calibration::MakeObserver(config_);
+        calibration::MakeObserver(config_, &budget_);
     if (!made.ok()) return made.status();
-    observer = std::move(*made);
+    it = observers_.emplace(name, *std::move(made)).first;
   }
-  absl::Status s = observer->Observe(
+  absl::Status s = it->second->Observe(
       absl::MakeConstSpan(t.data<float>(), t.size()), t.shape());
   if (!s.ok()) {
+    // An observer whose first batch was refused has seen nothing: it must
+    // not report its initial range as if it had.
+    if (made_now) observers_.erase(it);
     return absl::Status(s.code(),
-                        absl::StrCat("tensor ", name, ": ", s.message()));
+                        absl::StrCat("tensor '", name, "': ", s.message()));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
     const quantd::v1::TensorBatch& batch,
-    const std::vector<std::string>& inputs) {
+    const std::vector<std::string>& inputs, const ModelTensorTypes* types,
+    int64_t max_elements) {
   absl::flat_hash_map<std::string, executor::Tensor> feeds;
   for (const auto& named : batch.tensors()) {
     std::string name = named.name();
@@ -103,12 +306,25 @@ absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
       }
       name = inputs[0];
     }
-    absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
-    if (!t.ok()) return t.status();
-    if (!feeds.emplace(name, std::move(*t)).second) {
+    if (feeds.contains(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("batch has tensor ", name, " twice"));
     }
+    if (types != nullptr) {
+      const std::vector<int64_t> shape(named.shape().begin(),
+                                       named.shape().end());
+      absl::StatusOr<int64_t> count =
+          types->Check(name, named.data_type(), shape, max_elements);
+      if (!count.ok()) return count.status();
+    }
+    absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
+    if (!t.ok()) {
+      if (!named.name().empty()) return t.status();
+      return absl::Status(t.status().code(),
+                          absl::StrCat("for the model's only input '", name,
+                                       "': ", t.status().message()));
+    }
+    feeds.emplace(name, std::move(*t));
   }
   std::vector<std::string> missing;
   for (const auto& i : inputs) {
@@ -127,8 +343,25 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
                                           ThreadPool* pool,
                                           const CancellationToken& cancel) {
   absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> feeds =
-      BatchFeeds(batch, executor_->input_names());
+      BatchFeeds(batch, input_names_, &types_, limits_.max_tensor_elements);
   if (!feeds.ok()) return feeds.status();
+  // A model run on nothing produces nothing to observe, and zero-size
+  // shapes are where kernels' edge cases live.
+  bool any_elements = false;
+  std::vector<std::string> shapes;
+  for (const auto& [name, t] : *feeds) {
+    any_elements = any_elements || t.size() > 0;
+    shapes.push_back(absl::StrCat(name, " ", executor::ShapeString(t.shape())));
+  }
+  if (!any_elements) {
+    std::sort(shapes.begin(), shapes.end());
+    return absl::InvalidArgumentError(
+        absl::StrCat("every graph input of the batch has zero elements (",
+                     absl::StrJoin(shapes, ", "),
+                     "): a zero-size batch cannot calibrate anything"));
+  }
+  absl::StatusOr<const executor::Executor*> executor = GetExecutor();
+  if (!executor.ok()) return executor.status();
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
@@ -137,23 +370,40 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
     if (observed.ok()) observed = Observe(name, t);
   };
   absl::StatusOr<std::vector<executor::Tensor>> out =
-      executor_->Run(*feeds, options);
+      (*executor)->Run(*feeds, options);
   if (!out.ok()) return out.status();
   return observed;
 }
 
 absl::Status CalibrationSession::ObserveActivations(
     const quantd::v1::TensorBatch& batch) {
+  // Every tensor is checked before any is observed: a bad batch changes no
+  // observer.
+  std::vector<executor::Tensor> tensors;
   for (const auto& named : batch.tensors()) {
+    const std::vector<int64_t> shape(named.shape().begin(),
+                                     named.shape().end());
+    absl::StatusOr<int64_t> count = types_.Check(
+        named.name(), named.data_type(), shape, limits_.max_tensor_elements);
+    if (!count.ok()) return count.status();
     if (named.data_type() != onnx::TensorProto::FLOAT) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("observed activation ", named.name(), " has data_type ",
-                       executor::DataTypeName(named.data_type()),
-                       "; observed activations must be FLOAT"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observed activation '", named.name(), "' has data_type ",
+          executor::DataTypeName(named.data_type()),
+          "; observed activations must be FLOAT"));
+    }
+    if (*count == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observed activation '", named.name(), "' has shape ",
+          executor::ShapeString(shape),
+          " with zero elements: a zero-size batch cannot calibrate anything"));
     }
     absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
     if (!t.ok()) return t.status();
-    absl::Status s = Observe(named.name(), *t);
+    tensors.push_back(*std::move(t));
+  }
+  for (int i = 0; i < batch.tensors_size(); ++i) {
+    absl::Status s = Observe(batch.tensors(i).name(), tensors[i]);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -165,7 +415,7 @@ absl::Status CalibrationSession::AddBatch(const quantd::v1::TensorBatch& batch,
   if (batch.tensors_size() == 0) {
     return absl::InvalidArgumentError("calibration batch has no tensors");
   }
-  const auto& inputs = executor_->input_names();
+  const auto& inputs = input_names_;
   int graph_inputs = 0;
   std::vector<std::string> unknown;
   for (const auto& named : batch.tensors()) {

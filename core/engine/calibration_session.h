@@ -5,6 +5,7 @@
 #ifndef QUANTD_CORE_ENGINE_CALIBRATION_SESSION_H_
 #define QUANTD_CORE_ENGINE_CALIBRATION_SESSION_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,30 +13,78 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/base/cancellation.h"
+#include "core/base/thread_pool.h"
+#include "core/calibration/memory_budget.h"
 #include "core/calibration/observers.h"
 #include "core/engine/batch_queue.h"
-#include "core/engine/cancellation.h"
-#include "core/engine/thread_pool.h"
+#include "core/engine/limits.h"
 #include "core/executor/executor.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
 namespace quantd {
 
+// What the model says about one of its main-graph values.
+struct DeclaredTensor {
+  int32_t elem_type = 0;  // 0: unknown.
+  bool has_shape = false;
+  std::vector<int64_t> dims;  // -1 for a symbolic or unknown dim.
+};
+
+// The declared types of a model's main-graph values (graph inputs and
+// outputs, value_info, initializers), completed by ONNX shape inference
+// where it knows more: what a calibration batch is checked against.
+class ModelTensorTypes {
+ public:
+  ModelTensorTypes() = default;
+  // Shape inference runs on a copy without the large initializers' data
+  // (shape computations only read small ones); when it fails, the declared
+  // types alone are used.
+  static ModelTensorTypes FromModel(const onnx::ModelProto& model);
+
+  // Null when the model says nothing about `name`.
+  const DeclaredTensor* Find(const std::string& name) const;
+
+  // Checks a batch tensor `name` of `dtype` and `shape` before any of its
+  // data is read: INVALID_ARGUMENT naming the tensor, the expected and the
+  // got for a negative or overflowing shape, an element type, rank or
+  // known dim that differs from the model's, or (max_elements > 0) more
+  // elements than that. Returns the element count.
+  absl::StatusOr<int64_t> Check(const std::string& name, int32_t dtype,
+                                absl::Span<const int64_t> shape,
+                                int64_t max_elements) const;
+
+ private:
+  absl::flat_hash_map<std::string, DeclaredTensor> types_;
+};
+
 class CalibrationSession {
  public:
-  // Builds the executor (UNIMPLEMENTED naming any op or attribute it cannot
-  // run, before any batch) and checks the observer config (INVALID_ARGUMENT).
-  // `model` must outlive nothing: the session keeps what it needs.
+  // Checks the observer config (INVALID_ARGUMENT) and notes the model's
+  // value names and types. The executor is built only when a batch of graph
+  // inputs needs the model to run (UNIMPLEMENTED then, naming any op or
+  // attribute it cannot run): batches of observed activations never need
+  // it. Until then the session keeps `model` (move it in to avoid a copy).
+  // `limits`: max_tensor_elements bounds each batch tensor,
+  // max_observer_memory_bytes the observers' state.
   static absl::StatusOr<std::unique_ptr<CalibrationSession>> Create(
-      const onnx::ModelProto& model,
-      const calibration::ObserverConfig& observer_config);
+      onnx::ModelProto model,
+      const calibration::ObserverConfig& observer_config,
+      const JobLimits& limits = JobLimits());
 
   // Observes one batch. INVALID_ARGUMENT naming the tensors for: names the
   // model does not have, a batch mixing graph inputs and activations, missing
-  // graph inputs, data sizes that do not match dtype and shape, and
-  // non-float observed activations. Batches are observed in call order.
+  // graph inputs, shapes that are negative or overflow, data sizes that do
+  // not match dtype and shape, dtypes, ranks or known dims that differ from
+  // the model's (declared or inferred), more elements than
+  // limits.max_tensor_elements, non-float observed activations, and
+  // zero-size tensors (nothing to calibrate with), all checked before any
+  // data is read. RESOURCE_EXHAUSTED when the observers' state would go over
+  // limits.max_observer_memory_bytes. Batches are observed in call order.
   absl::Status AddBatch(const quantd::v1::TensorBatch& batch, ThreadPool* pool,
                         const CancellationToken& cancel);
 
@@ -48,23 +97,33 @@ class CalibrationSession {
   // pass them through unquantized), sorted.
   std::vector<std::string> DelayedTensors() const;
 
+  // Whether the executor has been built (a batch of graph inputs came).
+  bool has_executor() const { return executor_ != nullptr; }
+
  private:
-  CalibrationSession(std::unique_ptr<executor::Executor> executor,
-                     calibration::ObserverConfig config,
-                     absl::flat_hash_set<std::string> tensor_names)
-      : executor_(std::move(executor)),
-        config_(std::move(config)),
-        tensor_names_(std::move(tensor_names)) {}
+  CalibrationSession(onnx::ModelProto model, calibration::ObserverConfig config,
+                     const JobLimits& limits);
 
   absl::Status Observe(const std::string& name, const executor::Tensor& t);
+  // The executor, built on first use from model_ (then freed).
+  absl::StatusOr<const executor::Executor*> GetExecutor();
   absl::Status RunModel(const quantd::v1::TensorBatch& batch, ThreadPool* pool,
                         const CancellationToken& cancel);
   absl::Status ObserveActivations(const quantd::v1::TensorBatch& batch);
 
+  // Until the executor is built; empty afterwards.
+  onnx::ModelProto model_;
   std::unique_ptr<executor::Executor> executor_;
+  absl::Status executor_status_;  // Why the executor could not be built.
   const calibration::ObserverConfig config_;
+  const JobLimits limits_;
+  // Graph inputs of the main graph, in order (what a model run is fed).
+  std::vector<std::string> input_names_;
   // Every value name of the main graph (inputs, initializers, node outputs).
-  const absl::flat_hash_set<std::string> tensor_names_;
+  absl::flat_hash_set<std::string> tensor_names_;
+  ModelTensorTypes types_;
+  // Charged by every observer before it allocates; outlives them.
+  calibration::MemoryBudget budget_;
   // Created on first sight of each float tensor; only the batch thread
   // touches the map.
   absl::flat_hash_map<std::string, std::unique_ptr<calibration::Observer>>
@@ -86,16 +145,20 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     const std::function<void(quantd::v1::TensorBatch)>& keep = {});
 
 // A NamedTensor as an executor Tensor: INVALID_ARGUMENT naming the tensor for
-// unknown dtypes, negative dims or a data size that does not match.
+// unknown dtypes, negative or overflowing shapes, or a data size that does
+// not match (all checked before the data is read or anything allocated).
 absl::StatusOr<executor::Tensor> TensorFromNamed(
     const quantd::v1::NamedTensor& named);
 
 // The executor feeds of a batch that feeds a model's graph `inputs`: an
 // unnamed tensor is the only input's. INVALID_ARGUMENT for an unnamed tensor
-// when there are several inputs, a tensor given twice, or a missing input.
+// when there are several inputs, a tensor given twice, or a missing input;
+// with `types`, each tensor is checked against them (ModelTensorTypes::Check
+// with max_elements) before its data is copied.
 absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
     const quantd::v1::TensorBatch& batch,
-    const std::vector<std::string>& inputs);
+    const std::vector<std::string>& inputs,
+    const ModelTensorTypes* types = nullptr, int64_t max_elements = 0);
 
 }  // namespace quantd
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/base/cancellation.h"
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
-#include "core/engine/cancellation.h"
 #include "core/engine/limits.h"
-#include "core/engine/thread_pool.h"
 #include "quantd/v1/quantization_service.pb.h"
 
 namespace quantd {
@@ -40,7 +40,8 @@ struct QuantizeResult {
 // A model over `limits` is INVALID_ARGUMENT right after the parse. Once
 // `cancel` is set the job stops within a piece of work (a MiB of parsing or
 // serializing, a group of weights, a node of a calibration run) and returns
-// CANCELLED.
+// CANCELLED. Running out of memory (std::bad_alloc anywhere in the job) is
+// RESOURCE_EXHAUSTED for this call; the process carries on.
 absl::StatusOr<QuantizeResult> RunQuantize(
     const quantd::v1::QuantizeConfig& config, std::string model_bytes,
     const QuantizeEvents& events, const CancellationToken& cancel,
@@ -52,8 +53,8 @@ struct CalibrateEvents {
 };
 
 // One Calibrate job: parse and check the model, then observe every batch
-// popped from `batches` until it is closed, and return the ranges. Limits
-// and cancellation as for RunQuantize.
+// popped from `batches` until it is closed, and return the ranges. Limits,
+// cancellation and out-of-memory as for RunQuantize.
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
     const quantd::v1::CalibrateConfig& config, std::string model_bytes,
     BatchQueue* batches, const CalibrateEvents& events,
@@ -97,6 +98,7 @@ class Engine {
                        CalibrateDone done);
 
   int threads() const;
+  const JobLimits& limits() const { return limits_; }
 
  private:
   // Starts `job` on a dedicated thread, joined by the destructor.

@@ -2,27 +2,23 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/checked_count.h"
 
 namespace quantd {
 namespace {
 
-constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
+constexpr int64_t kSaturated = kMaxCount;
 
 // Product of `dims`, saturating (a crafted shape must not wrap around to a
 // small count); negative dims are left to validation and count as 0.
 template <typename Dims>
 int64_t ElementCount(const Dims& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    if (d <= 0) return 0;
-    if (n > kSaturated / d) return kSaturated;
-    n *= d;
-  }
-  return n;
+  return std::max<int64_t>(
+      0, SaturatingElementCount(absl::MakeConstSpan(dims.data(), dims.size())));
 }
 
 // The known dims of a declared tensor type (symbolic or missing dims are
@@ -37,15 +33,11 @@ int64_t DeclaredElements(const onnx::TypeProto& type) {
     shape = &type.sparse_tensor_type().shape();
   }
   if (shape == nullptr) return -1;
-  int64_t n = 1;
+  std::vector<int64_t> known;
   for (const auto& dim : shape->dim()) {
-    if (!dim.has_dim_value()) continue;
-    const int64_t d = dim.dim_value();
-    if (d <= 0) return 0;
-    if (n > kSaturated / d) return kSaturated;
-    n *= d;
+    if (dim.has_dim_value()) known.push_back(dim.dim_value());
   }
-  return n;
+  return std::max<int64_t>(0, SaturatingElementCount(known));
 }
 
 std::string CountText(int64_t n) {

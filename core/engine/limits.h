@@ -16,10 +16,19 @@ struct JobLimits {
   // tensor-valued attribute) and declared graph input (its known dims), in
   // the main graph, subgraphs and functions. The executor materializes such
   // tensors as float, so this bounds the memory one of them can take.
-  // 0: no limit.
+  // Calibration batch tensors are held to it too (their symbolic dims are
+  // otherwise unbounded). 0: no limit.
   int64_t max_tensor_elements = 0;
   // Most nodes in the model, counting subgraphs and functions. 0: no limit.
   int64_t max_graph_nodes = 0;
+  // Most bytes the calibration observers of one call may hold: a histogram
+  // observer (percentile, mse, entropy) holds num_bins counts (twice) per
+  // tensor, and per channel too when per_channel, so a batch with many
+  // channels can ask for gigabytes. Charged before an observer allocates;
+  // over it, the call fails with RESOURCE_EXHAUSTED naming the tensor.
+  // The default fits thousands of per-tensor histograms or a few large
+  // per-channel ones. 0: no limit.
+  int64_t max_observer_memory_bytes = int64_t{256} << 20;
 };
 
 // INVALID_ARGUMENT naming the first tensor over limits.max_tensor_elements

@@ -3,10 +3,13 @@
 // fidelity -> serialize (+ re-check).
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
@@ -14,9 +17,11 @@
 #include "core/engine/resolved_options.h"
 #include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
+#include "core/graph/prepare.h"
 #include "core/graph/validate.h"
 #include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
+#include "core/passes/fold_constants.h"
 #include "core/passes/static_range_options.h"
 #include "core/passes/static_range_pass.h"
 
@@ -96,6 +101,10 @@ class QuantizeJob {
   double fidelity_setup_seconds_ = 0;
 
   onnx::ModelProto model_;
+  // The input bytes' size and hash: the model is unchanged exactly when the
+  // output bytes match them (the input is freed after parsing).
+  size_t input_size_ = 0;
+  size_t input_hash_ = 0;
   QuantizeResult result_;
   Stage stage_ = quantd::v1::STAGE_UNSPECIFIED;
   int64_t stage_total_ = 0;
@@ -177,6 +186,8 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   // Before any other work: an oversized model costs one parse, no more.
   absl::Status s = CheckJobLimits(model_, limits_);
   if (!s.ok()) return s;
+  input_size_ = bytes->size();
+  input_hash_ = absl::HashOf(absl::string_view(*bytes));
   // The parsed model now holds everything; keep at most one copy around
   // unless the bytes are the answer.
   if (!PassThrough()) std::string().swap(*bytes);
@@ -185,6 +196,11 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   if (!s.ok()) return s;
 
   StartStage(quantd::v1::STAGE_VALIDATE, 1, "checking the input model");
+  // ONNX Runtime runs graphs in any node order; the checker and the passes
+  // want them sorted (a cycle is still refused here).
+  int64_t reordered = 0;
+  s = graph::SortTopologically(model_.mutable_graph(), &reordered);
+  if (!s.ok()) return s;
   std::vector<std::string> validations;
   s = graph::ValidateModel(model_, "input model", &validations);
   if (!s.ok()) return s;
@@ -201,6 +217,16 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
     if (!note.empty()) result_.summary.add_validations("note: " + note);
     static_options_.inlined = *inlined;
     dynamic_options_.inlined = std::move(*inlined);
+    // As a runtime would run it (Calibrate prepares the same way, so its
+    // tensor names match).
+    absl::StatusOr<graph::PrepareReport> prepared =
+        graph::PrepareGraph(&model_, passes::FullPrepareOptions());
+    if (!prepared.ok()) return prepared.status();
+    prepared->reordered_nodes += reordered;
+    const std::string summary = prepared->Summary();
+    if (!summary.empty()) result_.summary.add_validations("note: " + summary);
+    s = graph::CheckNoHalfPrecisionCompute(model_);
+    if (!s.ok()) return s;
   }
   EndStage();
   return cancel_.Check("validate");
@@ -268,7 +294,7 @@ absl::Status QuantizeJob::Calibrate() {
   observer_config.symmetric = static_options_.activations.spec.symmetric;
   observer_config.narrow_range = static_options_.activations.spec.narrow_range;
   absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
-      CalibrationSession::Create(model_, observer_config);
+      CalibrationSession::Create(model_, observer_config, limits_);
   if (!session.ok()) {
     calibration_batches_->Abort();
     return session.status();
@@ -338,6 +364,9 @@ absl::Status QuantizeJob::Quantize() {
     opset_note = std::move(stats->opset_note);
     if (!stats->lowering_note.empty()) {
       s.add_validations(absl::StrCat("note: ", stats->lowering_note));
+    }
+    if (!stats->unreached_note.empty()) {
+      s.add_validations(absl::StrCat("note: ", stats->unreached_note));
     }
   } else {
     absl::StatusOr<passes::PassStats> stats =
@@ -483,6 +512,13 @@ absl::Status QuantizeJob::Serialize() {
   onnx::ModelProto().Swap(&model_);
   result_.model = std::move(*bytes);
   result_.summary.set_output_bytes(result_.model.size());
+  if (result_.model.size() == input_size_ &&
+      absl::HashOf(absl::string_view(result_.model)) == input_hash_) {
+    result_.summary.set_model_unchanged(true);
+    result_.summary.set_unchanged_reason(
+        "nothing in the model was quantized or rewritten: the output bytes "
+        "are the input bytes");
+  }
   EndStage();
   return absl::OkStatus();
 }
@@ -527,8 +563,17 @@ absl::StatusOr<QuantizeResult> RunQuantize(
       if (q != nullptr) q->Abort();
     }
   } abort_on_exit{calibration_batches};
-  return QuantizeJob(config, events, cancel, pool, calibration_batches, limits)
-      .Run(std::move(model_bytes));
+  // Running out of memory fails this call, not the process (the job's
+  // memory is freed by the unwinding).
+  try {
+    return QuantizeJob(config, events, cancel, pool, calibration_batches,
+                       limits)
+        .Run(std::move(model_bytes));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "the Quantize job ran out of memory; send a smaller model or smaller "
+        "calibration batches, or ask the operator for more memory per call");
+  }
 }
 
 }  // namespace quantd

@@ -78,9 +78,16 @@ BroadcastWalk::BroadcastWalk(const std::vector<int64_t>& out,
     dims.pop_back();
   }
   for (int64_t d : dims) runs_ *= d;
-  if (std::find(out.begin(), out.end(), 0) != out.end()) runs_ = 0;
   dims_ = std::move(dims);
   strides_ = std::move(st);
+  if (std::find(out.begin(), out.end(), 0) != out.end()) {
+    // Nothing to walk. No outer dims either: ForEachRun's odometer divides
+    // by them, and a zero one would be a division by zero.
+    runs_ = 0;
+    inner_ = 0;
+    dims_.clear();
+    for (auto& s : strides_) s.clear();
+  }
 }
 
 Tensor ExpandTo(const Tensor& t, const std::vector<int64_t>& shape) {

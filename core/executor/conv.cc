@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/base/parallel.h"
 #include "core/executor/gemm.h"
-#include "core/executor/parallel.h"
 
 // The direct loops (depthwise convolution, pooling) are built once per
 // instruction set and picked at load time (GCC function multi-versioning):

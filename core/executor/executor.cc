@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 
@@ -19,20 +20,95 @@ namespace {
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;
 
-bool IsDefaultDomain(const std::string& d) {
-  return d.empty() || d == "ai.onnx";
-}
-
-std::string NodeLabel(const onnx::NodeProto& node, int index) {
-  if (!node.name().empty()) return node.name();
-  return absl::StrCat("#", index);
-}
-
 absl::Status WithNode(const absl::Status& s, const std::string& node,
                       const std::string& op) {
   return absl::Status(
       s.code(), absl::StrCat("node '", node, "' (op ", op, "): ", s.message()));
 }
+
+// Ops whose kernels take FLOAT16 / BFLOAT16 values as they are: Cast and
+// CastLike convert exactly, control flow passes values to bodies that
+// declare them, and the rest only relabel or reshape the same bytes. Every
+// other op computes in float through HalfAdapter.
+bool TakesHalfItself(const std::string& op) {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "Cast",  "CastLike", "If",      "Loop",    "Scan",     "Identity",
+      "Shape", "Reshape",  "Flatten", "Squeeze", "Unsqueeze"};
+  return ops->contains(op);
+}
+
+// Outputs whose type the op fixes to float whatever its inputs are, so they
+// are never narrowed: LayerNormalization's Mean and InvStdDev (stash_type).
+bool KeepsFloat(const std::string& op, int output) {
+  return op == "LayerNormalization" && output > 0;
+}
+
+// Runs a kernel built for FLOAT on FLOAT16 / BFLOAT16 values: the inputs of
+// such a type are widened to FLOAT (exactly; initializers once, at Create),
+// the kernel computes, and its FLOAT outputs are rounded (nearest even) to
+// the type the graph declares for them, or else to the 16-bit type of the
+// inputs. Values of other types pass through untouched, so a node that sees
+// no 16-bit input at run time costs one scan of its inputs.
+class HalfAdapter : public Kernel {
+ public:
+  // For NodeInfo at Create: widened copies of the node's 16-bit constant
+  // inputs (nullptr elsewhere), at stable addresses.
+  explicit HalfAdapter(const std::vector<const Tensor*>& constants) {
+    widened_.resize(constants.size());
+    for (size_t i = 0; i < constants.size(); ++i) {
+      if (constants[i] != nullptr && IsHalfFloat(constants[i]->dtype())) {
+        widened_[i] = constants[i]->WidenedToFloat();
+      }
+    }
+  }
+  const Tensor* widened(size_t i) const {
+    return i < widened_.size() && !widened_[i].empty() ? &widened_[i] : nullptr;
+  }
+  // narrow_to[o]: the 16-bit type output o becomes, 0 for that of the
+  // inputs, -1 to keep it as computed.
+  void Finish(std::unique_ptr<Kernel> inner, std::vector<int32_t> narrow_to) {
+    inner_ = std::move(inner);
+    narrow_to_ = std::move(narrow_to);
+  }
+
+  absl::Status Compute(const KernelContext& ctx) const override {
+    int32_t half = 0;
+    for (const Tensor* t : ctx.inputs) {
+      if (IsHalfFloat(t->dtype())) {
+        half = t->dtype();
+        break;
+      }
+    }
+    if (half == 0) return inner_->Compute(ctx);
+    std::vector<Tensor> owned(ctx.inputs.size());
+    std::vector<const Tensor*> ins(ctx.inputs.begin(), ctx.inputs.end());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!IsHalfFloat(ins[i]->dtype())) continue;
+      if (const Tensor* w = widened(i)) {
+        ins[i] = w;
+      } else {
+        owned[i] = ins[i]->WidenedToFloat();
+        ins[i] = &owned[i];
+      }
+    }
+    KernelContext inner_ctx = ctx;
+    inner_ctx.inputs = ins;
+    absl::Status s = inner_->Compute(inner_ctx);
+    if (!s.ok()) return s;
+    for (size_t o = 0; o < ctx.outputs->size(); ++o) {
+      Tensor& out = (*ctx.outputs)[o];
+      const int32_t to = o < narrow_to_.size() ? narrow_to_[o] : 0;
+      if (to < 0 || out.dtype() != onnx::TensorProto::FLOAT) continue;
+      out = out.NarrowedTo(static_cast<DataType>(to == 0 ? half : to));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<Tensor> widened_;
+  std::unique_ptr<Kernel> inner_;
+  std::vector<int32_t> narrow_to_;
+};
 
 bool IsSubgraphAttr(const onnx::AttributeProto& a) {
   return a.type() == onnx::AttributeProto::GRAPH ||
@@ -235,6 +311,17 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
     if (!s.ok()) return s;
   }
 
+  // Element types the graph declares for its values (outputs, value_info):
+  // what a HalfAdapter narrows to.
+  absl::flat_hash_map<std::string, int32_t> declared;
+  for (const auto* list : {&g.value_info(), &g.output()}) {
+    for (const onnx::ValueInfoProto& vi : *list) {
+      if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type()) {
+        declared[vi.name()] = vi.type().tensor_type().elem_type();
+      }
+    }
+  }
+
   const OpRegistry& registry = GlobalOpRegistry();
   static const Tensor* const kNoConstant = nullptr;
   for (int i = 0; i < g.node_size(); ++i) {
@@ -293,6 +380,25 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
       in_consts.push_back(id < 0 || constants_[id].empty() || overridable
                               ? kNoConstant
                               : &constants_[id]);
+    }
+    // A node that may see 16-bit floats and does not take them itself gets
+    // a kernel built for FLOAT inside a HalfAdapter.
+    std::unique_ptr<HalfAdapter> adapter;
+    int32_t half_in = 0;  // The 16-bit type of its inputs, when known.
+    if (!TakesHalfItself(n.op_type())) {
+      bool may_see_half = false;
+      for (size_t i = 0; i < in_types.size(); ++i) {
+        const bool unknown = in_types[i] == 0 && node.inputs[i] >= 0;
+        may_see_half |= unknown || IsHalfFloat(in_types[i]);
+        if (IsHalfFloat(in_types[i]) && half_in == 0) half_in = in_types[i];
+      }
+      if (may_see_half) {
+        adapter = std::make_unique<HalfAdapter>(in_consts);
+        for (size_t i = 0; i < in_types.size(); ++i) {
+          if (IsHalfFloat(in_types[i])) in_types[i] = onnx::TensorProto::FLOAT;
+          if (const Tensor* w = adapter->widened(i)) in_consts[i] = w;
+        }
+      }
     }
     NodeInfo info(n, opset, in_types, in_consts);
     info.set_label(label);
@@ -353,7 +459,33 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
     if (!kernel.ok()) return kernel.status();
     absl::Status fin = info.Finish();
     if (!fin.ok()) return fin;
-    node.kernel = *std::move(kernel);
+    std::vector<int32_t> out_types = info.output_types();
+    if (adapter != nullptr) {
+      // FLOAT outputs become 16-bit again: the declared type when the graph
+      // gives one, else the inputs' type; outputs the op keeps in float or
+      // that the graph declares FLOAT stay.
+      std::vector<int32_t> narrow_to(n.output_size(), 0);
+      for (int o = 0; o < n.output_size(); ++o) {
+        auto d = declared.find(n.output(o));
+        const int32_t want = d == declared.end() ? 0 : d->second;
+        if (KeepsFloat(n.op_type(), o) || (want != 0 && !IsHalfFloat(want))) {
+          narrow_to[o] = -1;
+          continue;
+        }
+        narrow_to[o] = want;
+        if (out_types[o] == onnx::TensorProto::FLOAT) {
+          if (want != 0) {
+            out_types[o] = want;
+          } else if (half_in != 0) {
+            out_types[o] = half_in;
+          }
+        }
+      }
+      adapter->Finish(*std::move(kernel), std::move(narrow_to));
+      node.kernel = std::move(adapter);
+    } else {
+      node.kernel = *std::move(kernel);
+    }
     node.inputs.insert(node.inputs.end(), implicit.begin(), implicit.end());
     for (int o = 0; o < n.output_size(); ++o) {
       if (n.output(o).empty()) {
@@ -367,7 +499,7 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
                          n.output(o), "', which is already defined"));
       }
       defined[id] = true;
-      types[id] = info.output_types()[o];
+      types[id] = out_types[o];
       node.outputs.push_back(id);
     }
     // A Constant's value is known now: later kernels may look at it.

@@ -1,7 +1,8 @@
 #include "core/executor/gemm.h"
 
+#include "Eigen/Core"
+#include "core/base/parallel.h"
 #include "core/executor/gemm_internal.h"
-#include "core/executor/parallel.h"
 
 namespace quantd::executor {
 namespace {
@@ -65,6 +66,51 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                 c, ldc);
     });
   }
+}
+
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          double alpha, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc, ThreadPool* pool) {
+  using Mat =
+      Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+  if (m == 0 || n == 0) return;
+  Eigen::Map<Mat, 0, Eigen::OuterStride<>> cm(c, m, n,
+                                              Eigen::OuterStride<>(ldc));
+  if (beta == 0.0) {
+    cm.setZero();
+  } else if (beta != 1.0) {
+    cm *= beta;
+  }
+  if (k == 0) return;
+  // op(A) rows [r0, r1): each task owns a band of C.
+  ParallelRange(
+      m * n * k >= (int64_t{1} << 20) ? pool : nullptr, m, 16,
+      [&](int64_t r0, int64_t r1) {
+        const int64_t rows = r1 - r0;
+        auto cb = cm.middleRows(r0, rows);
+        if (!trans_a && !trans_b) {
+          cb.noalias() +=
+              alpha * CMap(a + r0 * lda, rows, k, Eigen::OuterStride<>(lda)) *
+              CMap(b, k, n, Eigen::OuterStride<>(ldb));
+        } else if (!trans_a) {
+          cb.noalias() +=
+              alpha * CMap(a + r0 * lda, rows, k, Eigen::OuterStride<>(lda)) *
+              CMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+        } else if (!trans_b) {
+          cb.noalias() += alpha *
+                          CMap(a, k, m, Eigen::OuterStride<>(lda))
+                              .middleCols(r0, rows)
+                              .transpose() *
+                          CMap(b, k, n, Eigen::OuterStride<>(ldb));
+        } else {
+          cb.noalias() += alpha *
+                          CMap(a, k, m, Eigen::OuterStride<>(lda))
+                              .middleCols(r0, rows)
+                              .transpose() *
+                          CMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+        }
+      });
 }
 
 }  // namespace quantd::executor

@@ -18,6 +18,11 @@ namespace quantd::executor {
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
           float beta, float* c, int64_t ldc, ThreadPool* pool);
+// The same contract for double (Eigen at the library's instruction set; the
+// kernels that accept DOUBLE are rarely hot).
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          double alpha, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc, ThreadPool* pool);
 
 }  // namespace quantd::executor
 

@@ -83,6 +83,12 @@ std::vector<float> NodeInfo::Floats(const std::string& name) {
   return {a->floats().begin(), a->floats().end()};
 }
 
+std::vector<std::string> NodeInfo::Strings(const std::string& name) {
+  const auto* a = Find(name, onnx::AttributeProto::STRINGS);
+  if (!a) return {};
+  return {a->strings().begin(), a->strings().end()};
+}
+
 const onnx::TensorProto* NodeInfo::TensorAttr(const std::string& name) {
   const auto* a = Find(name, onnx::AttributeProto::TENSOR);
   return a ? &a->t() : nullptr;
@@ -141,6 +147,10 @@ const OpRegistry& GlobalOpRegistry() {
     RegisterShapeOps(r);
     RegisterQuantOps(r);
     RegisterControlOps(r);
+    RegisterRnnOps(r);
+    RegisterActivationOps(r);
+    RegisterImageOps(r);
+    RegisterIndexOps(r);
     return r;
   }();
   return *registry;

@@ -97,6 +97,7 @@ class NodeInfo {
   std::vector<int64_t> Ints(const std::string& name,
                             std::vector<int64_t> dflt = {});
   std::vector<float> Floats(const std::string& name);
+  std::vector<std::string> Strings(const std::string& name);
   // nullptr when absent.
   const onnx::TensorProto* TensorAttr(const std::string& name);
   // A subgraph attribute (If branches, Loop / Scan body); nullptr when absent.
@@ -182,6 +183,10 @@ void RegisterReduceOps(OpRegistry* r);
 void RegisterShapeOps(OpRegistry* r);
 void RegisterQuantOps(OpRegistry* r);
 void RegisterControlOps(OpRegistry* r);
+void RegisterRnnOps(OpRegistry* r);
+void RegisterActivationOps(OpRegistry* r);
+void RegisterImageOps(OpRegistry* r);
+void RegisterIndexOps(OpRegistry* r);
 
 // The registry of every supported op, built once.
 const OpRegistry& GlobalOpRegistry();

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/base/checked_count.h"
 
 namespace quantd::executor {
 namespace {
@@ -119,14 +120,27 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes) {
     }
     shape.push_back(v);
   }
-  Tensor t(type, shape);
+  // The header's shape is untrusted: count it without wrapping and compare
+  // with the data before allocating anything.
+  absl::StatusOr<int64_t> count = CheckedElementCount(shape);
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy header: ", count.status().message()));
+  }
+  absl::StatusOr<int64_t> want = CheckedByteSize(*count, ElementSize(type));
+  if (!want.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy header: ", want.status().message()));
+  }
   const size_t data_at = header_at + header_len;
-  if (bytes.size() - data_at != static_cast<size_t>(t.bytes())) {
+  if (static_cast<uint64_t>(bytes.size() - data_at) !=
+      static_cast<uint64_t>(*want)) {
     return absl::InvalidArgumentError(
         absl::StrCat(".npy data is ", bytes.size() - data_at,
-                     " bytes, the header says ", t.bytes()));
+                     " bytes, the header says ", *want));
   }
-  if (t.bytes() > 0) std::memcpy(t.raw(), bytes.data() + data_at, t.bytes());
+  Tensor t(type, shape);
+  if (*want > 0) std::memcpy(t.raw(), bytes.data() + data_at, *want);
   return t;
 }
 

@@ -1,32 +1,27 @@
-// Elementwise kernels: binary arithmetic, comparison and logic, variadic
-// Max / Min (broadcasting through BroadcastWalk), unary math, Not, Clip,
-// Where. Each inner run is one Eigen array expression, so the compiler
-// vectorizes it and nothing is called per element through a pointer.
+// Elementwise kernels: binary arithmetic (Mod, BitShift, Bitwise* too),
+// comparison and logic, variadic Max / Min / Sum / Mean (broadcasting
+// through BroadcastWalk), unary math (rounding, trigonometry, IsNaN / IsInf),
+// Not, Clip, Where. Each inner run is one Eigen array expression
+// (elementwise.h), so the compiler vectorizes it and nothing is called per
+// element through a pointer.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "Eigen/Core"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/parallel.h"
 #include "core/executor/broadcast.h"
+#include "core/executor/cast.h"
+#include "core/executor/elementwise.h"
 #include "core/executor/kernel.h"
-#include "core/executor/parallel.h"
 #include "unsupported/Eigen/SpecialFunctions"
 
 namespace quantd::executor {
 namespace {
 
-template <typename T>
-using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <typename T>
-using CMap = Eigen::Map<const Arr<T>>;
-template <typename T>
-using MMap = Eigen::Map<Arr<T>>;
-
 using TP = onnx::TensorProto;
-
-// Work below this many elements stays on the calling thread.
-constexpr int64_t kElementwiseGrain = 1 << 15;
 
 // The float clamp behind Clip and Relu, built once per instruction set and
 // picked at load time (the library targets baseline x86-64, 4 floats at a
@@ -56,7 +51,7 @@ Tensor ClampFloatTensor(const Tensor& x, float lo, float hi, ThreadPool* pool) {
 // ------------------------------------------------------------------ binary
 
 struct AddOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -65,7 +60,7 @@ struct AddOp {
   }
 };
 struct SubOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -74,7 +69,7 @@ struct SubOp {
   }
 };
 struct MulOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -82,17 +77,37 @@ struct MulOp {
     return a * b;
   }
 };
+
+// Integer x / y truncated toward zero, without the traps of C++'s `/`:
+// x / 0 is 0 (numpy's answer) and MIN / -1 wraps to MIN.
+template <typename T>
+T IntDiv(T x, T y) {
+  if (y == 0) return 0;
+  if constexpr (std::is_signed_v<T>) {
+    if (y == -1) {
+      return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(x));
+    }
+  }
+  return static_cast<T>(x / y);
+}
+
 struct DivOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
-    return a / b;
+    using T = typename A::Scalar;
+    if constexpr (std::is_integral_v<T>) {
+      return a.binaryExpr(b, [](T x, T y) { return IntDiv(x, y); });
+    } else {
+      return a / b;
+    }
   }
 };
+// Float / double only; BinaryKernel brings other bases and exponents there.
 struct PowOp {
-  using Types = TypeList<float, double>;
+  using Types = FloatTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -101,8 +116,76 @@ struct PowOp {
     return a.binaryExpr(b, [](T x, T y) { return std::pow(x, y); });
   }
 };
+
+// Mod: with kFmod (attribute fmod = 1) C's fmod / %, the result taking the
+// dividend's sign; without (integers only), Python's %, taking the
+// divisor's sign. x mod 0 is 0 for integers (numpy's answer), NaN for
+// floats; MIN mod -1 is 0 instead of a trap.
+template <bool kFmod>
+struct ModOp {
+  using Types = std::conditional_t<kFmod, NumberTypes, IntTypes>;
+  template <typename T>
+  using Out = T;
+  template <typename T>
+  static T One(T x, T y) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fmod(x, y);
+    } else {
+      if (y == 0) return 0;
+      if constexpr (std::is_signed_v<T>) {
+        if (y == -1) return 0;
+      }
+      T r = static_cast<T>(x % y);
+      if constexpr (!kFmod && std::is_signed_v<T>) {
+        if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+      }
+      return r;
+    }
+  }
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    using T = typename A::Scalar;
+    return a.binaryExpr(b, [](T x, T y) { return One(x, y); });
+  }
+};
+
+// BitShift (unsigned only): a shift by the width or more gives 0 (C++
+// leaves it undefined).
+template <bool kLeft>
+struct BitShiftOp {
+  using Types = UnsignedTypes;
+  template <typename T>
+  using Out = T;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    using T = typename A::Scalar;
+    return a.binaryExpr(b, [](T x, T y) -> T {
+      if (y >= sizeof(T) * 8) return 0;
+      return static_cast<T>(kLeft ? x << y : x >> y);
+    });
+  }
+};
+
+enum class Bitwise { kAnd, kOr, kXor };
+template <Bitwise kOp>
+struct BitwiseOp {
+  using Types = IntTypes;
+  template <typename T>
+  using Out = T;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    using T = typename A::Scalar;
+    return a.binaryExpr(b, [](T x, T y) -> T {
+      if constexpr (kOp == Bitwise::kAnd) return x & y;
+      if constexpr (kOp == Bitwise::kOr) return x | y;
+      return x ^ y;
+    });
+  }
+};
+
 struct EqualOp {
-  using Types = TypeList<float, double, int64_t, int32_t, bool>;
+  using Types = TypeList<bool, float, double, int64_t, int32_t, int16_t, int8_t,
+                         uint64_t, uint32_t, uint16_t, uint8_t>;
   template <typename T>
   using Out = bool;
   template <typename A, typename B>
@@ -114,7 +197,7 @@ struct EqualOp {
 // Comparisons: BOOL out, numeric in (Greater / Less since opset 7, ints
 // since 9; GreaterOrEqual / LessOrEqual since 12).
 struct GreaterOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = bool;
   template <typename A, typename B>
@@ -123,7 +206,7 @@ struct GreaterOp {
   }
 };
 struct LessOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = bool;
   template <typename A, typename B>
@@ -132,7 +215,7 @@ struct LessOp {
   }
 };
 struct GreaterOrEqualOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = bool;
   template <typename A, typename B>
@@ -141,7 +224,7 @@ struct GreaterOrEqualOp {
   }
 };
 struct LessOrEqualOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = bool;
   template <typename A, typename B>
@@ -182,7 +265,7 @@ struct XorOp {
 // The steps of variadic Max / Min. NaN wins, as in numpy's maximum /
 // minimum, which ONNX's reference implementation uses.
 struct MaxOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -195,7 +278,7 @@ struct MaxOp {
   }
 };
 struct MinOp {
-  using Types = TypeList<float, double, int64_t, int32_t, int8_t, uint8_t>;
+  using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
@@ -205,57 +288,35 @@ struct MinOp {
         b, Eigen::internal::scalar_min_op<T, T, Eigen::PropagateNaN>());
   }
 };
-
-// out = Op(a, b) with a, b broadcast to out_shape.
-template <typename Op, typename T>
-void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor* out,
-                     ThreadPool* pool) {
-  using O = typename Op::template Out<T>;
-  const std::vector<int64_t> shapes[2] = {a.shape(), b.shape()};
-  BroadcastWalk walk(out->shape(), shapes);
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  O* po = out->mutable_data<O>();
-  const bool sa = walk.inner_stride(0) != 0, sb = walk.inner_stride(1) != 0;
-  auto run = [&](int64_t o, const int64_t* off, int64_t n) {
-    MMap<O> y(po + o, n);
-    const T* x0 = pa + off[0];
-    const T* x1 = pb + off[1];
-    if (sa && sb) {
-      y = Op::Apply(CMap<T>(x0, n), CMap<T>(x1, n));
-    } else if (sa) {
-      y = Op::Apply(CMap<T>(x0, n), Arr<T>::Constant(n, *x1));
-    } else if (sb) {
-      y = Op::Apply(Arr<T>::Constant(n, *x0), CMap<T>(x1, n));
-    } else {
-      y = Op::Apply(Arr<T>::Constant(n, *x0), Arr<T>::Constant(n, *x1));
-    }
-  };
-  const int64_t inner = walk.inner();
-  if (walk.runs() == 1) {
-    // One long run (same shapes, or a scalar operand): cut it into pieces.
-    ParallelRange(pool, inner, kElementwiseGrain, [&](int64_t b0, int64_t b1) {
-      const int64_t off[2] = {sa ? b0 : 0, sb ? b0 : 0};
-      run(b0, off, b1 - b0);
-    });
-    return;
+// The step of variadic Sum and Mean (float types, as ONNX defines them).
+struct SumOp {
+  using Types = FloatTypes;
+  template <typename T>
+  using Out = T;
+  template <typename A, typename B>
+  static auto Apply(const A& a, const B& b) {
+    return a + b;
   }
-  ParallelRange(
-      pool, walk.runs(),
-      std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)),
-      [&](int64_t r0, int64_t r1) {
-        walk.ForEachRun(
-            r0, r1, [&](int64_t o, const int64_t* off) { run(o, off, inner); });
-      });
-}
+};
 
 template <typename Op>
 class BinaryKernel : public Kernel {
  public:
+  static constexpr bool kPow = std::is_same_v<Op, PowOp>;
+
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     if (info.num_inputs() != 2) return info.Invalid("needs 2 inputs");
     // Old opsets' explicit broadcast attributes (opset < 7) are not ours.
-    absl::Status s = CheckTypes(info, typename Op::Types{});
+    absl::Status s;
+    if constexpr (kPow) {
+      // Pow-12 and later raise integers too, to an exponent of any number
+      // type.
+      s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE, TP::INT32, TP::INT64});
+      if (s.ok()) s = RequireTypes(info, 1, NumberTypes{});
+    } else {
+      s = RequireTypes(info, 0, typename Op::Types{});
+      if (s.ok()) s = RequireTypes(info, 1, typename Op::Types{});
+    }
     if (!s.ok()) return s;
     if (std::is_same_v<typename Op::template Out<float>, bool>) {
       info.set_output_type(0, TP::BOOL);
@@ -264,70 +325,81 @@ class BinaryKernel : public Kernel {
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
-    const Tensor& a = ctx.in(0);
+    Tensor a = ctx.in(0);
     Tensor b = ctx.in(1);
-    if (a.dtype() != b.dtype()) {
-      // Pow may raise to an exponent of another type (e.g. float ^ int64).
-      if (!std::is_same_v<Op, PowOp>) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op_, " inputs have different types ", DataTypeName(a.dtype()),
-            " and ", DataTypeName(b.dtype())));
+    const DataType result_type = a.dtype();
+    if constexpr (kPow) {
+      // numpy's power: computed in the base's float type (double for an
+      // integer base, the result then cast back like astype).
+      const int32_t compute = a.dtype() == TP::FLOAT ? TP::FLOAT : TP::DOUBLE;
+      for (Tensor* t : {&a, &b}) {
+        absl::StatusOr<Tensor> c = CastTensor(*t, compute, ctx.pool);
+        if (!c.ok()) return c.status();
+        *t = *std::move(c);
       }
-      absl::StatusOr<Tensor> converted = ConvertForPow(b, a.dtype());
-      if (!converted.ok()) return converted.status();
-      b = *std::move(converted);
+    } else if (a.dtype() != b.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op_, " inputs have different types ", DataTypeName(a.dtype()),
+          " and ", DataTypeName(b.dtype())));
     }
     const std::vector<int64_t> shapes[2] = {a.shape(), b.shape()};
     absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
     if (!shape.ok()) return shape.status();
-    return DispatchImpl(
+    Tensor out;
+    absl::Status s = DispatchImpl(
         a.dtype(),
         [&](auto tag) {
           using T = decltype(tag);
           using O = typename Op::template Out<T>;
-          Tensor out(TypeOf<O>::value, *shape);
+          out = Tensor(TypeOf<O>::value, *shape);
           BinaryBroadcast<Op, T>(a, b, &out, ctx.pool);
-          (*ctx.outputs)[0] = std::move(out);
           return absl::OkStatus();
         },
         typename Op::Types{});
+    if (!s.ok()) return s;
+    if constexpr (kPow) {
+      absl::StatusOr<Tensor> c = CastTensor(out, result_type, ctx.pool);
+      if (!c.ok()) return c.status();
+      out = *std::move(c);
+    }
+    (*ctx.outputs)[0] = std::move(out);
+    return absl::OkStatus();
   }
 
  private:
   explicit BinaryKernel(std::string op) : op_(std::move(op)) {}
 
-  template <typename... Ts>
-  static absl::Status CheckTypes(NodeInfo& info, TypeList<Ts...>) {
-    absl::Status s = info.RequireType(0, {TypeOf<Ts>::value...});
-    if (!s.ok() || std::is_same_v<Op, PowOp>) {
-      if (s.ok()) {
-        s = info.RequireType(1, {TP::FLOAT, TP::DOUBLE, TP::INT64, TP::INT32});
-      }
-      return s;
-    }
-    return info.RequireType(1, {TypeOf<Ts>::value...});
-  }
-
-  static absl::StatusOr<Tensor> ConvertForPow(const Tensor& b, int32_t to) {
-    Tensor out(static_cast<DataType>(to), b.shape());
-    for (int64_t i = 0; i < b.size(); ++i) {
-      double v = b.dtype() == TP::FLOAT    ? b.data<float>()[i]
-                 : b.dtype() == TP::DOUBLE ? b.data<double>()[i]
-                                           : static_cast<double>(b.IntAt(i));
-      if (to == TP::FLOAT) {
-        out.mutable_data<float>()[i] = static_cast<float>(v);
-      } else {
-        out.mutable_data<double>()[i] = v;
-      }
-    }
-    return out;
-  }
-
   std::string op_;
 };
 
-// Max / Min: any number of inputs of one type, folded pairwise through
-// BinaryBroadcast (broadcasting since opset 8; before, equal shapes only).
+// Mod's fmod picks the op: fmod = 0 is for integers only (ONNX: "If the
+// input type is floating point, then fmod attribute must be set to 1").
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMod(NodeInfo& info) {
+  const int64_t fmod = info.Int("fmod", 0);
+  if (fmod != 0 && fmod != 1) {
+    return info.Invalid(absl::StrCat("fmod must be 0 or 1, got ", fmod));
+  }
+  if (fmod == 1) return BinaryKernel<ModOp<true>>::Create(info);
+  const int32_t t = info.input_type(0);
+  if (t == TP::FLOAT || t == TP::DOUBLE) {
+    return info.Invalid("fmod must be 1 for floating-point inputs");
+  }
+  return BinaryKernel<ModOp<false>>::Create(info);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBitShift(NodeInfo& info) {
+  const std::string direction = info.String("direction", "");
+  if (direction == "LEFT") return BinaryKernel<BitShiftOp<true>>::Create(info);
+  if (direction == "RIGHT") {
+    return BinaryKernel<BitShiftOp<false>>::Create(info);
+  }
+  return info.Invalid(
+      absl::StrCat("direction must be LEFT or RIGHT, got '", direction, "'"));
+}
+
+// Max / Min / Sum / Mean: any number of inputs of one type, folded pairwise
+// through BinaryBroadcast (broadcasting since opset 8; before, equal shapes
+// only). Mean is Sum divided by the count.
 template <typename Op>
 class VariadicKernel : public Kernel {
  public:
@@ -337,12 +409,13 @@ class VariadicKernel : public Kernel {
       if (!info.has_input(i)) {
         return info.Invalid(absl::StrCat("input ", i, " is empty"));
       }
-      absl::Status s = CheckType(info, i, typename Op::Types{});
+      absl::Status s = RequireTypes(info, i, typename Op::Types{});
       if (!s.ok()) return s;
     }
     auto k = std::unique_ptr<VariadicKernel<Op>>(new VariadicKernel<Op>);
     k->op_ = info.op();
     k->broadcast_ = info.opset() >= 8;
+    k->mean_ = info.op() == "Mean";
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -375,40 +448,33 @@ class VariadicKernel : public Kernel {
           typename Op::Types{});
       if (!s.ok()) return s;
     }
-    if (ctx.inputs.size() == 1) {
-      // Still refuse a type the op does not take.
-      absl::Status s = DispatchImpl(
-          acc.dtype(), [](auto) { return absl::OkStatus(); },
-          typename Op::Types{});
-      if (!s.ok()) return s;
-    }
+    // Also refuses a type the op does not take when there is one input.
+    absl::Status s = DispatchImpl(
+        acc.dtype(),
+        [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_floating_point_v<T>) {
+            if (mean_ && ctx.inputs.size() > 1) {
+              const T n = static_cast<T>(ctx.inputs.size());
+              acc = UnaryMap<T>(acc, ctx.pool,
+                                [n](const auto& a) { return a / n; });
+            }
+          }
+          return absl::OkStatus();
+        },
+        typename Op::Types{});
+    if (!s.ok()) return s;
     (*ctx.outputs)[0] = std::move(acc);
     return absl::OkStatus();
   }
 
  private:
-  template <typename... Ts>
-  static absl::Status CheckType(NodeInfo& info, int i, TypeList<Ts...>) {
-    return info.RequireType(i, {TypeOf<Ts>::value...});
-  }
-
   std::string op_;
   bool broadcast_ = true;
+  bool mean_ = false;
 };
 
 // ------------------------------------------------------------------- unary
-
-// Applies f (an Eigen array expression builder) over the flat input.
-template <typename T, typename F>
-Tensor UnaryMap(const Tensor& x, ThreadPool* pool, F f) {
-  Tensor out(x.dtype(), x.shape());
-  const T* in = x.data<T>();
-  T* o = out.mutable_data<T>();
-  ParallelRange(pool, x.size(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-    MMap<T>(o + b, e - b) = f(CMap<T>(in + b, e - b));
-  });
-  return out;
-}
 
 enum class Unary {
   kSqrt,
@@ -422,41 +488,115 @@ enum class Unary {
   kSign,
   kExp,
   kLog,
-  kNot
+  kNot,
+  kBitwiseNot,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kRound,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kIsNaN,
+  kIsInf,
 };
 
-// The kinds that take integers too (the rest are float / double only, Not
-// is BOOL only).
-bool IntegerUnary(Unary kind) {
-  return kind == Unary::kNeg || kind == Unary::kRelu || kind == Unary::kAbs ||
-         kind == Unary::kSign;
+const absl::flat_hash_map<std::string, Unary>& UnaryKinds() {
+  static const auto* kinds = new absl::flat_hash_map<std::string, Unary>{
+      {"Sqrt", Unary::kSqrt},
+      {"Neg", Unary::kNeg},
+      {"Relu", Unary::kRelu},
+      {"Sigmoid", Unary::kSigmoid},
+      {"Tanh", Unary::kTanh},
+      {"Erf", Unary::kErf},
+      {"LeakyRelu", Unary::kLeakyRelu},
+      {"Abs", Unary::kAbs},
+      {"Sign", Unary::kSign},
+      {"Exp", Unary::kExp},
+      {"Log", Unary::kLog},
+      {"Not", Unary::kNot},
+      {"BitwiseNot", Unary::kBitwiseNot},
+      {"Reciprocal", Unary::kReciprocal},
+      {"Floor", Unary::kFloor},
+      {"Ceil", Unary::kCeil},
+      {"Round", Unary::kRound},
+      {"Sin", Unary::kSin},
+      {"Cos", Unary::kCos},
+      {"Tan", Unary::kTan},
+      {"Asin", Unary::kAsin},
+      {"Acos", Unary::kAcos},
+      {"Atan", Unary::kAtan},
+      {"Sinh", Unary::kSinh},
+      {"Cosh", Unary::kCosh},
+      {"Asinh", Unary::kAsinh},
+      {"Acosh", Unary::kAcosh},
+      {"Atanh", Unary::kAtanh},
+      {"IsNaN", Unary::kIsNaN},
+      {"IsInf", Unary::kIsInf},
+  };
+  return *kinds;
+}
+
+// Which element types a kind takes: the float math takes float / double;
+// these take more (ONNX's type constraints).
+enum class UnaryFamily { kFloat, kSigned, kNumber, kInteger, kBool };
+
+UnaryFamily FamilyOf(Unary kind) {
+  switch (kind) {
+    case Unary::kNeg:
+    case Unary::kRelu:
+      return UnaryFamily::kSigned;
+    case Unary::kAbs:
+    case Unary::kSign:
+      return UnaryFamily::kNumber;
+    case Unary::kBitwiseNot:
+      return UnaryFamily::kInteger;
+    case Unary::kNot:
+      return UnaryFamily::kBool;
+    default:
+      return UnaryFamily::kFloat;
+  }
 }
 
 class UnaryKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
-    static const absl::flat_hash_map<std::string, Unary>* kinds =
-        new absl::flat_hash_map<std::string, Unary>{
-            {"Sqrt", Unary::kSqrt},
-            {"Neg", Unary::kNeg},
-            {"Relu", Unary::kRelu},
-            {"Sigmoid", Unary::kSigmoid},
-            {"Tanh", Unary::kTanh},
-            {"Erf", Unary::kErf},
-            {"LeakyRelu", Unary::kLeakyRelu},
-            {"Abs", Unary::kAbs},
-            {"Sign", Unary::kSign},
-            {"Exp", Unary::kExp},
-            {"Log", Unary::kLog},
-            {"Not", Unary::kNot}};
     auto k = std::unique_ptr<UnaryKernel>(new UnaryKernel);
-    k->kind_ = kinds->at(info.op());
+    k->kind_ = UnaryKinds().at(info.op());
     if (k->kind_ == Unary::kLeakyRelu) k->alpha_ = info.Float("alpha", 0.01f);
-    absl::Status s = k->kind_ == Unary::kNot ? info.RequireType(0, {TP::BOOL})
-                     : IntegerUnary(k->kind_)
-                         ? info.RequireType(0, {TP::FLOAT, TP::DOUBLE,
-                                                TP::INT32, TP::INT64, TP::INT8})
-                         : info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
+    if (k->kind_ == Unary::kIsInf) {
+      k->detect_positive_ = info.Int("detect_positive", 1) != 0;
+      k->detect_negative_ = info.Int("detect_negative", 1) != 0;
+    }
+    if (k->kind_ == Unary::kIsNaN || k->kind_ == Unary::kIsInf) {
+      info.set_output_type(0, TP::BOOL);
+    }
+    absl::Status s;
+    switch (FamilyOf(k->kind_)) {
+      case UnaryFamily::kFloat:
+        s = RequireTypes(info, 0, FloatTypes{});
+        break;
+      case UnaryFamily::kSigned:
+        s = RequireTypes(info, 0, SignedTypes{});
+        break;
+      case UnaryFamily::kNumber:
+        s = RequireTypes(info, 0, NumberTypes{});
+        break;
+      case UnaryFamily::kInteger:
+        s = RequireTypes(info, 0, IntTypes{});
+        break;
+      case UnaryFamily::kBool:
+        s = info.RequireType(0, {TP::BOOL});
+        break;
+    }
     if (!s.ok()) return s;
     return std::unique_ptr<Kernel>(std::move(k));
   }
@@ -464,78 +604,163 @@ class UnaryKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     Tensor& y = (*ctx.outputs)[0];
-    if (kind_ == Unary::kNot) {
-      return Dispatch<bool>(x.dtype(), [&](auto) {
-        y = UnaryMap<bool>(x, ctx.pool,
-                           [](const auto& a) { return a == false; });
-        return absl::OkStatus();
-      });
-    }
-    if (IntegerUnary(kind_)) {
-      return Dispatch<float, double, int32_t, int64_t, int8_t>(
-          x.dtype(), [&](auto tag) {
-            using T = decltype(tag);
-            if (kind_ == Unary::kNeg) {
-              y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return -a; });
-            } else if (kind_ == Unary::kAbs) {
-              y = UnaryMap<T>(x, ctx.pool,
-                              [](const auto& a) { return a.abs(); });
-            } else if (kind_ == Unary::kSign) {
-              // Zero (and NaN) map to themselves.
+    switch (FamilyOf(kind_)) {
+      case UnaryFamily::kBool:
+        return Dispatch<bool>(x.dtype(), [&](auto) {
+          y = UnaryMap<bool>(x, ctx.pool,
+                             [](const auto& a) { return a == false; });
+          return absl::OkStatus();
+        });
+      case UnaryFamily::kInteger:
+        return DispatchImpl(
+            x.dtype(),
+            [&](auto tag) {
+              using T = decltype(tag);
               y = UnaryMap<T>(x, ctx.pool, [](const auto& a) {
-                return (a > T(0)).select(T(1), (a < T(0)).select(T(-1), a));
+                return a.unaryExpr([](T v) { return static_cast<T>(~v); });
               });
-            } else if constexpr (std::is_same_v<T, float>) {
-              y = ClampFloatTensor(
-                  x, 0.0f, std::numeric_limits<float>::infinity(), ctx.pool);
-            } else {
-              y = UnaryMap<T>(x, ctx.pool,
-                              [](const auto& a) { return a.max(T(0)); });
-            }
-            return absl::OkStatus();
-          });
+              return absl::OkStatus();
+            },
+            IntTypes{});
+      case UnaryFamily::kSigned:
+      case UnaryFamily::kNumber:
+        return DispatchImpl(
+            x.dtype(),
+            [&](auto tag) {
+              using T = decltype(tag);
+              y = IntegerKind<T>(x, ctx.pool);
+              return absl::OkStatus();
+            },
+            NumberTypes{});
+      case UnaryFamily::kFloat:
+        break;
     }
-    return Dispatch<float, double>(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T alpha = static_cast<T>(alpha_);
-      switch (kind_) {
-        case Unary::kSqrt:
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.sqrt(); });
-          break;
-        case Unary::kSigmoid:
-          // 1 / (1 + e^-x): e^-x overflows to inf for very negative x, which
-          // still gives the right limit 0.
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) {
-            return (T(1) + (-a).exp()).inverse();
-          });
-          break;
-        case Unary::kTanh:
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.tanh(); });
-          break;
-        case Unary::kErf:
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.erf(); });
-          break;
-        case Unary::kExp:
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.exp(); });
-          break;
-        case Unary::kLog:
-          y = UnaryMap<T>(x, ctx.pool, [](const auto& a) { return a.log(); });
-          break;
-        case Unary::kLeakyRelu:
-          y = UnaryMap<T>(x, ctx.pool, [alpha](const auto& a) {
-            return (a > T(0)).select(a, a * alpha);
-          });
-          break;
-        default:
-          break;
-      }
-      return absl::OkStatus();
-    });
+    return DispatchImpl(
+        x.dtype(),
+        [&](auto tag) {
+          using T = decltype(tag);
+          y = FloatKind<T>(x, ctx.pool);
+          return absl::OkStatus();
+        },
+        FloatTypes{});
   }
 
  private:
+  // The kinds that take integers too (Neg, Relu, Abs, Sign).
+  template <typename T>
+  Tensor IntegerKind(const Tensor& x, ThreadPool* pool) const {
+    if constexpr (std::is_unsigned_v<T>) {
+      // Abs and Relu are the identity on unsigned values, Sign is 0 or 1
+      // (Neg and Relu refuse them at Create).
+      if (kind_ == Unary::kSign) {
+        return UnaryMap<T>(
+            x, pool, [](const auto& a) { return (a > T(0)).select(T(1), a); });
+      }
+      return x;
+    } else {
+      switch (kind_) {
+        case Unary::kNeg:
+          return UnaryMap<T>(x, pool, [](const auto& a) { return -a; });
+        case Unary::kAbs:
+          return UnaryMap<T>(x, pool, [](const auto& a) { return a.abs(); });
+        case Unary::kSign:
+          // Zero (and NaN) map to themselves.
+          return UnaryMap<T>(x, pool, [](const auto& a) {
+            return (a > T(0)).select(T(1), (a < T(0)).select(T(-1), a));
+          });
+        default:  // kRelu
+          if constexpr (std::is_same_v<T, float>) {
+            return ClampFloatTensor(
+                x, 0.0f, std::numeric_limits<float>::infinity(), pool);
+          }
+          return UnaryMap<T>(x, pool,
+                             [](const auto& a) { return a.max(T(0)); });
+      }
+    }
+  }
+
+  template <typename T>
+  Tensor FloatKind(const Tensor& x, ThreadPool* pool) const {
+    const T alpha = static_cast<T>(alpha_);
+    switch (kind_) {
+      case Unary::kSqrt:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.sqrt(); });
+      case Unary::kSigmoid:
+        // 1 / (1 + e^-x): e^-x overflows to inf for very negative x, which
+        // still gives the right limit 0.
+        return UnaryMap<T>(x, pool, [](const auto& a) {
+          return (T(1) + (-a).exp()).inverse();
+        });
+      case Unary::kTanh:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.tanh(); });
+      case Unary::kErf:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.erf(); });
+      case Unary::kExp:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.exp(); });
+      case Unary::kLog:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.log(); });
+      case Unary::kLeakyRelu:
+        return UnaryMap<T>(x, pool, [alpha](const auto& a) {
+          return (a > T(0)).select(a, a * alpha);
+        });
+      case Unary::kReciprocal:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.inverse(); });
+      case Unary::kFloor:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.floor(); });
+      case Unary::kCeil:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.ceil(); });
+      case Unary::kRound:
+        // Half to even (rint in the default rounding mode), as ONNX says.
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.rint(); });
+      case Unary::kSin:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.sin(); });
+      case Unary::kCos:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.cos(); });
+      case Unary::kTan:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.tan(); });
+      case Unary::kAsin:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.asin(); });
+      case Unary::kAcos:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.acos(); });
+      case Unary::kAtan:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.atan(); });
+      case Unary::kSinh:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.sinh(); });
+      case Unary::kCosh:
+        return UnaryMap<T>(x, pool, [](const auto& a) { return a.cosh(); });
+      case Unary::kAsinh:
+        return UnaryMap<T>(x, pool, [](const auto& a) {
+          return a.unaryExpr([](T v) { return std::asinh(v); });
+        });
+      case Unary::kAcosh:
+        return UnaryMap<T>(x, pool, [](const auto& a) {
+          return a.unaryExpr([](T v) { return std::acosh(v); });
+        });
+      case Unary::kAtanh:
+        return UnaryMap<T>(x, pool, [](const auto& a) {
+          return a.unaryExpr([](T v) { return std::atanh(v); });
+        });
+      case Unary::kIsNaN:
+        return UnaryMap<T, bool>(x, pool, [](const auto& a) { return a != a; });
+      case Unary::kIsInf: {
+        const T pos = detect_positive_ ? std::numeric_limits<T>::infinity()
+                                       : std::numeric_limits<T>::quiet_NaN();
+        const T neg = detect_negative_ ? -std::numeric_limits<T>::infinity()
+                                       : std::numeric_limits<T>::quiet_NaN();
+        // NaN never compares equal, so a direction not detected never is.
+        return UnaryMap<T, bool>(x, pool, [pos, neg](const auto& a) {
+          return a == pos || a == neg;
+        });
+      }
+      default:
+        return Tensor();  // Other families return before.
+    }
+  }
+
   Unary kind_ = Unary::kRelu;
   float alpha_ = 0;
+  bool detect_positive_ = true;
+  bool detect_negative_ = true;
 };
 
 // -------------------------------------------------------------------- Clip
@@ -549,16 +774,16 @@ class ClipKernel : public Kernel {
       k->min_attr_ = info.Float("min", -std::numeric_limits<float>::infinity());
       k->max_attr_ = info.Float("max", std::numeric_limits<float>::infinity());
     }
-    absl::Status s = info.RequireType(
-        0, {TP::FLOAT, TP::DOUBLE, TP::INT32, TP::INT64, TP::INT8, TP::UINT8});
+    absl::Status s = RequireTypes(info, 0, NumberTypes{});
     if (!s.ok()) return s;
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    return Dispatch<float, double, int32_t, int64_t, int8_t, uint8_t>(
-        x.dtype(), [&](auto tag) -> absl::Status {
+    return DispatchImpl(
+        x.dtype(),
+        [&](auto tag) -> absl::Status {
           using T = decltype(tag);
           T lo = std::numeric_limits<T>::lowest();
           T hi = std::numeric_limits<T>::max();
@@ -583,7 +808,8 @@ class ClipKernel : public Kernel {
             return a.max(lo).min(hi);
           });
           return absl::OkStatus();
-        });
+        },
+        NumberTypes{});
   }
 
  private:
@@ -593,14 +819,16 @@ class ClipKernel : public Kernel {
 
 // ------------------------------------------------------------------- Where
 
+using WhereTypes = TypeList<float, double, int64_t, int32_t, int16_t, int8_t,
+                            uint64_t, uint32_t, uint16_t, uint8_t, bool>;
+
 class WhereKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     if (info.num_inputs() != 3) return info.Invalid("needs 3 inputs");
     absl::Status s = info.RequireType(0, {TP::BOOL});
     if (s.ok()) {
-      s = info.RequireType(1, {TP::FLOAT, TP::DOUBLE, TP::INT64, TP::INT32,
-                               TP::INT8, TP::UINT8, TP::BOOL});
+      s = RequireTypes(info, 1, WhereTypes{});
     }
     if (!s.ok()) return s;
     info.set_output_type(0, info.input_type(1));
@@ -618,8 +846,9 @@ class WhereKernel : public Kernel {
     const std::vector<int64_t> shapes[3] = {c.shape(), a.shape(), b.shape()};
     absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
     if (!shape.ok()) return shape.status();
-    return Dispatch<float, double, int64_t, int32_t, int8_t, uint8_t, bool>(
-        a.dtype(), [&](auto tag) {
+    return DispatchImpl(
+        a.dtype(),
+        [&](auto tag) {
           using T = decltype(tag);
           Tensor out(a.dtype(), *shape);
           BroadcastWalk walk(*shape, shapes);
@@ -638,7 +867,8 @@ class WhereKernel : public Kernel {
           });
           (*ctx.outputs)[0] = std::move(out);
           return absl::OkStatus();
-        });
+        },
+        WhereTypes{});
   }
 };
 
@@ -658,10 +888,16 @@ void RegisterElementwiseOps(OpRegistry* r) {
   r->Register("And", &BinaryKernel<AndOp>::Create);
   r->Register("Or", &BinaryKernel<OrOp>::Create);
   r->Register("Xor", &BinaryKernel<XorOp>::Create);
+  r->Register("Mod", &CreateMod);
+  r->Register("BitShift", &CreateBitShift);
+  r->Register("BitwiseAnd", &BinaryKernel<BitwiseOp<Bitwise::kAnd>>::Create);
+  r->Register("BitwiseOr", &BinaryKernel<BitwiseOp<Bitwise::kOr>>::Create);
+  r->Register("BitwiseXor", &BinaryKernel<BitwiseOp<Bitwise::kXor>>::Create);
   r->Register("Max", &VariadicKernel<MaxOp>::Create);
   r->Register("Min", &VariadicKernel<MinOp>::Create);
-  for (const char* op : {"Sqrt", "Neg", "Relu", "Sigmoid", "Tanh", "Erf",
-                         "LeakyRelu", "Abs", "Sign", "Exp", "Log", "Not"}) {
+  r->Register("Sum", &VariadicKernel<SumOp>::Create);
+  r->Register("Mean", &VariadicKernel<SumOp>::Create);
+  for (const auto& [op, kind] : UnaryKinds()) {
     r->Register(op, &UnaryKernel::Create);
   }
   r->Register("Clip", &ClipKernel::Create);

@@ -7,11 +7,11 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/parallel.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/conv.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
-#include "core/executor/parallel.h"
 
 namespace quantd::executor {
 namespace {

@@ -21,10 +21,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/base/parallel.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
-#include "core/executor/parallel.h"
 #include "core/numerics/int4.h"
 #include "core/numerics/quant_params.h"
 

@@ -1,6 +1,8 @@
-// Reductions: ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin (one
-// kernel: axes as an attribute or, from the opset that moved them, as input
-// 1, keepdims, noop_with_empty_axes) and ArgMax / ArgMin.
+// Reductions: ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin and
+// the sums behind them, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum,
+// ReduceLogSumExp (one kernel: axes as an attribute or, from the opset that
+// moved them, as input 1, keepdims, noop_with_empty_axes) and ArgMax /
+// ArgMin.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,7 +24,23 @@ using CMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using MMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
+// How values fold. The norms and log-sums are sums of mapped values (see
+// ReduceKernel::Reduced), so they fold as kSum.
 enum class Reduce { kSum, kMean, kProd, kMax, kMin };
+
+// What a Reduce* op computes around its fold: y = post(fold(pre(x))).
+enum class Op {
+  kSum,
+  kMean,
+  kProd,
+  kMax,
+  kMin,
+  kL1,         // sum |x|
+  kL2,         // sqrt(sum x^2)
+  kSumSquare,  // sum x^2
+  kLogSum,     // log(sum x)
+  kLogSumExp,  // log(sum exp(x - m)) + m, m the max (for range)
+};
 
 template <typename T>
 bool IsNan(T v) {
@@ -212,25 +230,53 @@ class ReduceAxes {
   bool noop_with_empty_axes_ = false;
 };
 
+// The Reduce* ops by name.
+const std::pair<const char*, Op> kReduceOps[] = {
+    {"ReduceSum", Op::kSum},       {"ReduceMean", Op::kMean},
+    {"ReduceProd", Op::kProd},     {"ReduceMax", Op::kMax},
+    {"ReduceMin", Op::kMin},       {"ReduceL1", Op::kL1},
+    {"ReduceL2", Op::kL2},         {"ReduceSumSquare", Op::kSumSquare},
+    {"ReduceLogSum", Op::kLogSum}, {"ReduceLogSumExp", Op::kLogSumExp},
+};
+
 class ReduceKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<ReduceKernel>(new ReduceKernel);
-    const std::string& op = info.op();
-    k->kind_ = op == "ReduceSum"    ? Reduce::kSum
-               : op == "ReduceMean" ? Reduce::kMean
-               : op == "ReduceProd" ? Reduce::kProd
-               : op == "ReduceMax"  ? Reduce::kMax
-                                    : Reduce::kMin;
-    absl::Status s =
-        k->axes_.Read(info, k->kind_ == Reduce::kSum ? int64_t{13} : 18);
+    for (const auto& [name, op] : kReduceOps) {
+      if (info.op() == name) k->op_ = op;
+    }
+    switch (k->op_) {
+      case Op::kMean:
+        k->kind_ = Reduce::kMean;
+        break;
+      case Op::kProd:
+        k->kind_ = Reduce::kProd;
+        break;
+      case Op::kMax:
+        k->kind_ = Reduce::kMax;
+        break;
+      case Op::kMin:
+        k->kind_ = Reduce::kMin;
+        break;
+      default:
+        k->kind_ = Reduce::kSum;
+        break;
+    }
+    // ReduceSum took axes as an input from opset 13, the others from 18.
+    absl::Status s = k->axes_.Read(info, k->op_ == Op::kSum ? int64_t{13} : 18);
     if (!s.ok()) return s;
-    switch (k->kind_) {
-      case Reduce::kMean:
+    switch (k->op_) {
+      case Op::kMean:
+      case Op::kLogSum:
+      case Op::kLogSumExp:
         s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
         break;
-      case Reduce::kSum:
-      case Reduce::kProd:
+      case Op::kSum:
+      case Op::kProd:
+      case Op::kL1:
+      case Op::kL2:
+      case Op::kSumSquare:
         s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE, TP::INT32, TP::INT64});
         break;
       default:
@@ -247,20 +293,28 @@ class ReduceKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     absl::StatusOr<ReducePlan> plan = axes_.Resolve(ctx, x.shape());
     if (!plan.ok()) return plan.status();
-    if (plan->noop) {
+    // Reducing no axes leaves the basic folds' input unchanged; the mapped
+    // ops still map each element (|x| for ReduceL1, x^2 for ReduceSumSquare,
+    // ...), as in the ONNX reference.
+    if (plan->noop && op_ <= Op::kMin) {
       (*ctx.outputs)[0] = x;
       return absl::OkStatus();
     }
     auto run = [&](auto tag) -> absl::Status {
       using T = decltype(tag);
-      (*ctx.outputs)[0] = Fold<T>(x, *plan);
+      (*ctx.outputs)[0] = Reduced<T>(x, *plan);
       return absl::OkStatus();
     };
-    switch (kind_) {
-      case Reduce::kMean:
+    switch (op_) {
+      case Op::kMean:
+      case Op::kLogSum:
+      case Op::kLogSumExp:
         return Dispatch<float, double>(x.dtype(), run);
-      case Reduce::kSum:
-      case Reduce::kProd:
+      case Op::kSum:
+      case Op::kProd:
+      case Op::kL1:
+      case Op::kL2:
+      case Op::kSumSquare:
         return Dispatch<float, double, int32_t, int64_t>(x.dtype(), run);
       default:
         return Dispatch<float, double, int32_t, int64_t, int8_t, uint8_t, bool>(
@@ -269,11 +323,82 @@ class ReduceKernel : public Kernel {
   }
 
  private:
+  // post(fold(pre(x))) for this op.
   template <typename T>
-  Tensor Fold(const Tensor& x, const ReducePlan& plan) const {
+  Tensor Reduced(const Tensor& x, const ReducePlan& plan) const {
+    // Create lets no BOOL reach a mapped op, nor integers a log-sum;
+    // integers stay integers (L2 truncates the square root).
+    if constexpr (!std::is_same_v<T, bool>) {
+      auto square = [](T v) { return static_cast<T>(v * v); };
+      switch (op_) {
+        case Op::kL1:
+          return Fold<T>(Mapped<T>(x, [](T v) { return v < T(0) ? T(-v) : v; }),
+                         kind_, plan);
+        case Op::kSumSquare:
+          return Fold<T>(Mapped<T>(x, square), kind_, plan);
+        case Op::kL2:
+          return Mapped<T>(Fold<T>(Mapped<T>(x, square), kind_, plan),
+                           [](T v) { return static_cast<T>(std::sqrt(v)); });
+        case Op::kLogSum:
+          if constexpr (std::is_floating_point_v<T>) {
+            return Mapped<T>(Fold<T>(x, kind_, plan),
+                             [](T v) { return std::log(v); });
+          }
+          break;
+        case Op::kLogSumExp:
+          if constexpr (std::is_floating_point_v<T>) {
+            return LogSumExp<T>(x, plan);
+          }
+          break;
+        default:
+          break;
+      }
+    }
+    return Fold<T>(x, kind_, plan);
+  }
+
+  // f applied to every element of x.
+  template <typename T, typename F>
+  static Tensor Mapped(const Tensor& x, F f) {
+    Tensor y(x.dtype(), x.shape());
+    const T* in = x.data<T>();
+    T* out = y.mutable_data<T>();
+    for (int64_t i = 0; i < x.size(); ++i) out[i] = f(in[i]);
+    return y;
+  }
+
+  // log(sum(exp(x - m))) + m with m the max of each reduced set, so large
+  // values do not overflow exp. An all -inf (or empty) set has no finite
+  // max and shifts by 0: its result is log(0) = -inf.
+  template <typename T>
+  static Tensor LogSumExp(const Tensor& x, const ReducePlan& plan) {
+    const Tensor mx = Fold<T>(x, Reduce::kMax, plan).Reshaped(plan.kept);
+    const T* m = mx.data<T>();
+    auto shift = [](T v) { return std::isfinite(v) ? v : T(0); };
+    Tensor e(x.dtype(), x.shape());
+    const T* in = x.data<T>();
+    T* ex = e.mutable_data<T>();
+    const std::vector<int64_t> shapes[2] = {x.shape(), plan.kept};
+    BroadcastWalk walk(x.shape(), shapes);
+    const int64_t n = walk.inner();
+    const bool row = walk.inner_stride(1) != 0;
+    walk.ForEachRun(0, walk.runs(), [&](int64_t o, const int64_t* off) {
+      for (int64_t i = 0; i < n; ++i) {
+        ex[o + i] = std::exp(in[o + i] - shift(m[off[1] + (row ? i : 0)]));
+      }
+    });
+    Tensor y = Fold<T>(e, Reduce::kSum, plan);
+    T* out = y.mutable_data<T>();
+    for (int64_t i = 0; i < y.size(); ++i)
+      out[i] = std::log(out[i]) + shift(m[i]);
+    return y;
+  }
+
+  template <typename T>
+  static Tensor Fold(const Tensor& x, Reduce kind, const ReducePlan& plan) {
     Tensor y(x.dtype(), plan.kept);
     T* out = y.mutable_data<T>();
-    std::fill(out, out + y.size(), ReduceIdentity<T>(kind_));
+    std::fill(out, out + y.size(), ReduceIdentity<T>(kind));
     const T* in = x.data<T>();
     // Walk the input with the kept-dims output broadcast along it: each run
     // either folds into one output value or folds a row onto a row.
@@ -283,13 +408,13 @@ class ReduceKernel : public Kernel {
     const bool row = walk.inner_stride(1) != 0;
     walk.ForEachRun(0, walk.runs(), [&](int64_t o, const int64_t* off) {
       if (row) {
-        FoldRow<T>(kind_, in + o, n, out + off[1]);
+        FoldRow<T>(kind, in + o, n, out + off[1]);
       } else {
-        FoldRun<T>(kind_, in + o, n, out + off[1]);
+        FoldRun<T>(kind, in + o, n, out + off[1]);
       }
     });
     if constexpr (std::is_floating_point_v<T>) {
-      if (kind_ == Reduce::kMean) {
+      if (kind == Reduce::kMean) {
         // The mean of nothing is NaN (0 / 0).
         const T inv = plan.count > 0 ? T(1) / plan.count
                                      : std::numeric_limits<T>::quiet_NaN();
@@ -299,6 +424,7 @@ class ReduceKernel : public Kernel {
     return y.Reshaped(plan.out_shape);
   }
 
+  Op op_ = Op::kSum;
   Reduce kind_ = Reduce::kSum;
   ReduceAxes axes_;
 };
@@ -391,9 +517,8 @@ class ArgKernel : public Kernel {
 }  // namespace
 
 void RegisterReduceOps(OpRegistry* r) {
-  for (const char* op :
-       {"ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin"}) {
-    r->Register(op, &ReduceKernel::Create);
+  for (const auto& [name, op] : kReduceOps) {
+    r->Register(name, &ReduceKernel::Create);
   }
   r->Register("ArgMax", &ArgKernel::Create);
   r->Register("ArgMin", &ArgKernel::Create);

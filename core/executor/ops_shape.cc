@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/executor/broadcast.h"
+#include "core/executor/cast.h"
 #include "core/executor/kernel.h"
+#include "core/executor/layout.h"
 
 namespace quantd::executor {
 namespace {
@@ -22,64 +24,6 @@ std::string Join(const std::vector<int64_t>& v) {
 
 absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
-}
-
-std::vector<int64_t> Strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
-    s[i] = s[i + 1] * shape[i + 1];
-  }
-  return s;
-}
-
-template <typename U>
-void StridedCopyT(const U* in, const std::vector<int64_t>& strides,
-                  const std::vector<int64_t>& shape, U* out) {
-  const int rank = static_cast<int>(shape.size());
-  const int64_t total = NumElements(shape);
-  if (total == 0) return;
-  if (rank == 0) {
-    out[0] = in[0];
-    return;
-  }
-  const int64_t n = shape.back(), s = strides.back();
-  std::vector<int64_t> idx(rank, 0);
-  int64_t off = 0;
-  for (int64_t o = 0; o < total; o += n) {
-    if (s == 1) {
-      std::memcpy(out + o, in + off, n * sizeof(U));
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[o + i] = in[off + i * s];
-    }
-    for (int d = rank - 2; d >= 0; --d) {
-      off += strides[d];
-      if (++idx[d] < shape[d]) break;
-      off -= strides[d] * shape[d];
-      idx[d] = 0;
-    }
-  }
-}
-
-// out (shape `shape`, contiguous) [i...] = in[sum_d i_d * strides[d]]: the
-// one gather loop behind Transpose and Slice. `in` points at the first
-// element to read.
-void StridedCopy(const void* in, int64_t esize,
-                 const std::vector<int64_t>& strides,
-                 const std::vector<int64_t>& shape, void* out) {
-  switch (esize) {
-    case 1:
-      StridedCopyT(static_cast<const uint8_t*>(in), strides, shape,
-                   static_cast<uint8_t*>(out));
-      break;
-    case 4:
-      StridedCopyT(static_cast<const uint32_t*>(in), strides, shape,
-                   static_cast<uint32_t*>(out));
-      break;
-    case 8:
-      StridedCopyT(static_cast<const uint64_t*>(in), strides, shape,
-                   static_cast<uint64_t*>(out));
-      break;
-  }
 }
 
 absl::Status RequireInt(const Tensor& t, const char* what) {
@@ -109,6 +53,76 @@ class IdentityKernel : public Kernel {
     (*ctx.outputs)[0] = ctx.in(0);
     return absl::OkStatus();
   }
+};
+
+// ----------------------------------------------------------------- Dropout
+
+// Inference only: the output is the input and the mask all true. A node that
+// may train at run time (training_mode not a constant false, unless the ratio
+// is a constant 0) would draw random masks, which calibration must not see:
+// it is refused at Create.
+class DropoutKernel : public Kernel {
+ public:
+  QUANTD_SIMPLE_FACTORY(DropoutKernel)
+  absl::Status Init(NodeInfo& info) {
+    if (info.opset() < 12) {
+      const float ratio = info.Float("ratio", 0.5f);
+      if (!(ratio >= 0.0f && ratio < 1.0f)) {
+        return info.Invalid(absl::StrCat("ratio ", ratio, " is not in [0, 1)"));
+      }
+      // Before opset 10 the mask had the input's type.
+      if (info.opset() >= 10) info.set_output_type(1, TP::BOOL);
+      mask_type_ = info.opset() >= 10 ? TP::BOOL : 0;
+      return absl::OkStatus();
+    }
+    info.Int("seed", 0);  // Only training draws random numbers.
+    info.set_output_type(1, TP::BOOL);
+    mask_type_ = TP::BOOL;
+    if (info.num_inputs() > 3) return info.Invalid("takes at most 3 inputs");
+    const Tensor* ratio = info.has_input(1) ? info.constant_input(1) : nullptr;
+    if (ratio != nullptr && ratio->size() != 1) {
+      return info.Invalid("ratio must be a scalar");
+    }
+    if (!info.has_input(2)) return absl::OkStatus();
+    const Tensor* training = info.constant_input(2);
+    if (training == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", info.label(),
+          "' (op Dropout): training_mode is a run-time input; the executor "
+          "runs inference only (a constant false training_mode is "
+          "supported)"));
+    }
+    if (training->dtype() != TP::BOOL || training->size() != 1) {
+      return info.Invalid("training_mode must be a BOOL scalar");
+    }
+    const bool zero_ratio = ratio != nullptr && ratio->dtype() == TP::FLOAT &&
+                            ratio->data<float>()[0] == 0.0f;
+    if (training->data<bool>()[0] && !zero_ratio) {
+      return info.UnsupportedAttr("training_mode", "true");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Compute(const KernelContext& ctx) const override {
+    const Tensor& x = ctx.in(0);
+    (*ctx.outputs)[0] = x;
+    if (ctx.outputs->size() < 2) return absl::OkStatus();
+    const int32_t type = mask_type_ != 0 ? mask_type_ : x.dtype();
+    Tensor mask(static_cast<DataType>(type), x.shape());
+    absl::Status s =
+        Dispatch<bool, float, double, int64_t, int32_t, int8_t, uint8_t>(
+            type, [&](auto tag) {
+              using T = decltype(tag);
+              std::fill(mask.mutable_data<T>(),
+                        mask.mutable_data<T>() + mask.size(), T(1));
+              return absl::OkStatus();
+            });
+    if (!s.ok()) return s;
+    (*ctx.outputs)[1] = std::move(mask);
+    return absl::OkStatus();
+  }
+
+ private:
+  int32_t mask_type_ = TP::BOOL;  // 0: the input's type.
 };
 
 // ----------------------------------------------------------------- Flatten
@@ -205,7 +219,7 @@ class TransposeKernel : public Kernel {
       return Invalid("perm does not match the input rank");
     }
     std::vector<bool> seen(x.rank(), false);
-    const std::vector<int64_t> in_strides = Strides(x.shape());
+    const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
     std::vector<int64_t> shape, strides;
     for (int64_t p : perm) {
       if (p < 0 || p >= x.rank() || seen[p]) return Invalid("bad perm");
@@ -409,7 +423,7 @@ class SliceKernel : public Kernel {
       shape[*ax] = count;
     }
     Tensor y(x.dtype(), shape);
-    const std::vector<int64_t> in_strides = Strides(x.shape());
+    const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
     std::vector<int64_t> strides(rank);
     int64_t base = 0;
     for (int d = 0; d < rank; ++d) {
@@ -577,48 +591,27 @@ class ShapeKernel : public Kernel {
 
 // -------------------------------------------------------------------- Cast
 
-template <typename From, typename To>
-void CastLoop(const From* in, To* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<To, bool>) {
-      out[i] = in[i] != From(0);
-    } else {
-      out[i] = static_cast<To>(in[i]);
-    }
-  }
-}
-
 class CastKernel : public Kernel {
  public:
   QUANTD_SIMPLE_FACTORY(CastKernel)
   absl::Status Init(NodeInfo& info) {
     to_ = static_cast<int32_t>(info.Int("to", 0));
-    if (ElementSize(to_) == 0) {
+    // Opset 19's saturate only changes casts to the 8-bit floats, which are
+    // refused below.
+    if (info.opset() >= 19) info.Int("saturate", 1);
+    if (!CastableType(to_)) {
       return info.UnsupportedAttr("to", DataTypeName(to_));
     }
     info.set_output_type(0, to_);
-    return info.RequireType(0, {TP::FLOAT, TP::DOUBLE, TP::INT64, TP::INT32,
-                                TP::INT8, TP::UINT8, TP::BOOL});
+    if (info.input_type(0) != 0 && !CastableType(info.input_type(0))) {
+      return info.RequireType(0, {});
+    }
+    return absl::OkStatus();
   }
   absl::Status Compute(const KernelContext& ctx) const override {
-    const Tensor& x = ctx.in(0);
-    if (x.dtype() == to_) {
-      (*ctx.outputs)[0] = x;
-      return absl::OkStatus();
-    }
-    Tensor y(static_cast<DataType>(to_), x.shape());
-    absl::Status s = Dispatch<float, double, int64_t, int32_t, int8_t, uint8_t,
-                              bool>(x.dtype(), [&](auto from) {
-      using F = decltype(from);
-      return Dispatch<float, double, int64_t, int32_t, int8_t, uint8_t, bool>(
-          to_, [&](auto to) {
-            using T = decltype(to);
-            CastLoop<F, T>(x.data<F>(), y.mutable_data<T>(), x.size());
-            return absl::OkStatus();
-          });
-    });
-    if (!s.ok()) return s;
-    (*ctx.outputs)[0] = std::move(y);
+    absl::StatusOr<Tensor> y = CastTensor(ctx.in(0), to_, ctx.pool);
+    if (!y.ok()) return y.status();
+    (*ctx.outputs)[0] = *std::move(y);
     return absl::OkStatus();
   }
 
@@ -785,6 +778,8 @@ class PadKernel : public Kernel {
       mode_ = Mode::kReflect;
     } else if (mode == "edge") {
       mode_ = Mode::kEdge;
+    } else if (mode == "wrap" && info.opset() >= 19) {
+      mode_ = Mode::kWrap;
     } else {
       return info.UnsupportedAttr("mode", mode);
     }
@@ -831,7 +826,7 @@ class PadKernel : public Kernel {
       shape[d] = x.dim(d) + pb[d] + pe[d];
       if (shape[d] < 0) return Invalid("pads remove more than the dim");
       if (mode_ != Mode::kConstant && shape[d] > 0 && x.dim(d) == 0) {
-        return Invalid("cannot reflect or extend an empty dim");
+        return Invalid("cannot reflect, extend or wrap an empty dim");
       }
     }
     return Dispatch<float, double, int64_t, int32_t, int8_t, uint8_t, bool>(
@@ -852,7 +847,7 @@ class PadKernel : public Kernel {
   }
 
  private:
-  enum class Mode { kConstant, kReflect, kEdge };
+  enum class Mode { kConstant, kReflect, kEdge, kWrap };
 
   // Input index for output index `o` along a dim of size n with begin pad
   // p; -1 means "the constant".
@@ -870,6 +865,8 @@ class PadKernel : public Kernel {
         i = ((i % period) + period) % period;
         return i < n ? i : period - i;
       }
+      case Mode::kWrap:
+        return ((i % n) + n) % n;
     }
     return -1;
   }
@@ -878,7 +875,7 @@ class PadKernel : public Kernel {
   void Fill(const Tensor& x, const std::vector<int64_t>& pb, T value,
             Tensor* y) const {
     const int rank = x.rank();
-    const std::vector<int64_t> in_strides = Strides(x.shape());
+    const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
     const T* in = x.data<T>();
     T* out = y->mutable_data<T>();
     const int64_t total = y->size();
@@ -909,6 +906,7 @@ class PadKernel : public Kernel {
 
 void RegisterShapeOps(OpRegistry* r) {
   r->Register("Identity", &IdentityKernel::Create);
+  r->Register("Dropout", &DropoutKernel::Create);
   r->Register("Flatten", &FlattenKernel::Create);
   r->Register("Reshape", &ReshapeKernel::Create);
   r->Register("Transpose", &TransposeKernel::Create);

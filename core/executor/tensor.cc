@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/checked_count.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
 
@@ -33,9 +35,17 @@ int64_t ElementSize(int32_t dtype) {
     case TensorProto::FLOAT:
     case TensorProto::INT32:
       return 4;
+    case TensorProto::UINT32:
+      return 4;
     case TensorProto::DOUBLE:
     case TensorProto::INT64:
+    case TensorProto::UINT64:
       return 8;
+    case TensorProto::INT16:
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      return 2;
     case TensorProto::INT8:
     case TensorProto::UINT8:
     case TensorProto::BOOL:
@@ -75,9 +85,7 @@ std::string DataTypeName(int32_t dtype) {
 }
 
 int64_t NumElements(absl::Span<const int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  return SaturatingElementCount(shape);
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -88,7 +96,9 @@ Tensor::Buffer::Buffer(int64_t bytes) {
   // aligned_alloc wants a multiple of the alignment; 64 suits AVX-512 loads.
   const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
   data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (data == nullptr) std::abort();  // Out of memory: nothing sane to do.
+  // Out of memory: the job boundary turns this into RESOURCE_EXHAUSTED for
+  // the one call instead of taking the process down.
+  if (data == nullptr) throw std::bad_alloc();
   live_buffers.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -104,7 +114,11 @@ int64_t Tensor::LiveBuffers() {
 Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
   size_ = NumElements(shape_);
-  buffer_ = std::make_shared<Buffer>(size_ * ElementSize(dtype_));
+  // Shapes from untrusted data are checked before they get here; one that
+  // is not (negative or overflowing) cannot be allocated, never wraps.
+  absl::StatusOr<int64_t> bytes = CheckedByteSize(size_, ElementSize(dtype_));
+  if (!bytes.ok()) throw std::bad_alloc();
+  buffer_ = std::make_shared<Buffer>(*bytes);
 }
 
 Tensor Tensor::Reshaped(std::vector<int64_t> shape) const {
@@ -127,6 +141,18 @@ int64_t Tensor::IntAt(int64_t i) const {
       return data<uint8_t>()[i];
     case TensorProto::BOOL:
       return data<bool>()[i];
+    case TensorProto::INT16:
+      return data<int16_t>()[i];
+    case TensorProto::UINT16:
+      return data<uint16_t>()[i];
+    case TensorProto::UINT32:
+      return data<uint32_t>()[i];
+    case TensorProto::UINT64:
+      return static_cast<int64_t>(data<uint64_t>()[i]);
+    case TensorProto::FLOAT16:
+      return static_cast<int64_t>(static_cast<float>(data<Float16>()[i]));
+    case TensorProto::BFLOAT16:
+      return static_cast<int64_t>(static_cast<float>(data<BFloat16>()[i]));
     case TensorProto::FLOAT:
       return static_cast<int64_t>(data<float>()[i]);
     case TensorProto::DOUBLE:
@@ -222,8 +248,48 @@ absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
     case TensorProto::BOOL:
       CopyTyped<bool>(proto.int32_data(), &t);
       break;
+    case TensorProto::INT16:
+      CopyTyped<int16_t>(proto.int32_data(), &t);
+      break;
+    // 16-bit floats: one value's bits per int32_data entry.
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      CopyTyped<uint16_t>(proto.int32_data(), &t);
+      break;
+    case TensorProto::UINT32:
+      CopyTyped<uint32_t>(proto.uint64_data(), &t);
+      break;
+    case TensorProto::UINT64:
+      CopyTyped<uint64_t>(proto.uint64_data(), &t);
+      break;
   }
   return t;
+}
+
+Tensor Tensor::WidenedToFloat() const {
+  if (!IsHalfFloat(dtype_)) return *this;
+  Tensor out(TensorProto::FLOAT, shape_);
+  float* o = out.mutable_data<float>();
+  const uint16_t* in = static_cast<const uint16_t*>(raw());
+  if (dtype_ == TensorProto::FLOAT16) {
+    for (int64_t i = 0; i < size_; ++i) o[i] = numerics::HalfToFloat(in[i]);
+  } else {
+    for (int64_t i = 0; i < size_; ++i) o[i] = numerics::BFloat16ToFloat(in[i]);
+  }
+  return out;
+}
+
+Tensor Tensor::NarrowedTo(DataType to) const {
+  Tensor out(to, shape_);
+  const float* in = data<float>();
+  uint16_t* o = static_cast<uint16_t*>(out.raw());
+  if (to == TensorProto::FLOAT16) {
+    for (int64_t i = 0; i < size_; ++i) o[i] = numerics::FloatToHalf(in[i]);
+  } else {
+    for (int64_t i = 0; i < size_; ++i) o[i] = numerics::FloatToBFloat16(in[i]);
+  }
+  return out;
 }
 
 TensorProto Tensor::ToProto(const std::string& name) const {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/numerics/float16.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::executor {
@@ -57,8 +58,45 @@ template <>
 struct TypeOf<bool> {
   static constexpr DataType value = onnx::TensorProto::BOOL;
 };
+template <>
+struct TypeOf<int16_t> {
+  static constexpr DataType value = onnx::TensorProto::INT16;
+};
+template <>
+struct TypeOf<uint16_t> {
+  static constexpr DataType value = onnx::TensorProto::UINT16;
+};
+template <>
+struct TypeOf<uint32_t> {
+  static constexpr DataType value = onnx::TensorProto::UINT32;
+};
+template <>
+struct TypeOf<uint64_t> {
+  static constexpr DataType value = onnx::TensorProto::UINT64;
+};
 
-// Product of dims (1 for rank 0).
+// FLOAT16 / BFLOAT16 elements are held as their bits (numerics/float16.h).
+// Kernels compute in float: unless an op handles them itself, the executor
+// widens such inputs to FLOAT and narrows the outputs back (HalfAdapter in
+// executor.cc), so most kernels never see them.
+using numerics::BFloat16;
+using numerics::Float16;
+template <>
+struct TypeOf<Float16> {
+  static constexpr DataType value = onnx::TensorProto::FLOAT16;
+};
+template <>
+struct TypeOf<BFloat16> {
+  static constexpr DataType value = onnx::TensorProto::BFLOAT16;
+};
+inline bool IsHalfFloat(int32_t dtype) {
+  return dtype == onnx::TensorProto::FLOAT16 ||
+         dtype == onnx::TensorProto::BFLOAT16;
+}
+
+// Product of dims (1 for rank 0), saturating: -1 for a negative dim,
+// kMaxCount when it overflows (core/base/checked_count.h). Shapes from
+// untrusted data go through CheckedElementCount first.
 int64_t NumElements(absl::Span<const int64_t> shape);
 std::string ShapeString(absl::Span<const int64_t> shape);
 
@@ -116,6 +154,12 @@ class Tensor {
   // Element i converted to int64 (for shape-like inputs of any int type).
   int64_t IntAt(int64_t i) const;
   std::vector<int64_t> ToInt64Vector() const;
+
+  // A FLOAT16 / BFLOAT16 tensor widened to FLOAT (exact); any other tensor
+  // unchanged (no copy).
+  Tensor WidenedToFloat() const;
+  // A FLOAT tensor rounded to `to` (FLOAT16 or BFLOAT16, nearest even).
+  Tensor NarrowedTo(DataType to) const;
 
   // Buffers currently allocated by all Tensors of the process: lets tests
   // see that the executor really frees intermediates.

@@ -6,15 +6,12 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 
 namespace quantd::graph {
 namespace {
-
-bool IsDefaultDomain(const std::string& domain) {
-  return domain.empty() || domain == "ai.onnx";
-}
 
 bool Cancelled(const CancellationToken* cancel) {
   return cancel != nullptr && cancel->IsCancelled();

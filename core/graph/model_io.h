@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/engine/cancellation.h"
+#include "core/base/cancellation.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::graph {

@@ -1,10 +1,10 @@
 #include "core/graph/tensor_util.h"
 
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/checked_count.h"
 
 namespace quantd::graph {
 namespace {
@@ -70,13 +70,9 @@ std::pair<int64_t, int64_t> TypedFieldSize(const TensorProto& t) {
 }  // namespace
 
 int64_t NumElements(const TensorProto& tensor) {
-  int64_t n = 1;
-  for (int64_t d : tensor.dims()) {
-    if (d < 0) return -1;
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
+  absl::StatusOr<int64_t> n = CheckedElementCount(
+      absl::MakeConstSpan(tensor.dims().data(), tensor.dims().size()));
+  return n.ok() ? *n : -1;
 }
 
 std::vector<int64_t> Dims(const TensorProto& tensor) {
@@ -100,11 +96,21 @@ absl::Status CheckTensorSize(const TensorProto& tensor) {
     const int64_t elem = RawElementBytes(tensor.data_type());
     if (elem == 0) return absl::OkStatus();  // Strings etc.: not checkable.
     have = static_cast<int64_t>(tensor.raw_data().size());
-    want = n * elem;
+    absl::StatusOr<int64_t> bytes = CheckedByteSize(n, elem);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name(), "': ", bytes.status().message()));
+    }
+    want = *bytes;
   } else {
     auto [entries, per_element] = TypedFieldSize(tensor);
     have = entries;
-    want = n * per_element;
+    absl::StatusOr<int64_t> count = CheckedByteSize(n, per_element);
+    if (!count.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name(), "': ", count.status().message()));
+    }
+    want = *count;
   }
   if (have != want) {
     return absl::InvalidArgumentError(absl::StrCat(

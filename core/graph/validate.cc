@@ -37,7 +37,7 @@ absl::Status Define(const std::string& name, const std::string& by,
   return absl::OkStatus();
 }
 
-std::string NodeLabel(const onnx::NodeProto& node, int index) {
+std::string DescribeNode(const onnx::NodeProto& node, int index) {
   return absl::StrCat("node ", index, " '", node.name(), "' (", node.op_type(),
                       ")");
 }
@@ -49,13 +49,13 @@ absl::Status CheckNodes(const onnx::GraphProto& graph,
     for (const std::string& input : node.input()) {
       if (!input.empty() && !defined->contains(input)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            NodeLabel(node, i), " reads '", input,
+            DescribeNode(node, i), " reads '", input,
             "', which no earlier node, initializer or graph input produces "
             "(the graph must be topologically sorted)"));
       }
     }
     for (const std::string& output : node.output()) {
-      absl::Status s = Define(output, NodeLabel(node, i), defined);
+      absl::Status s = Define(output, DescribeNode(node, i), defined);
       if (!s.ok()) return s;
     }
   }

@@ -8,8 +8,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
+#include "core/graph/prepare.h"
 #include "core/graph/unique_names.h"
 #include "core/numerics/int4.h"
 #include "onnx/version_converter/convert.h"
@@ -45,10 +47,6 @@ void RestoreInitializerData(std::vector<onnx::TensorProto> stash,
     auto it = by_name.find(saved.name());
     if (it != by_name.end()) it->second->Swap(&saved);
   }
-}
-
-bool IsDefaultDomainName(const std::string& domain) {
-  return domain.empty() || domain == "ai.onnx";
 }
 
 void EraseAttr(onnx::NodeProto* node, const std::string& name) {
@@ -119,7 +117,7 @@ class Raiser {
           if (!s.ok()) return s;
         }
       }
-      if (!IsDefaultDomainName(node->domain())) continue;
+      if (!IsDefaultDomain(node->domain())) continue;
       absl::StatusOr<bool> needs_constant = CheckNode(*node, from, where);
       if (!needs_constant.ok()) return needs_constant.status();
       if (apply) Rewrite(node, from, *needs_constant, nodes, &i);
@@ -258,9 +256,71 @@ class Raiser {
 
 int64_t FunctionDefaultOpset(const onnx::FunctionProto& f) {
   for (const auto& o : f.opset_import()) {
-    if (IsDefaultDomainName(o.domain())) return o.version();
+    if (IsDefaultDomain(o.domain())) return o.version();
   }
   return 0;
+}
+
+// Softmax, LogSoftmax and Hardmax before 13 coerce the input to 2-D at
+// `axis`; 13 normalises one axis. The converter rewrites them only when it
+// knows the input's rank, and then reshapes back to static dims (wrong with
+// two symbolic dims). Ahead of it: an axis proven last (rank from shape
+// inference) becomes -1, which the converter maps 1:1; any other axis
+// becomes Flatten(axis) -> op(axis = -1) -> Reshape(to Shape(x)), exact
+// for every shape. Returns how many nodes were rewritten.
+int64_t PrepareSoftmaxForConversion(
+    const absl::flat_hash_map<std::string, onnx::TypeProto>& types,
+    int64_t opset, onnx::GraphProto* graph) {
+  int64_t rewritten = 0;
+  graph::UniqueNames names(*graph);
+  for (int i = 0; i < graph->node_size(); ++i) {
+    onnx::NodeProto* node = graph->mutable_node(i);
+    const std::string op = node->op_type();
+    if (!IsDefaultDomain(node->domain()) ||
+        (op != "Softmax" && op != "LogSoftmax" && op != "Hardmax") ||
+        node->input_size() != 1 || node->output_size() != 1) {
+      continue;
+    }
+    int64_t axis = graph::IntAttribute(*node, "axis", 1);
+    if (axis == -1) continue;
+    int64_t rank = -1;
+    auto it = types.find(node->input(0));
+    if (it != types.end() && it->second.has_tensor_type() &&
+        it->second.tensor_type().has_shape()) {
+      rank = it->second.tensor_type().shape().dim_size();
+    }
+    if (rank > 0 && axis < 0) axis += rank;
+    if (rank > 0 && axis == rank - 1) {
+      EraseAttr(node, "axis");
+      graph::SetIntAttribute(node, "axis", -1);
+      continue;
+    }
+    // Flatten takes a negative axis from opset 11 on.
+    if (axis < 0 && opset < 11) continue;
+    const std::string x = node->input(0);
+    const std::string y = node->output(0);
+    const std::string base = node->name().empty() ? y : node->name();
+    const std::string flat = names.Make(x + "_flat2d");
+    const std::string flat_y = names.Make(y + "_2d");
+    const std::string shape = names.Make(x + "_shape");
+    onnx::NodeProto flatten =
+        graph::MakeNode("Flatten", names.Make(base + "/Flatten"), {x}, {flat});
+    graph::SetIntAttribute(&flatten, "axis", axis);
+    onnx::NodeProto shape_node =
+        graph::MakeNode("Shape", names.Make(base + "/Shape"), {x}, {shape});
+    onnx::NodeProto reshape = graph::MakeNode(
+        "Reshape", names.Make(base + "/Reshape"), {flat_y, shape}, {y});
+    node->set_input(0, flat);
+    node->set_output(0, flat_y);
+    EraseAttr(node, "axis");
+    graph::SetIntAttribute(node, "axis", -1);
+    graph::InsertNode(std::move(reshape), i + 1, graph);
+    graph::InsertNode(std::move(shape_node), i, graph);
+    graph::InsertNode(std::move(flatten), i, graph);
+    i += 3;
+    ++rewritten;
+  }
+  return rewritten;
 }
 
 }  // namespace
@@ -304,7 +364,7 @@ absl::StatusOr<std::string> RaiseOpsetForInt4(onnx::ModelProto* model) {
   // ONNX wants one version per domain across the model and its functions.
   for (auto& f : *model->mutable_functions()) {
     for (auto& o : *f.mutable_opset_import()) {
-      if (IsDefaultDomainName(o.domain())) o.set_version(kInt4Opset);
+      if (IsDefaultDomain(o.domain())) o.set_version(kInt4Opset);
     }
   }
   graph::SetDefaultOpset(model, kInt4Opset);
@@ -323,8 +383,44 @@ absl::StatusOr<std::string> RaiseOpsetForInt4(onnx::ModelProto* model) {
 }
 
 absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
+  const int64_t from = graph::DefaultOpset(*model);
+  // Adapters read input ranks (e.g. Softmax 12 -> 13) from the values'
+  // declared shapes: annotate what ONNX shape inference knows, and put the
+  // model's own value_info back afterwards.
+  const absl::flat_hash_map<std::string, onnx::TypeProto> types =
+      graph::InferValueTypes(*model);
+  // Values out of the way first: every copy below is then cheap.
   std::vector<onnx::TensorProto> stash =
       StashInitializerData(model->mutable_graph());
+  // Kept to undo on failure. Only the graph changes before the converter
+  // runs, and it is restored in place: callers hold pointers to it.
+  onnx::GraphProto original_graph;
+  const bool rewrite_softmax = from < 13 && target >= 13;
+  if (rewrite_softmax) original_graph = model->graph();
+  const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> value_info =
+      model->graph().value_info();
+  if (rewrite_softmax) {
+    PrepareSoftmaxForConversion(types, from, model->mutable_graph());
+  }
+  {
+    absl::flat_hash_set<std::string> declared;
+    for (const auto& v : model->graph().input()) declared.insert(v.name());
+    for (const auto& v : model->graph().output()) declared.insert(v.name());
+    for (const auto& v : value_info) declared.insert(v.name());
+    for (const auto& node : model->graph().node()) {
+      for (const auto& o : node.output()) {
+        auto it = types.find(o);
+        if (o.empty() || declared.contains(o) || it == types.end() ||
+            !it->second.has_tensor_type() ||
+            !it->second.tensor_type().has_shape()) {
+          continue;
+        }
+        onnx::ValueInfoProto* v = model->mutable_graph()->add_value_info();
+        v->set_name(o);
+        *v->mutable_type() = it->second;
+      }
+    }
+  }
   onnx::ModelProto converted;
   std::string error;
   try {
@@ -334,11 +430,27 @@ absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
     error = e.what();
   }
   if (!error.empty()) {
+    if (rewrite_softmax) {
+      model->mutable_graph()->Swap(&original_graph);
+    } else {
+      *model->mutable_graph()->mutable_value_info() = value_info;
+    }
     RestoreInitializerData(std::move(stash), model->mutable_graph());
     return absl::InvalidArgumentError(error);
   }
   model->Swap(&converted);
   RestoreInitializerData(std::move(stash), model->mutable_graph());
+  {
+    absl::flat_hash_set<std::string> defined;
+    for (const auto& node : model->graph().node()) {
+      for (const auto& o : node.output()) defined.insert(o);
+    }
+    auto* vi = model->mutable_graph()->mutable_value_info();
+    vi->Clear();
+    for (const auto& v : value_info) {
+      if (defined.contains(v.name())) *vi->Add() = v;
+    }
+  }
   if (model->ir_version() < MinIrVersionFor(target)) {
     model->set_ir_version(MinIrVersionFor(target));
   }

@@ -5,24 +5,16 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
+#include "core/passes/weight_plan.h"
 
 namespace quantd::passes {
 namespace {
 
 using onnx::NodeProto;
 using onnx::TensorProto;
-
-bool IsDefaultDomain(const NodeProto& node) {
-  return node.domain().empty() || node.domain() == "ai.onnx";
-}
-
-bool IsComputeOp(const NodeProto& node) {
-  return IsDefaultDomain(node) &&
-         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
-          node.op_type() == "MatMul");
-}
 
 absl::Status NotMatched(const NodeProto& node, const std::string& why) {
   return absl::FailedPreconditionError(
@@ -131,7 +123,7 @@ absl::StatusOr<QdqCompute> MatchQdqCompute(const onnx::GraphProto& graph,
                                            const graph::GraphIndex& index,
                                            int node) {
   const NodeProto& n = graph.node(node);
-  if (!IsComputeOp(n) || n.input_size() < 2 || n.output_size() < 1) {
+  if (!IsQuantizableOp(n) || n.input_size() < 2 || n.output_size() < 1) {
     return NotMatched(n, "not a Conv, Gemm or MatMul");
   }
   QdqCompute c;
@@ -161,7 +153,7 @@ absl::StatusOr<QdqCompute> MatchQdqCompute(const onnx::GraphProto& graph,
 bool ReadsDequantized(const onnx::GraphProto& graph,
                       const graph::GraphIndex& index, int node) {
   const NodeProto& n = graph.node(node);
-  if (!IsComputeOp(n)) return false;
+  if (!IsQuantizableOp(n)) return false;
   for (const std::string& in : n.input()) {
     const int p = index.Producer(in);
     if (p >= 0 && graph.node(p).op_type() == "DequantizeLinear") return true;

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
@@ -29,10 +30,6 @@ using onnx::NodeProto;
 using onnx::TensorProto;
 using quantd::v1::SkippedTensor;
 using quantd::v1::SkipReason;
-
-bool IsDefaultDomain(const NodeProto& node) {
-  return node.domain().empty() || node.domain() == "ai.onnx";
-}
 
 // An activation quantization point to insert.
 struct ActivationPlan {
@@ -143,6 +140,13 @@ class StaticRangePass {
   absl::Status QuantizeWeights();
   void PlaceWeightNodes();
   absl::Status QuantizeActivations();
+  // Whether a quantized op (not at PRECISION_FULL) reads `tensor`, directly
+  // or through ops that pass quantized values on (Flatten, MaxPool, ...):
+  // only then does a point past a quantized op's Relu/Clip pay; otherwise it
+  // goes on the quantized op's own output (ONNX Runtime 1.30 aborts loading
+  // a point on a Relu read only by Transposes feeding If bodies).
+  bool ReachesQuantizedOp(const graph::GraphIndex& index,
+                          const std::string& tensor, int depth) const;
   absl::Status QuantizeBiases();
   absl::Status QuantizeBias(const BiasPlan& bias);
   void Progress() {
@@ -171,6 +175,8 @@ class StaticRangePass {
   std::vector<ActivationPlan> activations_;
   std::vector<BiasPlan> biases_;
   std::vector<SkippedTensor> skipped_;  // Activations and biases.
+  // Body tensors without a range, left float (see the header).
+  std::vector<std::string> unreached_;
 
   std::unique_ptr<graph::UniqueNames> names_;
   std::vector<WeightNames> weight_names_;
@@ -239,10 +245,29 @@ absl::Status StaticRangePass::Plan() {
   const graph::GraphIndex index(*graph_);
   weights_ = PlanWeights(*graph_, index, weight_options_, ir_version_, &units_);
   PlanActivations(index);
-  std::vector<std::string> missing;
-  for (const ActivationPlan& a : activations_) {
-    if (!ranges_.contains(a.tensor)) missing.push_back(a.tensor);
+  // In a body, a tensor without a range that the main graph does not
+  // define was made in a branch or iteration calibration never ran: it
+  // stays float. A main-graph tensor always runs, so its missing range is
+  // a real gap in the calibration.
+  absl::flat_hash_set<std::string> main_names;
+  if (body_ != nullptr) {
+    const std::vector<std::string> defined =
+        graph::DefinedNames(*body_->outer_root, /*recursive=*/false);
+    main_names.insert(defined.begin(), defined.end());
   }
+  std::vector<std::string> missing;
+  std::vector<ActivationPlan> planned;
+  unreached_.clear();
+  for (ActivationPlan& a : activations_) {
+    if (ranges_.contains(a.tensor)) {
+      planned.push_back(std::move(a));
+    } else if (body_ != nullptr && !main_names.contains(a.tensor)) {
+      unreached_.push_back(a.tensor);
+    } else {
+      missing.push_back(a.tensor);
+    }
+  }
+  activations_ = std::move(planned);
   if (!missing.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "STATIC_RANGE needs a calibrated range for every activation it "
@@ -269,15 +294,52 @@ void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
     const std::vector<graph::Use>& uses = index.Uses(out);
     if (uses.size() == 1 && uses[0].slot == 0 && !index.IsGraphOutput(out)) {
       const NodeProto& next = graph_->node(uses[0].node);
+      // Past the Relu/Clip (tf.contrib's point after the activation) only
+      // when a quantized op reads its output (ReachesQuantizedOp; a graph
+      // output nobody reads gets no point, as AddCandidate decides): a
+      // point there that no quantized op reads buys nothing, and ONNX
+      // Runtime 1.30 aborts loading a model where Transposes feeding If
+      // bodies read one. Otherwise the point goes on the op's own output,
+      // which a quantized op produced (so the lowerings can still give it
+      // an output scale).
       if (IsDefaultDomain(next) &&
           (next.op_type() == "Relu" || next.op_type() == "Clip") &&
           next.output_size() > 0 && !next.output(0).empty()) {
-        AddCandidate(index, next.output(0), uses[0].node, &seen);
-        continue;
+        const std::string& relu_out = next.output(0);
+        if (index.Uses(relu_out).empty() ||
+            ReachesQuantizedOp(index, relu_out, 0)) {
+          AddCandidate(index, relu_out, uses[0].node, &seen);
+          continue;
+        }
       }
     }
     AddCandidate(index, out, n, &seen);
   }
+}
+
+bool StaticRangePass::ReachesQuantizedOp(const graph::GraphIndex& index,
+                                         const std::string& tensor,
+                                         int depth) const {
+  // Ops the runtimes (and the UNIFORM_QUANTIZED lowering) run on quantized
+  // values unchanged: a point before them serves the quantized op after.
+  static const auto* passthrough = new absl::flat_hash_set<std::string>{
+      "Flatten",   "Reshape", "Transpose", "Squeeze",
+      "Unsqueeze", "MaxPool", "Identity"};
+  if (depth > 8) return false;
+  for (const graph::Use& u : index.Uses(tensor)) {
+    if (u.slot == graph::Use::kSubgraphSlot) continue;
+    const NodeProto& r = graph_->node(u.node);
+    if (IsQuantizableOp(r) && !KeepsFloat(r)) return true;
+    // Already quantized (a second run): AddCandidate leaves it as it is.
+    if (IsOp(r, "QuantizeLinear")) return true;
+    if (u.slot == 0 && IsDefaultDomain(r) &&
+        passthrough->contains(r.op_type()) && r.output_size() > 0 &&
+        !r.output(0).empty() &&
+        ReachesQuantizedOp(index, r.output(0), depth + 1)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void StaticRangePass::AddCandidate(const graph::GraphIndex& index,
@@ -817,6 +879,24 @@ void StaticRangePass::Finish() {
   }
   stats_.skipped = std::move(weights_.skipped);
   for (auto& s : skipped_) stats_.skipped.push_back(std::move(s));
+  stats_.unreached = std::move(unreached_);
+}
+
+// One sentence naming the first few unreached tensors: Silero VAD has 26.
+std::string UnreachedNote(const std::vector<std::string>& unreached) {
+  if (unreached.empty()) return "";
+  constexpr size_t kNamed = 5;
+  const size_t named = std::min(unreached.size(), kNamed);
+  std::string note = absl::StrCat(
+      unreached.size(),
+      " tensor(s) in If/Loop/Scan bodies were never reached by calibration "
+      "and stay float (no quantization point; nodes reading them keep a "
+      "float input): '",
+      absl::StrJoin(unreached.begin(), unreached.begin() + named, "', '"), "'");
+  if (unreached.size() > named) {
+    absl::StrAppend(&note, " (and ", unreached.size() - named, " more)");
+  }
+  return note;
 }
 
 }  // namespace
@@ -833,6 +913,7 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
+  absl::flat_hash_set<std::string> unreached;
   absl::StatusOr<std::string> note = QuantizeBodies(
       model, options.inlined,
       MayUseFourBitWeights(options.precision, options.units),
@@ -849,6 +930,12 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         stats->weight_bytes_before += b->weight_bytes_before;
         stats->weight_bytes_after += b->weight_bytes_after;
         for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
+        // Sibling bodies may reuse a name; the note names each once.
+        for (auto& t : b->unreached) {
+          if (unreached.insert(t).second) {
+            stats->unreached.push_back(std::move(t));
+          }
+        }
         AppendNote(&stats->opset_note, b->opset_note);
         if (!b->lowering_note.empty()) {
           AppendNote(
@@ -859,6 +946,7 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
       });
   if (!note.ok()) return note.status();
   if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
+  stats->unreached_note = UnreachedNote(stats->unreached);
   return stats;
 }
 

@@ -13,8 +13,11 @@
 //  2. Outputs: for each such node with output o: when o's only reader is
 //     one default-domain Relu or Clip reading it as input 0 (and o is not a
 //     graph output), the Relu/Clip output is quantized (after the
-//     activation, as tf.contrib does after bias add + activation); otherwise
-//     o itself.
+//     activation, as tf.contrib does after bias add + activation) when a
+//     quantized op reads it, directly or through Flatten / Reshape /
+//     Transpose / Squeeze / Unsqueeze / MaxPool / Identity (or nothing
+//     reads it), else no point (one there pays nothing, and ONNX Runtime
+//     1.30 mishandles both places); without a Relu/Clip, o itself.
 // Each quantization point sits between the tensor's producer and ALL its
 // readers (InsertQuantPoint). No point is added for a tensor with no node
 // reader (a graph output stays float to the caller), for a tensor read
@@ -26,6 +29,13 @@
 // by LowerQdqToXla (xla_lowering.h) or LowerQdqToUniformQuantized
 // (uniform_quantized_lowering.h); nodes they cannot express stay QDQ and are
 // named in StaticRangeStats::lowering_note.
+// Bodies (subgraph_bodies.h): a tensor an If/Loop/Scan body makes (a body
+// input, or a node output inside a body) may have no calibrated range
+// because calibration never ran that branch or iteration (e.g. Silero VAD's
+// 8 kHz branch). It gets no point and stays float: its quantizable readers
+// keep a float input (their weights are still quantized; a lowering keeps
+// such a node in QDQ form and names it), and the stats name it once. A
+// main-graph tensor always runs, so one without a range is an error.
 // Unit-wise precision (unit_precision.h): a quantizable node at FULL suggests
 // no point, and is never rewired to a dequantized tensor; a tensor still gets
 // a point when a non-FULL node suggests it and it has other readers.
@@ -58,6 +68,11 @@ struct StaticRangeStats {
   // op_set XLA / UNIFORM_QUANTIZED: what the lowering did, and each
   // quantized node it left in QDQ form with the reason. Empty for TF.
   std::string lowering_note;
+  // Tensors made inside bodies that calibration never reached (no range):
+  // left float, in the order met. unreached_note says so in one sentence
+  // for the summary ("" when there are none).
+  std::vector<std::string> unreached;
+  std::string unreached_note;
 };
 
 // Rewrites `model` in place (default opset upgraded to 13 when older).
@@ -65,8 +80,9 @@ struct StaticRangeStats {
 // weights first, then activations, then biases. INVALID_ARGUMENT naming
 // every tensor of `ranges` the graph does not have (checked first, nothing
 // changed), and for NaN weights; FAILED_PRECONDITION naming every
-// activation to quantize that has no range (nothing changed), or when the
-// opset is too old and cannot be upgraded.
+// activation to quantize that has no range, except those made inside a
+// body (see above; nothing changed when the main graph's pass fails), or
+// when the opset is too old and cannot be upgraded.
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
     const StaticRangeOptions& options, const ActivationRanges& ranges,
     const PassHooks& hooks, onnx::ModelProto* model);

@@ -8,20 +8,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
 
 namespace quantd::passes {
 namespace {
-
-bool IsDefaultDomain(const onnx::NodeProto& node) {
-  return node.domain().empty() || node.domain() == "ai.onnx";
-}
-
-bool IsOp(const onnx::NodeProto& node, const char* op) {
-  return IsDefaultDomain(node) && node.op_type() == op;
-}
 
 // Whether `node` reads `tensor` as an input or inside one of its subgraphs
 // (If/Loop/Scan bodies see outer values by name): either way it is a

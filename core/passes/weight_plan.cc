@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
@@ -18,10 +19,6 @@ namespace {
 
 using quantd::v1::SkippedTensor;
 using quantd::v1::SkipReason;
-
-bool IsDefaultDomain(const onnx::NodeProto& node) {
-  return node.domain().empty() || node.domain() == "ai.onnx";
-}
 
 // The `value` tensor of a Constant node, or null.
 const onnx::TensorProto* ConstantValue(const onnx::NodeProto& node) {

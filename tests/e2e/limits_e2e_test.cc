@@ -17,66 +17,13 @@
 #include "gtest/gtest.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
 #include "tests/e2e/e2e_models.h"
+#include "tests/e2e/raw_call.h"
 #include "tests/support/subprocess.h"
 
 namespace quantd::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// One streaming call driven step by step from the test.
-template <typename Request, typename Response>
-class RawCall {
- public:
-  using Stream = grpc::ClientReaderWriter<Request, Response>;
-
-  // Sends config (filled by the caller, model_size_bytes set here) and the
-  // model in 1 MiB chunks.
-  template <typename Config, typename Start>
-  RawCall(Start start, const Config& config, const std::string& model,
-          absl::Duration deadline = absl::InfiniteDuration()) {
-    if (deadline != absl::InfiniteDuration()) {
-      context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-    }
-    stream_ = start(&context_);
-    Request request;
-    *request.mutable_config() = config;
-    request.mutable_config()->set_model_size_bytes(model.size());
-    ok_ = stream_->Write(request);
-    constexpr size_t kChunk = size_t{1} << 20;
-    for (size_t offset = 0; ok_ && offset < model.size(); offset += kChunk) {
-      request.set_model_chunk(model.substr(offset, kChunk));
-      ok_ = stream_->Write(request);
-    }
-  }
-
-  bool Write(const Request& request) {
-    ok_ = ok_ && stream_->Write(request);
-    return ok_;
-  }
-  void Cancel() { context_.TryCancel(); }
-  // Half-closes (unless told not to: then only the server can end the
-  // call), reads to the end and returns the status.
-  grpc::Status Finish(std::vector<Response>* responses = nullptr,
-                      bool half_close = true) {
-    if (ok_ && half_close) stream_->WritesDone();
-    Response response;
-    while (stream_->Read(&response)) {
-      if (responses != nullptr) responses->push_back(response);
-    }
-    return stream_->Finish();
-  }
-
- private:
-  grpc::ClientContext context_;
-  std::unique_ptr<Stream> stream_;
-  bool ok_ = true;
-};
-
-using QuantizeCall =
-    RawCall<quantd::v1::QuantizeRequest, quantd::v1::QuantizeResponse>;
-using CalibrateCall =
-    RawCall<quantd::v1::CalibrateRequest, quantd::v1::CalibrateResponse>;
 
 quantd::v1::CalibrateConfig MinMax() {
   quantd::v1::CalibrateConfig config;

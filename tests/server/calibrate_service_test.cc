@@ -32,6 +32,7 @@
 #include "server/quantization_service.h"
 #include "server/server.h"
 #include "tests/core/graph/test_models.h"
+#include "tests/support/health.h"
 
 namespace quantd::server {
 namespace {
@@ -140,26 +141,6 @@ CallResult<Response> RunCall(StartFn start,
   return result;
 }
 
-bool CheckServing(const std::shared_ptr<grpc::Channel>& channel) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  grpc::ByteBuffer request(nullptr, 0);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return false;
-  grpc::Slice slice;
-  if (!response.DumpToSingleSlice(&slice).ok()) return false;
-  return std::string(reinterpret_cast<const char*>(slice.begin()),
-                     slice.size()) == std::string("\x08\x01", 2);
-}
-
 // ---------------------------------------------------------------------------
 // The real server and engine.
 // ---------------------------------------------------------------------------
@@ -203,7 +184,7 @@ class CalibrateServiceTest : public ::testing::Test {
         [this](grpc::ClientContext* c) { return stub_->Quantize(c); }, requests,
         half_close);
   }
-  bool IsServing() { return CheckServing(channel_); }
+  bool IsServing() { return ::quantd::testing::IsServing(channel_); }
 
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -851,7 +832,7 @@ TEST_F(FakeJobsTest, CancelWhileWaitingForRoomEndsTheCallAndTheJob) {
   EXPECT_EQ(jobs_.jobs_finished(), 1);
   EXPECT_EQ(jobs_.popped(), 0);
   EXPECT_EQ(CounterValue(*metrics_, "quantd_requests_total", "Calibrate"), 1);
-  EXPECT_TRUE(CheckServing(channel_));
+  EXPECT_TRUE(::quantd::testing::IsServing(channel_));
 }
 
 TEST_F(FakeJobsTest, CalibrateWithoutBatchesGetsAClosedQueue) {

@@ -23,6 +23,7 @@
 #include "quantd/v1/quantization_service.grpc.pb.h"
 #include "server/server.h"
 #include "tests/core/graph/test_models.h"
+#include "tests/support/health.h"
 #include "tests/support/test_paths.h"
 
 namespace quantd::server {
@@ -147,28 +148,7 @@ class QuantizationServiceTest : public ::testing::Test {
     return result;
   }
 
-  // The raw grpc.health.v1 Check for the whole server: the response bytes
-  // are {status = SERVING} = "\x08\x01".
-  bool IsServing() {
-    grpc::GenericStub stub(channel_);
-    grpc::ClientContext context;
-    grpc::ByteBuffer request(nullptr, 0);
-    grpc::ByteBuffer response;
-    grpc::Status status;
-    absl::Notification done;
-    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check",
-                   grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
-                     status = std::move(s);
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    if (!status.ok()) return false;
-    grpc::Slice slice;
-    if (!response.DumpToSingleSlice(&slice).ok()) return false;
-    return std::string(reinterpret_cast<const char*>(slice.begin()),
-                       slice.size()) == std::string("\x08\x01", 2);
-  }
+  bool IsServing() { return ::quantd::testing::IsServing(channel_); }
 
   std::string Metrics() { return HttpGet(server_->metrics_port(), "/metrics"); }
 

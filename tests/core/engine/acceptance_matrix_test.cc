@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
 #include "core/engine/resolved_options.h"
-#include "core/engine/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/graph/model_io.h"

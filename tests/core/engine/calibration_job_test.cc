@@ -2,6 +2,7 @@
 // CNN with its calibration samples.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
@@ -94,9 +95,14 @@ TEST(RunCalibrateTest, ObservedActivationsNeedNoModelRun) {
   auto* t = batch.add_tensors();
   t->set_name("/1/Relu_output_0");
   t->set_data_type(onnx::TensorProto::FLOAT);
-  t->add_shape(2);
-  const float values[] = {-1.0f, 3.5f};
-  t->set_data(reinterpret_cast<const char*>(values), sizeof(values));
+  // The shape the model gives the tensor ([?,16,8,8]): batches are checked
+  // against it.
+  for (int64_t d : {1, 16, 8, 8}) t->add_shape(d);
+  std::vector<float> values(16 * 8 * 8, 0.0f);
+  values[0] = -1.0f;
+  values[1] = 3.5f;
+  t->set_data(reinterpret_cast<const char*>(values.data()),
+              values.size() * sizeof(float));
   quantd::v1::CalibrateConfig config;
   auto result = Calibrate(config, {batch});
   ASSERT_TRUE(result.ok()) << result.status();

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
-#include "core/engine/thread_pool.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
 #include "core/graph/model_io.h"

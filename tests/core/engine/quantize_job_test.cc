@@ -198,8 +198,9 @@ TEST(RunQuantizeTest, Opset9ModelIsUpgradedAndSaysSo) {
   EXPECT_EQ(r->summary.quantized_tensors(), 1);
   EXPECT_THAT(r->summary.validations(),
               ::testing::Contains(HasSubstr("upgraded from 9 to 13")));
+  // Preparation upgrades the model before the pass: the tensor's report
+  // has nothing to add about the opset.
   ASSERT_EQ(rec.reports.size(), 1u);
-  EXPECT_THAT(rec.reports[0].note(), HasSubstr("upgraded from 9 to 13"));
 }
 
 TEST(RunQuantizeTest, WithAPool) {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
-#include "core/engine/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/graph/model_io.h"

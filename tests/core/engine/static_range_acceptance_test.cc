@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
-#include "core/engine/thread_pool.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
 #include "core/graph/model_io.h"

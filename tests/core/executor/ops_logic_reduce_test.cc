@@ -1,6 +1,7 @@
 // Hand-computed vectors for the ops that control-flow conditions and common
 // heads use: comparisons and logic (broadcasting, BOOL out), Reduce* (axes as
-// attribute or input, keepdims, noop_with_empty_axes), ArgMax / ArgMin,
+// attribute or input, keepdims, noop_with_empty_axes; the norms and log-sums
+// too), ArgMax / ArgMin,
 // variadic Max / Min and the unary math, plus their error codes.
 #include <cmath>
 #include <filesystem>
@@ -12,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/engine/thread_pool.h"
+#include "core/base/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "gmock/gmock.h"
@@ -453,6 +454,147 @@ TEST(OpsReduceTest, OutOfRangeAxisIsInvalidAndNamesTheNode) {
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(y.status().message(), HasSubstr("n0"));
   EXPECT_THAT(y.status().message(), HasSubstr("out of range"));
+}
+
+// ------------------------------------- ReduceL1 / L2 / LogSum / ... family
+
+// Hand-computed on Cube() (values 1..12, shape [2, 3, 2]) over axis 1:
+// column sets {1,3,5} {2,4,6} {7,9,11} {8,10,12}.
+TEST(OpsReduceTest, NormsAndLogSumsOverOneAxisAttributeAndInput) {
+  struct Case {
+    const char* op;
+    std::vector<float> want;
+  };
+  const std::vector<Case> cases = {
+      {"ReduceL1", {9, 12, 27, 30}},
+      {"ReduceSumSquare", {35, 56, 251, 308}},
+      {"ReduceL2",
+       {std::sqrt(35.0f), std::sqrt(56.0f), std::sqrt(251.0f),
+        std::sqrt(308.0f)}},
+      {"ReduceLogSum",
+       {std::log(9.0f), std::log(12.0f), std::log(27.0f), std::log(30.0f)}},
+      {"ReduceLogSumExp",
+       {static_cast<float>(
+            std::log(std::exp(1.0) + std::exp(3.0) + std::exp(5.0))),
+        static_cast<float>(
+            std::log(std::exp(2.0) + std::exp(4.0) + std::exp(6.0))),
+        static_cast<float>(
+            std::log(std::exp(7.0) + std::exp(9.0) + std::exp(11.0))),
+        static_cast<float>(
+            std::log(std::exp(8.0) + std::exp(10.0) + std::exp(12.0)))}},
+  };
+  for (const Case& c : cases) {
+    // Opset 13: axes attribute, keepdims 0.
+    absl::StatusOr<Tensor> attr = NodeTester(c.op, 13)
+                                      .In(Cube())
+                                      .Attr("axes", std::vector<int64_t>{1})
+                                      .Attr("keepdims", 0)
+                                      .Run();
+    ASSERT_TRUE(attr.ok()) << c.op << ": " << attr.status();
+    EXPECT_EQ(attr->shape(), (std::vector<int64_t>{2, 2})) << c.op;
+    EXPECT_THAT(Values<float>(*attr),
+                ElementsAre(::testing::FloatNear(c.want[0], 1e-5f * c.want[0]),
+                            ::testing::FloatNear(c.want[1], 1e-5f * c.want[1]),
+                            ::testing::FloatNear(c.want[2], 1e-5f * c.want[2]),
+                            ::testing::FloatNear(c.want[3], 1e-5f * c.want[3])))
+        << c.op;
+    // Opset 18: axes input (negative), keepdims default 1.
+    absl::StatusOr<Tensor> in =
+        NodeTester(c.op, 18).In(Cube()).In(T1<int64_t>({1}, {-2})).Run();
+    ASSERT_TRUE(in.ok()) << c.op << ": " << in.status();
+    EXPECT_EQ(in->shape(), (std::vector<int64_t>{2, 1, 2})) << c.op;
+    EXPECT_NEAR(Values<float>(*in)[3], c.want[3], 1e-5f * c.want[3]) << c.op;
+  }
+}
+
+TEST(OpsReduceTest, NormsOverAllAxesByDefaultAndOfNegatives) {
+  const Tensor x = T1<float>({2, 2}, {-3, 4, 0, -12});
+  absl::StatusOr<Tensor> l1 = NodeTester("ReduceL1", 18).In(x).Run();
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  EXPECT_EQ(l1->shape(), (std::vector<int64_t>{1, 1}));
+  EXPECT_THAT(Values<float>(*l1), ElementsAre(19));
+  absl::StatusOr<Tensor> l2 =
+      NodeTester("ReduceL2", 11).In(x).Attr("keepdims", 0).Run();
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_EQ(l2->shape(), (std::vector<int64_t>{}));
+  EXPECT_THAT(Values<float>(*l2), ElementsAre(13));
+  // Integers stay integers: sum |x| and sum x^2 exactly, sqrt truncated.
+  const Tensor xi = T1<int64_t>({3}, {-3, 4, -1});
+  absl::StatusOr<Tensor> l1i = NodeTester("ReduceL1", 13).In(xi).Run();
+  ASSERT_TRUE(l1i.ok()) << l1i.status();
+  EXPECT_THAT(Values<int64_t>(*l1i), ElementsAre(8));
+  absl::StatusOr<Tensor> ssi =
+      NodeTester("ReduceSumSquare", 13).In(T1<int32_t>({3}, {-3, 4, -1})).Run();
+  ASSERT_TRUE(ssi.ok()) << ssi.status();
+  EXPECT_THAT(Values<int32_t>(*ssi), ElementsAre(26));
+  absl::StatusOr<Tensor> l2i = NodeTester("ReduceL2", 13).In(xi).Run();
+  ASSERT_TRUE(l2i.ok()) << l2i.status();
+  EXPECT_THAT(Values<int64_t>(*l2i), ElementsAre(5));  // sqrt(26)
+}
+
+TEST(OpsReduceTest, LogSumExpIsStableForLargeValuesAndEmptyIsMinusInf) {
+  absl::StatusOr<Tensor> big =
+      NodeTester("ReduceLogSumExp", 13)
+          .In(T1<float>({2, 2}, {1000, 1000, -kInf, -kInf}))
+          .Attr("axes", std::vector<int64_t>{1})
+          .Attr("keepdims", 0)
+          .Run();
+  ASSERT_TRUE(big.ok()) << big.status();
+  const std::vector<float> v = Values<float>(*big);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_NEAR(v[0], 1000 + std::log(2.0f), 1e-3);
+  EXPECT_EQ(v[1], -kInf);  // log(0), not NaN.
+  for (const char* op : {"ReduceLogSumExp", "ReduceLogSum"}) {
+    absl::StatusOr<Tensor> empty = NodeTester(op, 18)
+                                       .In(T1<float>({2, 0}, {}))
+                                       .In(T1<int64_t>({1}, {1}))
+                                       .Attr("keepdims", 0)
+                                       .Run();
+    ASSERT_TRUE(empty.ok()) << op << ": " << empty.status();
+    EXPECT_THAT(Values<float>(*empty), ElementsAre(-kInf, -kInf)) << op;
+  }
+  absl::StatusOr<Tensor> l2 = NodeTester("ReduceL2", 18)
+                                  .In(T1<float>({2, 0}, {}))
+                                  .In(T1<int64_t>({1}, {1}))
+                                  .Run();
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  EXPECT_THAT(Values<float>(*l2), ElementsAre(0, 0));
+}
+
+TEST(OpsReduceTest, NoopWithEmptyAxesStillMapsEachElement) {
+  // As the ONNX reference: reducing no axes leaves sum(f(x)) = f(x).
+  const Tensor x = T1<float>({3}, {-2, 1, 3});
+  const Tensor no_axes = T1<int64_t>({0}, {});
+  struct Case {
+    const char* op;
+    std::vector<float> want;
+  };
+  for (const Case& c :
+       {Case{"ReduceSumSquare", {4, 1, 9}}, Case{"ReduceL1", {2, 1, 3}},
+        Case{"ReduceL2", {2, 1, 3}}, Case{"ReduceSum", {-2, 1, 3}}}) {
+    absl::StatusOr<Tensor> y = NodeTester(c.op, 18)
+                                   .In(x)
+                                   .In(no_axes)
+                                   .Attr("noop_with_empty_axes", 1)
+                                   .Run();
+    ASSERT_TRUE(y.ok()) << c.op << ": " << y.status();
+    EXPECT_EQ(y->shape(), (std::vector<int64_t>{3})) << c.op;
+    EXPECT_THAT(Values<float>(*y), ElementsAreArray(c.want)) << c.op;
+  }
+}
+
+TEST(OpsReduceTest, LogSumsOfIntsAndOldInputAxesAreRefused) {
+  absl::StatusOr<std::unique_ptr<Executor>> ints =
+      NodeTester("ReduceLogSumExp", 13).In(T1<int64_t>({2}, {1, 2})).Create();
+  ASSERT_FALSE(ints.ok());
+  EXPECT_EQ(ints.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ints.status().message(), HasSubstr("INT64"));
+  // Before opset 18 these take axes only as an attribute.
+  absl::StatusOr<std::unique_ptr<Executor>> old =
+      NodeTester("ReduceL2", 13).In(Cube()).In(T1<int64_t>({1}, {1})).Create();
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(old.status().message(), HasSubstr("attribute"));
 }
 
 // ------------------------------------------------------- ArgMax / ArgMin

@@ -5,7 +5,6 @@
 // products against slow int64 oracles (including reductions too long for
 // exact float sums), and an INT4 blocked DequantizeLinear model checked by
 // ONNX Runtime.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,12 +16,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/engine/thread_pool.h"
+#include "core/base/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/executor/node_tester.h"
 #include "tests/support/ort.h"
 
 namespace quantd::executor {
@@ -64,92 +64,6 @@ std::vector<int64_t> Ints(const Tensor& t) { return t.ToInt64Vector(); }
 std::vector<float> FloatsOf(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.size());
 }
-
-// One node in a model of the given opset. Inputs named in `constant` are
-// initializers, the others graph inputs fed at Run; an empty Tensor is an
-// omitted optional input.
-struct OneNode {
-  OneNode(std::string op_type, int64_t version)
-      : op(std::move(op_type)), opset(version) {}
-
-  std::string op;
-  int64_t opset;
-  std::vector<Tensor> inputs;
-  std::vector<bool> constant;  // Defaults to all fed.
-  int outputs = 1;
-  std::vector<onnx::AttributeProto> attrs;
-
-  OneNode& Int(const std::string& name, int64_t v) {
-    onnx::AttributeProto a;
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::INT);
-    a.set_i(v);
-    attrs.push_back(a);
-    return *this;
-  }
-  OneNode& IntList(const std::string& name, const std::vector<int64_t>& v) {
-    onnx::AttributeProto a;
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::INTS);
-    for (int64_t x : v) a.add_ints(x);
-    attrs.push_back(a);
-    return *this;
-  }
-
-  onnx::ModelProto Model() const {
-    onnx::ModelProto m;
-    m.set_ir_version(opset >= 21 ? numerics::kInt4MinIrVersion : 8);
-    m.add_opset_import()->set_version(opset);
-    onnx::GraphProto* g = m.mutable_graph();
-    g->set_name("g");
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name("q");
-    for (const auto& a : attrs) *n->add_attribute() = a;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].empty()) {
-        n->add_input("");
-        continue;
-      }
-      const std::string name = absl::StrCat("in", i);
-      n->add_input(name);
-      if (i < constant.size() && constant[i]) {
-        *g->add_initializer() = inputs[i].ToProto(name);
-      } else {
-        onnx::ValueInfoProto* vi = g->add_input();
-        vi->set_name(name);
-        auto* tt = vi->mutable_type()->mutable_tensor_type();
-        tt->set_elem_type(inputs[i].dtype());
-        auto* shape = tt->mutable_shape();
-        for (int64_t d : inputs[i].shape()) shape->add_dim()->set_dim_value(d);
-      }
-    }
-    for (int o = 0; o < outputs; ++o) {
-      n->add_output(absl::StrCat("out", o));
-      g->add_output()->set_name(absl::StrCat("out", o));
-    }
-    return m;
-  }
-
-  absl::StatusOr<std::vector<Tensor>> Run(ThreadPool* pool = nullptr) const {
-    absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(Model());
-    if (!e.ok()) return e.status();
-    absl::flat_hash_map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].empty() || (i < constant.size() && constant[i])) continue;
-      feeds[absl::StrCat("in", i)] = inputs[i];
-    }
-    Executor::RunOptions opts;
-    opts.pool = pool;
-    return (*e)->Run(feeds, opts);
-  }
-
-  absl::StatusOr<Tensor> Run1(ThreadPool* pool = nullptr) const {
-    absl::StatusOr<std::vector<Tensor>> r = Run(pool);
-    if (!r.ok()) return r.status();
-    return (*r)[0];
-  }
-};
 
 // ---------------------------------------------------------------- tensors
 
@@ -651,64 +565,6 @@ TEST(QLinearMatMulTest, BatchedZeroPointShapesAreRefusedByName) {
 }
 
 // Milliseconds per Run of a model (after one warm-up run).
-double MsPerRun(const onnx::ModelProto& model,
-                const absl::flat_hash_map<std::string, Tensor>& feeds,
-                ThreadPool* pool, int runs) {
-  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(model);
-  EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return 0;
-  Executor::RunOptions opts;
-  opts.pool = pool;
-  EXPECT_TRUE((*e)->Run(feeds, opts).ok());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < runs; ++i) EXPECT_TRUE((*e)->Run(feeds, opts).ok());
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - t0)
-             .count() /
-         runs;
-}
-
-// ResNet-18-like layer timing against the float Conv (printed, never
-// asserted).
-TEST(QLinearConvTest, MeasuredResNetLayer) {
-  std::mt19937 rng(12);
-  ThreadPool pool(1);  // Plus the caller: 2 threads.
-  const RefConvShape s{1, 128, 28, 28, 128, 1, 3, 3, 1, 1};
-  OneNode q = ConvNode("QLinearConv", s);
-  q.inputs = {RandomBytes(TP::UINT8, {1, 128, 28, 28}, &rng, 0, 255),
-              Tensor::Scalar(0.02f),
-              IntTensor(TP::UINT8, {}, {0}),
-              RandomBytes(TP::INT8, {128, 128, 3, 3}, &rng, -127, 127),
-              Tensor::Scalar(0.001f),
-              IntTensor(TP::INT8, {}, {0}),
-              Tensor::Scalar(0.5f),
-              IntTensor(TP::UINT8, {}, {0})};
-  q.constant = {false, true, true, true, true, true, true, true};
-  const double qms = MsPerRun(q.Model(), {{"in0", q.inputs[0]}}, &pool, 3);
-
-  OneNode f = ConvNode("Conv", s);
-  std::normal_distribution<float> nd;
-  std::vector<float> xv(128 * 28 * 28), wv(128 * 128 * 9);
-  for (float& v : xv) v = nd(rng);
-  for (float& v : wv) v = nd(rng);
-  f.inputs = {Floats({1, 128, 28, 28}, xv), Floats({128, 128, 3, 3}, wv)};
-  f.constant = {false, true};
-  const double fms = MsPerRun(f.Model(), {{"in0", f.inputs[0]}}, &pool, 3);
-
-  OneNode qd("QuantizeLinear", 13);
-  qd.inputs = {Floats({1, 128, 28, 28}, xv), Tensor::Scalar(0.02f),
-               IntTensor(TP::UINT8, {}, {128})};
-  qd.constant = {false, true, true};
-  const double qlms = MsPerRun(qd.Model(), {{"in0", qd.inputs[0]}}, &pool, 10);
-
-  std::cout << "measured: QLinearConv 128x128x3x3 on 28x28, full-range "
-            << "operands (3 exact slices), 2 threads: " << qms
-            << " ms/run; float Conv same shape: " << fms << " ms/run ("
-            << qms / fms << "x)" << std::endl;
-  std::cout << "measured: QuantizeLinear of 100352 floats, 2 threads: "
-            << qlms * 1e6 / xv.size() << " ns/element" << std::endl;
-}
-
 // ------------------------------------------------------ ONNX Runtime check
 
 TEST(OrtCrossCheckTest, Int4BlockedDequantizeLinearMatchesOnnxRuntime) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/engine/thread_pool.h"
+#include "core/base/thread_pool.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/graph/model_io.h"

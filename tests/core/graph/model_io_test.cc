@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "core/engine/cancellation.h"
+#include "core/base/cancellation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/graph/test_models.h"

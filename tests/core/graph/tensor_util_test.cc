@@ -68,5 +68,28 @@ TEST(GraphIndexTest, KnowsProducersAndUses) {
   EXPECT_TRUE(index.Uses("y").empty());
 }
 
+TEST(TensorUtilTest, OverflowingDimsAreRefusedNotWrapped) {
+  const int64_t big = int64_t{1} << 31;
+  onnx::TensorProto t;
+  t.set_name("w");
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {big, big, int64_t{4}}) t.add_dims(d);
+  EXPECT_EQ(NumElements(t), -1);
+  EXPECT_EQ(CheckTensorSize(t).code(), absl::StatusCode::kInvalidArgument);
+  // 2^62 elements fit, their bytes do not: no data must not "match".
+  onnx::TensorProto u;
+  u.set_name("u");
+  u.set_data_type(onnx::TensorProto::FLOAT);
+  u.add_dims(int64_t{1} << 62);
+  u.set_raw_data("");
+  EXPECT_EQ(NumElements(u), int64_t{1} << 62);
+  absl::Status s = CheckTensorSize(u);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("'u'"));
+  onnx::TensorProto neg = u;
+  neg.set_dims(0, -1);
+  EXPECT_EQ(NumElements(neg), -1);
+}
+
 }  // namespace
 }  // namespace quantd::graph

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/engine/thread_pool.h"
+#include "core/base/thread_pool.h"
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/graph/validate.h"

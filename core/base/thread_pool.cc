@@ -1,0 +1,117 @@
+#include "core/base/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <memory>
+
+namespace quantd {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) {
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  workers_.reserve(threads);
+  for (int i = 0; i < threads; ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Schedule(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+}
+
+void ThreadPool::WorkerLoop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stopping_ || !p->queue_.empty();
+          },
+          this));
+      // Drain the queue before stopping: the destructor promises that every
+      // scheduled task runs.
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n,
+                             const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  if (n == 1 || workers_.empty()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  // Items are claimed from a shared counter by the caller and by helper tasks
+  // on the pool. The caller never waits for a helper that has not started:
+  // if every worker is busy, the caller simply does all the items itself.
+  struct State {
+    std::atomic<int64_t> next{0};
+    absl::Mutex mu;
+    int64_t done ABSL_GUARDED_BY(mu) = 0;
+    // The first exception an item threw (e.g. std::bad_alloc), rethrown on
+    // the caller: thrown on a worker it would terminate the process.
+    std::exception_ptr error ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<State>();
+  auto run = [state, n, &fn] {
+    int64_t finished = 0;
+    std::exception_ptr error;
+    for (int64_t i = state->next.fetch_add(1); i < n;
+         i = state->next.fetch_add(1)) {
+      // After a failure the remaining items are only counted off.
+      if (error == nullptr) {
+        try {
+          fn(i);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      ++finished;
+    }
+    if (finished > 0) {
+      absl::MutexLock lock(&state->mu);
+      state->done += finished;
+      if (error != nullptr && state->error == nullptr) state->error = error;
+    }
+  };
+  const int helpers =
+      static_cast<int>(std::min<int64_t>(n - 1, static_cast<int64_t>(size())));
+  for (int h = 0; h < helpers; ++h) {
+    // A helper that starts after all items are claimed does nothing and never
+    // touches `fn`, which may be gone by then.
+    Schedule([state, n, run] {
+      if (state->next.load() < n) run();
+    });
+  }
+  run();
+  std::pair<State*, int64_t> target(state.get(), n);
+  std::exception_ptr error;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->mu.Await(absl::Condition(
+        +[](std::pair<State*, int64_t>* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return t->first->done == t->second;
+        },
+        &target));
+    error = state->error;
+  }
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
+}  // namespace quantd

@@ -1,0 +1,748 @@
+// PrepareGraph and its graph-only steps (see prepare.h).
+#include "core/graph/prepare.h"
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <queue>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/onnx_names.h"
+#include "core/graph/graph_edit.h"
+#include "core/graph/graph_index.h"
+#include "core/graph/model_io.h"
+#include "core/graph/tensor_util.h"
+#include "core/graph/unique_names.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace quantd::graph {
+namespace {
+
+using onnx::AttributeProto;
+using onnx::GraphProto;
+using onnx::NodeProto;
+using onnx::TensorProto;
+
+// Every name a node of `g` (at any depth) reads: the outer values a body
+// reads are among them. Body-local names cannot clash with outer producers
+// (ONNX names are unique across scopes).
+void CollectReads(const GraphProto& g, absl::flat_hash_set<std::string>* out) {
+  for (const auto& node : g.node()) {
+    for (const auto& in : node.input()) {
+      if (!in.empty()) out->insert(in);
+    }
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) CollectReads(a.g(), out);
+      for (const auto& sub : a.graphs()) CollectReads(sub, out);
+    }
+  }
+  for (const auto& o : g.output()) out->insert(o.name());
+}
+
+// What `node` reads, its subgraphs' reads included.
+std::vector<std::string> NodeReads(const NodeProto& node) {
+  std::vector<std::string> reads(node.input().begin(), node.input().end());
+  absl::flat_hash_set<std::string> inner;
+  for (const auto& a : node.attribute()) {
+    if (a.has_g()) CollectReads(a.g(), &inner);
+    for (const auto& sub : a.graphs()) CollectReads(sub, &inner);
+  }
+  reads.insert(reads.end(), inner.begin(), inner.end());
+  return reads;
+}
+
+std::string Label(const NodeProto& node) {
+  return absl::StrCat(node.op_type(), " '", node.name(), "'");
+}
+
+// ---------------------------------------------------------------- sorting
+
+absl::Status SortOne(GraphProto* graph, int64_t* moved) {
+  const int n = graph->node_size();
+  absl::flat_hash_map<std::string, int> producer;
+  for (int i = 0; i < n; ++i) {
+    for (const auto& o : graph->node(i).output()) {
+      if (!o.empty())
+        producer.emplace(o, i);  // First wins; SSA is checked later.
+    }
+  }
+  std::vector<std::vector<int>> readers(n);
+  std::vector<std::vector<int>> deps(n);
+  std::vector<int> pending(n, 0);
+  for (int i = 0; i < n; ++i) {
+    absl::flat_hash_set<int> seen;
+    for (const std::string& name : NodeReads(graph->node(i))) {
+      auto it = producer.find(name);
+      if (it == producer.end() || !seen.insert(it->second).second) continue;
+      if (it->second == i) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "node ", Label(graph->node(i)), " reads its own output '", name,
+            "': the graph has a cycle"));
+      }
+      readers[it->second].push_back(i);
+      deps[i].push_back(it->second);
+      ++pending[i];
+    }
+  }
+  // Smallest original index first: an already sorted graph stays as it is.
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int r : readers[i]) {
+      if (--pending[r] == 0) ready.push(r);
+    }
+  }
+  if (static_cast<int>(order.size()) < n) {
+    // Walk unsatisfied dependencies until a node repeats: it is on a cycle.
+    int at = 0;
+    while (pending[at] == 0) ++at;
+    std::vector<int> visit(n, -1);
+    for (int step = 0; visit[at] < 0; ++step) {
+      visit[at] = step;
+      for (int d : deps[at]) {
+        if (pending[d] > 0) {
+          at = d;
+          break;
+        }
+      }
+    }
+    std::vector<std::string> cycle;
+    const int start = at;
+    do {
+      cycle.push_back(Label(graph->node(at)));
+      for (int d : deps[at]) {
+        if (pending[d] > 0 && visit[d] >= 0) {
+          at = d;
+          break;
+        }
+      }
+    } while (at != start && cycle.size() < 8);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the graph has a cycle through node ", Label(graph->node(start)), " (",
+        absl::StrJoin(cycle, " <- "), "): it cannot be sorted topologically"));
+  }
+  bool changed = false;
+  for (int k = 0; k < n; ++k) {
+    if (order[k] != k) {
+      changed = true;
+      if (moved != nullptr) ++*moved;
+    }
+  }
+  if (changed) {
+    google::protobuf::RepeatedPtrField<NodeProto> sorted;
+    sorted.Reserve(n);
+    for (int i : order) sorted.Add()->Swap(graph->mutable_node(i));
+    graph->mutable_node()->Swap(&sorted);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------- Constant lift
+
+// The tensor a Constant node holds, or nullopt-like false when it is not
+// one we lift.
+bool ConstantTensor(const NodeProto& node, TensorProto* out) {
+  if (node.attribute_size() != 1 || node.output_size() != 1 ||
+      node.output(0).empty()) {
+    return false;
+  }
+  const AttributeProto& a = node.attribute(0);
+  TensorProto t;
+  if (a.name() == "value" && a.has_t()) {
+    t = a.t();
+    if (t.data_type() == TensorProto::STRING ||
+        t.data_type() == TensorProto::UNDEFINED) {
+      return false;
+    }
+  } else if (a.name() == "value_float") {
+    t.set_data_type(TensorProto::FLOAT);
+    t.add_float_data(a.f());
+  } else if (a.name() == "value_floats") {
+    t.set_data_type(TensorProto::FLOAT);
+    t.add_dims(a.floats_size());
+    for (float f : a.floats()) t.add_float_data(f);
+  } else if (a.name() == "value_int") {
+    t.set_data_type(TensorProto::INT64);
+    t.add_int64_data(a.i());
+  } else if (a.name() == "value_ints") {
+    t.set_data_type(TensorProto::INT64);
+    t.add_dims(a.ints_size());
+    for (int64_t v : a.ints()) t.add_int64_data(v);
+  } else {
+    return false;  // sparse_value, value_string(s): left to the runtime.
+  }
+  t.set_name(node.output(0));
+  *out = std::move(t);
+  return true;
+}
+
+int64_t LiftIn(GraphProto* graph, bool main, int64_t ir_version) {
+  int64_t lifted = 0;
+  // Bodies first: each keeps its own Constants.
+  for (auto& node : *graph->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) lifted += LiftIn(a.mutable_g(), false, ir_version);
+      for (auto& g : *a.mutable_graphs())
+        lifted += LiftIn(&g, false, ir_version);
+    }
+  }
+  // IR < 4 wants every initializer to be a graph input, which a body's
+  // signature cannot take.
+  if (!main && ir_version < 4) return lifted;
+  absl::flat_hash_set<std::string> outputs;
+  for (const auto& o : graph->output()) outputs.insert(o.name());
+  google::protobuf::RepeatedPtrField<NodeProto> kept;
+  for (auto& node : *graph->mutable_node()) {
+    TensorProto t;
+    if (node.op_type() == "Constant" && IsDefaultDomain(node) &&
+        !outputs.contains(node.output(0)) && ConstantTensor(node, &t)) {
+      AddInitializer(std::move(t), main && ir_version < 4, graph);
+      ++lifted;
+      continue;
+    }
+    kept.Add()->Swap(&node);
+  }
+  graph->mutable_node()->Swap(&kept);
+  return lifted;
+}
+
+// ------------------------------------------------------ fp16 weight casts
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // Subnormal: normalise.
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+float Bfloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The values of a FLOAT16 / BFLOAT16 tensor as float32; false when they are
+// external or malformed.
+bool ReadHalfTensor(const TensorProto& t, std::vector<float>* out) {
+  if (HasExternalData(t)) return false;
+  const int64_t n = NumElements(t);
+  if (n < 0) return false;
+  std::vector<uint16_t> raw(n);
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != static_cast<size_t>(n) * 2) return false;
+    for (int64_t i = 0; i < n; ++i) {  // Little-endian.
+      raw[i] = static_cast<uint16_t>(
+          static_cast<uint8_t>(t.raw_data()[2 * i]) |
+          (static_cast<uint8_t>(t.raw_data()[2 * i + 1]) << 8));
+    }
+  } else {
+    // ONNX keeps one 16-bit value per int32_data entry.
+    if (t.int32_data_size() != n) return false;
+    for (int64_t i = 0; i < n; ++i) {
+      raw[i] = static_cast<uint16_t>(t.int32_data(i));
+    }
+  }
+  out->resize(n);
+  const bool bf16 = t.data_type() == TensorProto::BFLOAT16;
+  for (int64_t i = 0; i < n; ++i) {
+    (*out)[i] = bf16 ? Bfloat16ToFloat(raw[i]) : HalfToFloat(raw[i]);
+  }
+  return true;
+}
+
+bool IsWeightedOp(const NodeProto& node) {
+  if (!IsDefaultDomain(node)) return false;
+  const std::string& op = node.op_type();
+  return op == "Conv" || op == "ConvTranspose" || op == "Gemm" ||
+         op == "MatMul";
+}
+
+// An initializer whose value is fixed: not also a graph input that a
+// caller may override (IR >= 4).
+const TensorProto* ConstInit(const GraphIndex& index, const GraphProto& g,
+                             const std::string& name, int64_t ir_version) {
+  const int i = index.Initializer(name);
+  if (i < 0) return nullptr;
+  if (ir_version >= 4 && index.IsGraphInput(name)) return nullptr;
+  return &g.initializer(i);
+}
+
+// Drops initializers in `candidates` that nothing reads any more (in this
+// graph or its bodies) and that are not graph inputs or outputs.
+void DropUnread(const absl::flat_hash_set<std::string>& candidates,
+                GraphProto* graph) {
+  if (candidates.empty()) return;
+  absl::flat_hash_set<std::string> read;
+  CollectReads(*graph, &read);
+  for (const auto& in : graph->input()) read.insert(in.name());
+  google::protobuf::RepeatedPtrField<TensorProto> kept;
+  for (auto& t : *graph->mutable_initializer()) {
+    if (candidates.contains(t.name()) && !read.contains(t.name())) continue;
+    kept.Add()->Swap(&t);
+  }
+  graph->mutable_initializer()->Swap(&kept);
+}
+
+int64_t FoldWeightCastsIn(GraphProto* graph, int64_t ir_version) {
+  int64_t folded = 0;
+  for (auto& node : *graph->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) folded += FoldWeightCastsIn(a.mutable_g(), ir_version);
+      for (auto& g : *a.mutable_graphs()) {
+        folded += FoldWeightCastsIn(&g, ir_version);
+      }
+    }
+  }
+  const GraphIndex index(*graph);
+  std::set<int> casts;  // Ordered: the output does not depend on hashing.
+  for (const auto& node : graph->node()) {
+    if (!IsWeightedOp(node)) continue;
+    for (const auto& in : node.input()) {
+      const int p = index.Producer(in);
+      if (p < 0) continue;
+      const NodeProto& cast = graph->node(p);
+      if (cast.op_type() != "Cast" || !IsDefaultDomain(cast) ||
+          cast.input_size() != 1 ||
+          IntAttribute(cast, "to", 0) != TensorProto::FLOAT ||
+          index.IsGraphOutput(cast.output(0))) {
+        continue;
+      }
+      const TensorProto* w =
+          ConstInit(index, *graph, cast.input(0), ir_version);
+      if (w == nullptr || (w->data_type() != TensorProto::FLOAT16 &&
+                           w->data_type() != TensorProto::BFLOAT16)) {
+        continue;
+      }
+      casts.insert(p);
+    }
+  }
+  if (casts.empty()) return folded;
+  absl::flat_hash_set<std::string> sources;
+  std::vector<TensorProto> made;
+  for (int p : casts) {
+    const NodeProto& cast = graph->node(p);
+    const TensorProto& w = graph->initializer(index.Initializer(cast.input(0)));
+    std::vector<float> values;
+    if (!ReadHalfTensor(w, &values)) continue;
+    made.push_back(MakeFloatTensor(cast.output(0), Dims(w), values));
+    sources.insert(cast.input(0));
+  }
+  absl::flat_hash_set<std::string> done;
+  for (auto& t : made) {
+    done.insert(t.name());
+    AddInitializer(std::move(t), ir_version < 4, graph);
+  }
+  google::protobuf::RepeatedPtrField<NodeProto> kept;
+  for (auto& node : *graph->mutable_node()) {
+    if (node.op_type() == "Cast" && node.output_size() == 1 &&
+        done.contains(node.output(0))) {
+      ++folded;
+      continue;
+    }
+    kept.Add()->Swap(&node);
+  }
+  graph->mutable_node()->Swap(&kept);
+  DropUnread(sources, graph);
+  return folded;
+}
+
+// ------------------------------------------------------- BatchNorm folding
+
+// Per-channel multiplier and shift of an inference BatchNormalization:
+// y = x * mul + add.
+struct BnAffine {
+  std::vector<double> mul, add;
+};
+
+bool ReadBn(const GraphIndex& index, const GraphProto& g, const NodeProto& bn,
+            int64_t ir_version, BnAffine* out) {
+  if (bn.input_size() != 5) return false;
+  if (IntAttribute(bn, "training_mode", 0) != 0) return false;
+  if (IntAttribute(bn, "spatial", 1) != 1) return false;
+  const AttributeProto* is_test = FindAttribute(bn, "is_test");
+  if (is_test != nullptr && is_test->i() == 0) return false;
+  std::vector<std::vector<float>> v(4);
+  for (int k = 0; k < 4; ++k) {
+    const TensorProto* t = ConstInit(index, g, bn.input(k + 1), ir_version);
+    if (t == nullptr || t->data_type() != TensorProto::FLOAT) return false;
+    absl::StatusOr<std::vector<float>> values = ReadFloatTensor(*t);
+    if (!values.ok()) return false;
+    v[k] = std::move(*values);
+    if (v[k].size() != v[0].size() || Dims(*t).size() != 1) return false;
+  }
+  const double eps = FloatAttribute(bn, "epsilon", 1e-5f);
+  const size_t c = v[0].size();
+  out->mul.resize(c);
+  out->add.resize(c);
+  for (size_t i = 0; i < c; ++i) {
+    const double var = static_cast<double>(v[3][i]) + eps;
+    if (!(var > 0)) return false;
+    out->mul[i] = v[0][i] / std::sqrt(var);
+    out->add[i] = v[1][i] - v[2][i] * out->mul[i];
+  }
+  return true;
+}
+
+// Folds one BN into its producer; false (nothing changed) when the shapes
+// do not fit.
+bool FoldOneBn(const GraphIndex& index, int bn_at, int prod_at,
+               int64_t ir_version, UniqueNames* names, GraphProto* g,
+               absl::flat_hash_set<std::string>* replaced) {
+  const NodeProto& bn = g->node(bn_at);
+  NodeProto* prod = g->mutable_node(prod_at);
+  BnAffine a;
+  if (!ReadBn(index, *g, bn, ir_version, &a)) return false;
+  const int64_t c = static_cast<int64_t>(a.mul.size());
+  const std::string& op = prod->op_type();
+  if (prod->input_size() < 2) return false;
+  const TensorProto* w = ConstInit(index, *g, prod->input(1), ir_version);
+  if (w == nullptr || w->data_type() != TensorProto::FLOAT) return false;
+  const std::vector<int64_t> wd = Dims(*w);
+  absl::StatusOr<std::vector<float>> wv = ReadFloatTensor(*w);
+  if (!wv.ok()) return false;
+  // The output channel of every weight element.
+  std::vector<float> nw(wv->size());
+  std::vector<float> bias(c, 0.0f);
+  const bool has_bias = prod->input_size() > 2 && !prod->input(2).empty();
+  std::vector<float> old_bias;
+  if (has_bias) {
+    const TensorProto* b = ConstInit(index, *g, prod->input(2), ir_version);
+    if (b == nullptr || b->data_type() != TensorProto::FLOAT) return false;
+    absl::StatusOr<std::vector<float>> bv = ReadFloatTensor(*b);
+    if (!bv.ok()) return false;
+    old_bias = std::move(*bv);
+  }
+  if (op == "Conv" || op == "ConvTranspose") {
+    if (wd.size() < 3) return false;
+    const int64_t group = IntAttribute(*prod, "group", 1);
+    if (group < 1) return false;
+    int64_t inner = 1;
+    for (size_t k = 2; k < wd.size(); ++k) inner *= wd[k];
+    const bool transpose = op == "ConvTranspose";
+    const int64_t out_channels = transpose ? wd[1] * group : wd[0];
+    if (out_channels != c) return false;
+    if (has_bias && static_cast<int64_t>(old_bias.size()) != c) return false;
+    if (transpose && wd[0] % group != 0) return false;
+    const int64_t in_per_group = transpose ? wd[0] / group : 0;
+    for (int64_t i0 = 0; i0 < wd[0]; ++i0) {
+      for (int64_t i1 = 0; i1 < wd[1]; ++i1) {
+        const int64_t oc = transpose ? (i0 / in_per_group) * wd[1] + i1 : i0;
+        const int64_t base = (i0 * wd[1] + i1) * inner;
+        for (int64_t k = 0; k < inner; ++k) {
+          nw[base + k] = static_cast<float>((*wv)[base + k] * a.mul[oc]);
+        }
+      }
+    }
+    for (int64_t o = 0; o < c; ++o) {
+      const double b0 = has_bias ? old_bias[o] : 0.0;
+      bias[o] = static_cast<float>(b0 * a.mul[o] + a.add[o]);
+    }
+  } else if (op == "Gemm") {
+    if (wd.size() != 2) return false;
+    const bool trans_b = IntAttribute(*prod, "transB", 0) != 0;
+    const int64_t n = trans_b ? wd[0] : wd[1];
+    if (n != c) return false;
+    const double beta = FloatAttribute(*prod, "beta", 1.0f);
+    if (has_bias) {
+      const TensorProto* b = ConstInit(index, *g, prod->input(2), ir_version);
+      const std::vector<int64_t> bd = Dims(*b);
+      // Only a per-column (or scalar) C folds into a per-column bias.
+      int64_t bn_elems = 1;
+      for (int64_t d : bd) bn_elems *= d;
+      const bool per_col = bd.empty() || (bd.size() == 1 && bd[0] == n) ||
+                           (bd.size() == 2 && bd[0] == 1 && bd[1] == n) ||
+                           bn_elems == 1;
+      if (!per_col) return false;
+      if (bn_elems == 1) old_bias.assign(c, old_bias.at(0));
+    }
+    for (int64_t r = 0; r < wd[0]; ++r) {
+      for (int64_t k = 0; k < wd[1]; ++k) {
+        const int64_t col = trans_b ? r : k;
+        nw[r * wd[1] + k] =
+            static_cast<float>((*wv)[r * wd[1] + k] * a.mul[col]);
+      }
+    }
+    for (int64_t o = 0; o < c; ++o) {
+      const double b0 = has_bias ? beta * old_bias[o] : 0.0;
+      bias[o] = static_cast<float>(b0 * a.mul[o] + a.add[o]);
+    }
+  } else {
+    return false;
+  }
+  const std::string w_name = names->Make(prod->input(1) + "_bn_folded");
+  const std::string b_name = names->Make(
+      has_bias ? prod->input(2) + "_bn_folded" : prod->name() + "_bias");
+  replaced->insert(prod->input(1));
+  if (has_bias) replaced->insert(prod->input(2));
+  AddInitializer(MakeFloatTensor(w_name, wd, nw), ir_version < 4, g);
+  AddInitializer(MakeFloatTensor(b_name, {c}, bias), ir_version < 4, g);
+  prod->set_input(1, w_name);
+  if (op == "Gemm") {
+    // beta was applied to C above.
+    auto* attrs = prod->mutable_attribute();
+    for (int k = 0; k < attrs->size(); ++k) {
+      if (attrs->Get(k).name() == "beta") {
+        attrs->DeleteSubrange(k, 1);
+        break;
+      }
+    }
+  }
+  if (has_bias) {
+    prod->set_input(2, b_name);
+  } else {
+    while (prod->input_size() < 3) prod->add_input("");
+    prod->set_input(2, b_name);
+  }
+  prod->set_output(0, bn.output(0));
+  return true;
+}
+
+int64_t FoldBatchNormsIn(GraphProto* g, int64_t ir_version) {
+  int64_t folded = 0;
+  for (auto& node : *g->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) folded += FoldBatchNormsIn(a.mutable_g(), ir_version);
+      for (auto& sub : *a.mutable_graphs()) {
+        folded += FoldBatchNormsIn(&sub, ir_version);
+      }
+    }
+  }
+  UniqueNames names(*g);
+  absl::flat_hash_set<std::string> replaced;
+  absl::flat_hash_set<int> drop;
+  // Indices stay valid: nodes are only dropped at the end, and the index
+  // is rebuilt after each fold (a fold renames one output).
+  for (int i = 0; i < g->node_size(); ++i) {
+    const NodeProto& bn = g->node(i);
+    if (bn.op_type() != "BatchNormalization" || !IsDefaultDomain(bn)) continue;
+    const GraphIndex index(*g);
+    bool extra_read = false;
+    for (int k = 1; k < bn.output_size(); ++k) {
+      if (!bn.output(k).empty() && (!index.Uses(bn.output(k)).empty() ||
+                                    index.IsGraphOutput(bn.output(k)))) {
+        extra_read = true;
+      }
+    }
+    if (extra_read || bn.input_size() < 1 || bn.output_size() < 1) continue;
+    const std::string& x = bn.input(0);
+    const int p = index.Producer(x);
+    if (p < 0 || drop.contains(p)) continue;
+    const NodeProto& prod = g->node(p);
+    if (!IsDefaultDomain(prod) ||
+        (prod.op_type() != "Conv" && prod.op_type() != "ConvTranspose" &&
+         prod.op_type() != "Gemm")) {
+      continue;
+    }
+    const std::vector<Use>& uses = index.Uses(x);
+    if (uses.size() != 1 || uses[0].node != i || index.IsGraphOutput(x) ||
+        prod.output_size() != 1) {
+      continue;
+    }
+    if (FoldOneBn(index, i, p, ir_version, &names, g, &replaced)) {
+      // Its statistics may be unread now.
+      for (int k = 1; k < bn.input_size(); ++k) replaced.insert(bn.input(k));
+      drop.insert(i);
+      ++folded;
+    }
+  }
+  if (drop.empty()) return folded;
+  google::protobuf::RepeatedPtrField<NodeProto> kept;
+  for (int i = 0; i < g->node_size(); ++i) {
+    if (!drop.contains(i)) kept.Add()->Swap(g->mutable_node(i));
+  }
+  g->mutable_node()->Swap(&kept);
+  DropUnread(replaced, g);
+  return folded;
+}
+
+}  // namespace
+
+std::string PrepareReport::Summary() const {
+  std::vector<std::string> parts;
+  if (opset_to != opset_from) {
+    parts.push_back(absl::StrCat("opset upgraded from ", opset_from, " to ",
+                                 opset_to,
+                                 " (ONNX version converter, ranks from shape "
+                                 "inference)"));
+  }
+  if (reordered_nodes > 0) {
+    parts.push_back(
+        absl::StrCat(reordered_nodes, " nodes reordered (topological sort)"));
+  }
+  if (lifted_constants > 0) {
+    parts.push_back(absl::StrCat(lifted_constants,
+                                 " Constant nodes lifted to initializers"));
+  }
+  if (folded_weight_casts > 0) {
+    parts.push_back(absl::StrCat(folded_weight_casts,
+                                 " fp16/bf16 weight Casts folded to float32"));
+  }
+  if (folded_batch_norms > 0) {
+    parts.push_back(absl::StrCat(folded_batch_norms,
+                                 " BatchNormalization folded into Conv/Gemm"));
+  }
+  if (folded_constant_nodes > 0) {
+    parts.push_back(
+        absl::StrCat(folded_constant_nodes, " constant nodes folded"));
+  }
+  for (const auto& n : notes) parts.push_back(n);
+  if (parts.empty()) return "";
+  return absl::StrCat("prepared: ", absl::StrJoin(parts, "; "));
+}
+
+absl::Status SortTopologically(GraphProto* graph, int64_t* moved) {
+  for (auto& node : *graph->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) {
+        absl::Status s = SortTopologically(a.mutable_g(), moved);
+        if (!s.ok()) return s;
+      }
+      for (auto& g : *a.mutable_graphs()) {
+        absl::Status s = SortTopologically(&g, moved);
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  return SortOne(graph, moved);
+}
+
+int64_t LiftConstants(GraphProto* graph, int64_t ir_version) {
+  return LiftIn(graph, /*main=*/true, ir_version);
+}
+
+absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
+    const onnx::ModelProto& model) {
+  // Inference reads small constants (Reshape shapes); big weights only cost
+  // a copy, so their values stay out.
+  constexpr uint64_t kKeepBytes = 4096;
+  onnx::ModelProto copy;
+  copy.set_ir_version(model.ir_version());
+  *copy.mutable_opset_import() = model.opset_import();
+  const GraphProto& g = model.graph();
+  GraphProto* cg = copy.mutable_graph();
+  cg->set_name(g.name());
+  *cg->mutable_input() = g.input();
+  *cg->mutable_output() = g.output();
+  *cg->mutable_value_info() = g.value_info();
+  *cg->mutable_node() = g.node();
+  for (const auto& t : g.initializer()) {
+    TensorProto* c = cg->add_initializer();
+    if (DataBytes(t) <= kKeepBytes && !HasExternalData(t)) {
+      *c = t;
+    } else {
+      c->set_name(t.name());
+      c->set_data_type(t.data_type());
+      *c->mutable_dims() = t.dims();
+    }
+  }
+  absl::flat_hash_map<std::string, onnx::TypeProto> types;
+  try {
+    onnx::shape_inference::InferShapes(
+        copy, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(false, 0, true));
+  } catch (const std::exception&) {
+    // Partial results are still in the copy's value_info when any.
+  }
+  for (const auto& v : cg->input()) types[v.name()] = v.type();
+  for (const auto& v : cg->value_info()) types[v.name()] = v.type();
+  for (const auto& v : cg->output()) types[v.name()] = v.type();
+  return types;
+}
+
+absl::Status CheckNoHalfPrecisionCompute(const onnx::ModelProto& model) {
+  const GraphProto& g = model.graph();
+  const GraphIndex index(g);
+  for (const auto& node : g.node()) {
+    if (!IsWeightedOp(node)) continue;
+    for (int k = 0; k < node.input_size() && k < 2; ++k) {
+      const int i = index.Initializer(node.input(k));
+      if (i < 0) continue;
+      const int32_t type = g.initializer(i).data_type();
+      if (type == TensorProto::FLOAT16 || type == TensorProto::BFLOAT16) {
+        return absl::UnimplementedError(absl::StrCat(
+            "node ", Label(node), " computes in ",
+            TensorProto::DataType_Name(
+                static_cast<TensorProto::DataType>(type)),
+            " (its input '", node.input(k), "' is a ",
+            TensorProto::DataType_Name(
+                static_cast<TensorProto::DataType>(type)),
+            " initializer): quantd quantizes models that compute in float32 "
+            "(fp16 weights behind a Cast to FLOAT are supported); convert the "
+            "model to float32 first"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
+                                           const PrepareOptions& options) {
+  PrepareReport report;
+  report.opset_from = DefaultOpset(*model);
+  const int64_t ir = model->ir_version();
+  if (options.sort) {
+    absl::Status s =
+        SortTopologically(model->mutable_graph(), &report.reordered_nodes);
+    if (!s.ok()) return s;
+  }
+  if (options.lift_constants) {
+    report.lifted_constants = LiftConstants(model->mutable_graph(), ir);
+  }
+  if (options.upgrade) {
+    absl::Status s = options.upgrade(model, &report);
+    if (!s.ok()) return s;
+    // The converter writes some values (e.g. Squeeze axes) as Constants.
+    if (options.lift_constants) {
+      report.lifted_constants +=
+          LiftConstants(model->mutable_graph(), model->ir_version());
+    }
+  }
+  if (options.fold_weight_casts) {
+    report.folded_weight_casts =
+        FoldWeightCastsIn(model->mutable_graph(), model->ir_version());
+  }
+  if (options.fold_batch_norms) {
+    report.folded_batch_norms =
+        FoldBatchNormsIn(model->mutable_graph(), model->ir_version());
+  }
+  if (options.fold_constants) {
+    absl::Status s = options.fold_constants(model, &report);
+    if (!s.ok()) return s;
+  }
+  report.opset_to = DefaultOpset(*model);
+  return report;
+}
+
+}  // namespace quantd::graph

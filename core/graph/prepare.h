@@ -1,0 +1,96 @@
+// Prepares a parsed model the way a runtime would run it, so the passes see
+// the graph they expect: nodes sorted, Constant nodes lifted to initializers,
+// fp16 weights behind Cast made float32, BatchNormalization folded into the
+// Conv/Gemm before it; the steps needing the executor (opset upgrade helpers,
+// constant folding) come in through PrepareOptions' callbacks.
+#ifndef QUANTD_CORE_GRAPH_PREPARE_H_
+#define QUANTD_CORE_GRAPH_PREPARE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::graph {
+
+// What PrepareGraph did, in counts, for the call summary.
+struct PrepareReport {
+  int64_t opset_from = 0;
+  int64_t opset_to = 0;
+  // Nodes that changed position (main graph and bodies) when sorting.
+  int64_t reordered_nodes = 0;
+  int64_t lifted_constants = 0;
+  int64_t folded_weight_casts = 0;
+  int64_t folded_batch_norms = 0;
+  int64_t folded_constant_nodes = 0;
+  // Free-form notes from the steps (e.g. the opset upgrade).
+  std::vector<std::string> notes;
+
+  // One line for the summary ("prepared: ..."); empty when nothing was done.
+  std::string Summary() const;
+};
+
+// A preparation step implemented in a higher layer (passes), e.g. constant
+// folding with the executor. It may add to the report.
+using PrepareStep =
+    std::function<absl::Status(onnx::ModelProto*, PrepareReport*)>;
+
+struct PrepareOptions {
+  bool sort = true;
+  bool lift_constants = true;
+  bool fold_weight_casts = true;
+  bool fold_batch_norms = true;
+  // Runs after lifting Constants and before the weight / BatchNorm folds
+  // (e.g. the opset upgrade to 13). Null: skipped.
+  PrepareStep upgrade;
+  // Runs last (e.g. constant folding through the executor). Null: skipped.
+  PrepareStep fold_constants;
+};
+
+// Runs, in order: topological sort (every graph, bodies included), lifting
+// of Constant nodes, `upgrade`, folding of Cast(fp16 initializer -> FLOAT)
+// feeding Conv/ConvTranspose/Gemm/MatMul, BatchNormalization folding, then
+// `fold_constants`. INVALID_ARGUMENT when the graph has a cycle (naming a
+// node on it); other step errors pass through. The model's meaning (what
+// ONNX Runtime computes) is unchanged.
+absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
+                                           const PrepareOptions& options);
+
+// Stable topological sort of `graph` and, recursively, its subgraphs: nodes
+// keep their order where it is already valid; a node moves only after the
+// producers of what it reads (its subgraphs' outer reads included). Names
+// no node of the graph produces (inputs, initializers, outer scope, or
+// undefined ones left for validation) count as available. INVALID_ARGUMENT
+// naming a node on a cycle. `moved` (may be null) counts nodes whose index
+// changed.
+absl::Status SortTopologically(onnx::GraphProto* graph, int64_t* moved);
+
+// Replaces each Constant node of `graph` (value, value_float(s),
+// value_int(s); not sparse_value, value_string(s) or STRING tensors, and not
+// when the output is a graph output) by an initializer of the same name, in
+// the graph that held it: bodies of If/Loop/Scan get their own initializers
+// (lexical scoping unchanged). `ir_version` < 4 also declares main-graph
+// initializers as graph inputs and leaves bodies alone. Returns the count.
+int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
+
+// Element types of the main graph's values from ONNX shape inference (with
+// the declared inputs, outputs and value_info), by name. Large initializers'
+// values are left out of the copy inference runs on. Never fails: what
+// inference cannot tell is simply missing.
+absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
+    const onnx::ModelProto& model);
+
+// UNIMPLEMENTED when a Conv/ConvTranspose/Gemm/MatMul of the main graph
+// computes in FLOAT16/BFLOAT16 (a weight initializer of that type read
+// directly, not through a Cast to FLOAT): quantd quantizes float32 compute
+// only. OK otherwise.
+absl::Status CheckNoHalfPrecisionCompute(const onnx::ModelProto& model);
+
+}  // namespace quantd::graph
+
+#endif  // QUANTD_CORE_GRAPH_PREPARE_H_

@@ -1,0 +1,270 @@
+// Constant folding through the executor and the opset-upgrade step of
+// graph preparation (see fold_constants.h).
+#include "core/passes/fold_constants.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
+#include "core/executor/executor.h"
+#include "core/executor/tensor.h"
+#include "core/graph/graph_edit.h"
+#include "core/graph/graph_index.h"
+#include "core/graph/model_io.h"
+#include "core/graph/tensor_util.h"
+#include "core/passes/opset_upgrade.h"
+
+namespace quantd::passes {
+namespace {
+
+using onnx::GraphProto;
+using onnx::NodeProto;
+using onnx::TensorProto;
+
+// Ops whose value must not be computed ahead of time: random ones differ
+// per run, and quantize / dequantize nodes are the structure of an already
+// quantized model that the passes recognise.
+bool NeverFold(const NodeProto& node) {
+  static const auto* ops =
+      new absl::flat_hash_set<std::string>{"Constant",
+                                           "RandomNormal",
+                                           "RandomUniform",
+                                           "RandomNormalLike",
+                                           "RandomUniformLike",
+                                           "Multinomial",
+                                           "Bernoulli",
+                                           "QuantizeLinear",
+                                           "DequantizeLinear",
+                                           "DynamicQuantizeLinear",
+                                           "If",
+                                           "Loop",
+                                           "Scan",
+                                           "Dropout"};
+  return !IsDefaultDomain(node) || ops->contains(node.op_type()) ||
+         graph::HasSubgraph(node) || node.input_size() == 0;
+}
+
+// The static shape of `name` from shape inference, or false.
+bool StaticShape(const absl::flat_hash_map<std::string, onnx::TypeProto>& types,
+                 const std::string& name, std::vector<int64_t>* dims) {
+  auto it = types.find(name);
+  if (it == types.end() || !it->second.has_tensor_type() ||
+      !it->second.tensor_type().has_shape()) {
+    return false;
+  }
+  dims->clear();
+  for (const auto& d : it->second.tensor_type().shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0) return false;
+    dims->push_back(d.dim_value());
+  }
+  return true;
+}
+
+TensorProto Int64Tensor(const std::string& name, std::vector<int64_t> dims,
+                        const std::vector<int64_t>& values) {
+  TensorProto t;
+  t.set_name(name);
+  t.set_data_type(TensorProto::INT64);
+  for (int64_t d : dims) t.add_dims(d);
+  for (int64_t v : values) t.add_int64_data(v);
+  return t;
+}
+
+// Shape / Size of a statically shaped value (Shape-15's start / end).
+bool FoldShape(const NodeProto& node, const std::vector<int64_t>& dims,
+               TensorProto* out) {
+  if (node.output_size() != 1) return false;
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (node.op_type() == "Size") {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    *out = Int64Tensor(node.output(0), {}, {n});
+    return true;
+  }
+  int64_t start = graph::IntAttribute(node, "start", 0);
+  int64_t end = graph::IntAttribute(node, "end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::min(std::max<int64_t>(start, 0), rank);
+  end = std::min(std::max<int64_t>(end, 0), rank);
+  std::vector<int64_t> v;
+  for (int64_t i = start; i < end; ++i) v.push_back(dims[i]);
+  const int64_t n = static_cast<int64_t>(v.size());
+  *out = Int64Tensor(node.output(0), {n}, v);
+  return true;
+}
+
+// Runs `node` on constant inputs in a one-node model; false when the
+// executor cannot (the node then stays).
+bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
+              const absl::flat_hash_map<std::string, const TensorProto*>& k,
+              std::vector<TensorProto>* outs) {
+  onnx::ModelProto mini;
+  mini.set_ir_version(model.ir_version());
+  *mini.mutable_opset_import() = model.opset_import();
+  GraphProto* g = mini.mutable_graph();
+  g->set_name("fold");
+  absl::flat_hash_set<std::string> added;
+  for (const auto& in : node.input()) {
+    if (in.empty() || !added.insert(in).second) continue;
+    *g->add_initializer() = *k.at(in);
+  }
+  *g->add_node() = node;
+  std::vector<int> slots;
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (node.output(i).empty()) continue;
+    g->add_output()->set_name(node.output(i));
+    slots.push_back(i);
+  }
+  absl::StatusOr<std::unique_ptr<executor::Executor>> exec =
+      executor::Executor::Create(mini);
+  if (!exec.ok()) return false;
+  absl::StatusOr<std::vector<executor::Tensor>> values = (*exec)->Run({});
+  if (!values.ok() || values->size() != slots.size()) return false;
+  outs->clear();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    outs->push_back((*values)[i].ToProto(node.output(slots[i])));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
+  GraphProto* g = model->mutable_graph();
+  const int64_t ir = model->ir_version();
+  const graph::GraphIndex index(*g);
+  // Fixed values by name: initializers a caller cannot override, then the
+  // outputs of folded nodes.
+  absl::flat_hash_map<std::string, const TensorProto*> constants;
+  for (const auto& t : g->initializer()) {
+    if (ir >= 4 && index.IsGraphInput(t.name())) continue;
+    constants[t.name()] = &t;
+  }
+  bool has_shape_ops = false;
+  for (const auto& node : g->node()) {
+    has_shape_ops |= node.op_type() == "Shape" || node.op_type() == "Size";
+  }
+  absl::flat_hash_map<std::string, onnx::TypeProto> types;
+  if (has_shape_ops) types = graph::InferValueTypes(*model);
+
+  std::deque<TensorProto> folded_values;  // Stable addresses.
+  absl::flat_hash_set<int> drop;
+  absl::flat_hash_set<std::string> inputs_of_folded;
+  for (int i = 0; i < g->node_size(); ++i) {
+    const NodeProto& node = g->node(i);
+    if (NeverFold(node)) continue;
+    bool writes_output = false;
+    for (const auto& o : node.output()) {
+      writes_output |= index.IsGraphOutput(o);
+    }
+    if (writes_output) continue;
+    std::vector<TensorProto> outs;
+    std::vector<int64_t> dims;
+    const bool shape_op =
+        (node.op_type() == "Shape" || node.op_type() == "Size") &&
+        node.input_size() == 1;
+    if (shape_op && !constants.contains(node.input(0))) {
+      if (!StaticShape(types, node.input(0), &dims) ||
+          !FoldShape(node, dims, &outs.emplace_back())) {
+        continue;
+      }
+    } else {
+      bool all_constant = true;
+      uint64_t in_bytes = 0;
+      for (const auto& in : node.input()) {
+        if (in.empty()) continue;
+        auto it = constants.find(in);
+        if (it == constants.end() || graph::HasExternalData(*it->second)) {
+          all_constant = false;
+          break;
+        }
+        in_bytes += graph::DataBytes(*it->second);
+      }
+      if (!all_constant || !Evaluate(*model, node, constants, &outs)) continue;
+      bool too_big = false;
+      for (const auto& t : outs) {
+        const uint64_t b = graph::DataBytes(t);
+        too_big |= b > static_cast<uint64_t>(kMaxFoldedBytes) && b > in_bytes;
+      }
+      if (too_big) continue;
+    }
+    for (const auto& in : node.input()) inputs_of_folded.insert(in);
+    for (auto& t : outs) {
+      folded_values.push_back(std::move(t));
+      constants[folded_values.back().name()] = &folded_values.back();
+    }
+    drop.insert(i);
+  }
+  if (drop.empty()) return 0;
+
+  google::protobuf::RepeatedPtrField<NodeProto> kept;
+  for (int i = 0; i < g->node_size(); ++i) {
+    if (!drop.contains(i)) kept.Add()->Swap(g->mutable_node(i));
+  }
+  g->mutable_node()->Swap(&kept);
+  // What the remaining graph still reads: folded values it reads become
+  // initializers, original initializers only folded nodes read go.
+  const graph::GraphIndex after(*g);
+  for (auto& t : folded_values) {
+    if (!after.Uses(t.name()).empty()) {
+      graph::AddInitializer(std::move(t), ir < 4, g);
+    }
+  }
+  google::protobuf::RepeatedPtrField<TensorProto> inits;
+  for (auto& t : *g->mutable_initializer()) {
+    if (inputs_of_folded.contains(t.name()) && after.Uses(t.name()).empty() &&
+        !after.IsGraphInput(t.name()) && !after.IsGraphOutput(t.name())) {
+      continue;
+    }
+    inits.Add()->Swap(&t);
+  }
+  g->mutable_initializer()->Swap(&inits);
+  if (ir < 4) {
+    // IR < 4 declared the dropped initializers as graph inputs too.
+    absl::flat_hash_set<std::string> present;
+    for (const auto& t : g->initializer()) present.insert(t.name());
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> ins;
+    for (auto& v : *g->mutable_input()) {
+      if (inputs_of_folded.contains(v.name()) && !present.contains(v.name()) &&
+          after.Uses(v.name()).empty()) {
+        continue;
+      }
+      ins.Add()->Swap(&v);
+    }
+    g->mutable_input()->Swap(&ins);
+  }
+  return static_cast<int64_t>(drop.size());
+}
+
+absl::Status UpgradeOpsetForPrepare(onnx::ModelProto* model,
+                                    graph::PrepareReport* report) {
+  const int64_t from = graph::DefaultOpset(*model);
+  if (from < 7 || from >= kPerChannelOpset) return absl::OkStatus();
+  absl::Status s = ConvertOpset(model, kPerChannelOpset);
+  if (!s.ok()) {
+    report->notes.push_back(
+        absl::StrCat("the ONNX version converter could not upgrade opset ",
+                     from, " to ", kPerChannelOpset, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+graph::PrepareOptions FullPrepareOptions() {
+  graph::PrepareOptions options;
+  options.upgrade = UpgradeOpsetForPrepare;
+  options.fold_constants = [](onnx::ModelProto* model,
+                              graph::PrepareReport* report) -> absl::Status {
+    absl::StatusOr<int64_t> n = FoldConstantNodes(model);
+    if (!n.ok()) return n.status();
+    report->folded_constant_nodes += *n;
+    return absl::OkStatus();
+  };
+  return options;
+}
+
+}  // namespace quantd::passes

@@ -1,0 +1,43 @@
+// The preparation steps that need more than the graph layer: the opset
+// upgrade to 13 (version converter plus shape inference) and constant
+// folding through the executor, wired into graph::PrepareGraph.
+#ifndef QUANTD_CORE_PASSES_FOLD_CONSTANTS_H_
+#define QUANTD_CORE_PASSES_FOLD_CONSTANTS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/graph/prepare.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::passes {
+
+// Largest value a folded node may produce; bigger ones stay nodes (folding
+// them would grow the model, e.g. an Expand or Tile of a scalar).
+inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
+
+// Replaces every main-graph node whose inputs are all constants (fixed
+// initializers, or values folded before it) by initializers holding its
+// outputs, computed by the executor; Shape / Size of a value whose shape
+// shape inference knows statically count as constant too. Left alone:
+// nodes with subgraphs, other domains, random ops, QuantizeLinear /
+// DequantizeLinear / DynamicQuantizeLinear (they are the quantized model's
+// own structure), nodes writing a graph output, outputs over
+// kMaxFoldedBytes (unless no larger than the inputs), and nodes the executor
+// cannot run. Returns how many nodes were folded.
+absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model);
+
+// Upgrades a model whose default opset is in [7, 13) to 13 (ConvertOpset:
+// shape inference fills the ranks the converter needs, Softmax-like ops are
+// rewritten ahead of it). A model the converter cannot take is left as it
+// was with a note: the passes then refuse or fall back as before.
+absl::Status UpgradeOpsetForPrepare(onnx::ModelProto* model,
+                                    graph::PrepareReport* report);
+
+// PrepareOptions with every step on, the upgrade and constant folding
+// included: what Quantize and Calibrate both run.
+graph::PrepareOptions FullPrepareOptions();
+
+}  // namespace quantd::passes
+
+#endif  // QUANTD_CORE_PASSES_FOLD_CONSTANTS_H_

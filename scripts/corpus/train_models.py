@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""Trains the corpus models that npm does not give us, on scikit-learn's bundled
+digits set (no download), and exports them to ONNX under build/corpus/<name>/.
+
+Each model directory gets:
+  model.onnx    the trained model
+  eval_x.npy    held-out inputs (the 360 test digits of the fixed split)
+  eval_y.npy    held-out labels (classification) or masks (segmentation)
+  calib_x.npy   64 training samples, for quantd's calibration
+  train.json    what was trained, float held-out metric in torch, seconds
+
+Models (each trains in seconds on one thread):
+  digits_cnn_op9          Conv+BN+ReLU, Conv+ReLU, MaxPool, Gemm x2; opset 9
+                          (torch's exporter folds the BatchNorm into the Conv)
+  digits_cnn_op13         the same trained weights, opset 13
+  digits_cnn_fp16w        the same weights stored as FLOAT16 initializers, each
+                          behind a Cast to float (fp16 storage, fp32 compute;
+                          the form fp16-weight exports take on CPU); opset 13
+  digits_transformer_op17 rows as 8 tokens, 2 nn.TransformerEncoderLayer
+                          (d=32, 4 heads), mean pool, Linear; opset 17
+                          (LayerNormalization op)
+  digits_lstm             LSTM(8->64) over the 8 rows, last state -> Linear; opset 13
+  digits_gru              GRU(8->48) over the 8 rows, last state -> Linear; opset 13
+  digits_seg              conv encoder / decoder (ConvTranspose and nearest
+                          Upsample -> Resize) predicting the digit's ink mask at
+                          32x32 from the upscaled, noised digit; opset 13; metric
+                          mask IoU
+
+Run with Debian's Python: /usr/bin/python3 scripts/corpus/train_models.py [--out DIR] [--only NAME,...]
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+
+SEED = 20240917
+N_TEST = 360
+N_CALIB = 64
+
+
+def seed_everything():
+    torch.set_num_threads(1)
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+
+
+def digits_split():
+    d = load_digits()
+    x = (d.images.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = d.target.astype(np.int64)
+    perm = np.random.RandomState(SEED).permutation(len(x))
+    te, tr = perm[:N_TEST], perm[N_TEST:]
+    return x[tr], y[tr], np.ascontiguousarray(x[te]), np.ascontiguousarray(y[te])
+
+
+def fit(model, x, y, epochs, lr=2e-3, batch=32, loss_fn=None):
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    g = torch.Generator().manual_seed(SEED)
+    for _ in range(epochs):
+        model.train()
+        order = torch.randperm(len(xt), generator=g)
+        for i in range(0, len(xt), batch):
+            idx = order[i:i + batch]
+            opt.zero_grad()
+            loss = loss_fn(model(xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
+    model.eval()
+
+
+def accuracy(model, x, y):
+    with torch.no_grad():
+        return float((model(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+
+
+def export(model, example, path, opset, fold=True):
+    torch.onnx.export(model, example, path, opset_version=opset,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "N"}, "output": {0: "N"}},
+                      do_constant_folding=fold)
+    import onnx
+    onnx.checker.check_model(onnx.load(path))
+
+
+def save_dir(out, name, **arrays):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    for k, v in arrays.items():
+        np.save(os.path.join(d, k + ".npy"), np.ascontiguousarray(v))
+    return d
+
+
+def write_info(d, info):
+    with open(os.path.join(d, "train.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(f"{os.path.basename(d)}: {info}", flush=True)
+
+
+# ---------------------------------------------------------------- models
+class DigitsCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.f1 = nn.Linear(32 * 4 * 4, 64)
+        self.f2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.c1(x)))
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.f2(F.relu(self.f1(x)))
+
+
+class DigitsTransformer(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.embed = nn.Linear(8, d)
+        self.pos = nn.Parameter(torch.randn(1, 8, d) * 0.1)
+        layer = nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):                 # x [N,1,8,8]: rows are tokens
+        t = self.embed(x.reshape(-1, 8, 8)) + self.pos
+        return self.head(self.enc(t).mean(dim=1))
+
+
+class DigitsRNN(nn.Module):
+    def __init__(self, kind, hidden):
+        super().__init__()
+        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(8, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x):                 # x [N,1,8,8]: rows are timesteps
+        out, _ = self.rnn(x.reshape(-1, 8, 8))
+        return self.head(out[:, -1, :])
+
+
+class DigitsSeg(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e1 = nn.Conv2d(1, 16, 3, stride=2, padding=1)     # 32 -> 16
+        self.e2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)    # 16 -> 8
+        self.d1 = nn.ConvTranspose2d(32, 16, 2, stride=2)      # 8 -> 16
+        self.d2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.out = nn.Conv2d(16, 1, 3, padding=1)
+
+    def forward(self, x):
+        x = F.relu(self.e1(x))
+        x = F.relu(self.e2(x))
+        x = F.relu(self.d1(x))
+        x = F.interpolate(x, scale_factor=2.0, mode="nearest")  # 16 -> 32 (Resize)
+        x = F.relu(self.d2(x))
+        return torch.sigmoid(self.out(x))
+
+
+def upscale32(x8):
+    """[N,1,8,8] in [0,1] -> [N,1,32,32] bilinear."""
+    with torch.no_grad():
+        return F.interpolate(torch.from_numpy(x8), size=(32, 32), mode="bilinear",
+                             align_corners=False).numpy()
+
+
+def fp16_weights(src, dst):
+    """Stores every float initializer of `src` as FLOAT16 behind a Cast to float."""
+    import onnx
+    from onnx import helper, numpy_helper, TensorProto
+    m = onnx.load(src)
+    g = m.graph
+    new_inits, casts = [], []
+    for t in g.initializer:
+        if t.data_type != TensorProto.FLOAT:
+            new_inits.append(t)
+            continue
+        a = numpy_helper.to_array(t).astype(np.float16)
+        h = numpy_helper.from_array(a, t.name + "_fp16")
+        new_inits.append(h)
+        casts.append(helper.make_node("Cast", [h.name], [t.name], to=TensorProto.FLOAT,
+                                      name=t.name + "_cast"))
+    del g.initializer[:]
+    g.initializer.extend(new_inits)
+    nodes = casts + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.checker.check_model(m)
+    onnx.save(m, dst)
+
+
+# ---------------------------------------------------------------- main
+def main():
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(repo, "build", "corpus"))
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    want = lambda n: not only or n in only  # noqa: E731
+
+    seed_everything()
+    xtr, ytr, xte, yte = digits_split()
+    calib = xtr[:N_CALIB]
+    ex = torch.from_numpy(xte[:1])
+
+    if want("digits_cnn_op9") or want("digits_cnn_op13") or want("digits_cnn_fp16w"):
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        m = DigitsCNN()
+        fit(m, xtr, ytr, epochs=15)
+        secs = time.time() - t0
+        acc = accuracy(m, xte, yte)
+        for name, opset in (("digits_cnn_op9", 9), ("digits_cnn_op13", 13)):
+            if not want(name) and not (name == "digits_cnn_op13" and want("digits_cnn_fp16w")):
+                continue
+            d = save_dir(args.out, name, eval_x=xte, eval_y=yte, calib_x=calib)
+            export(m, ex, os.path.join(d, "model.onnx"), opset, fold=False)
+            write_info(d, {"arch": "DigitsCNN (Conv+BN)", "opset": opset, "torch_top1": acc,
+                           "train_seconds": round(secs, 1)})
+        if want("digits_cnn_fp16w"):
+            d = save_dir(args.out, "digits_cnn_fp16w", eval_x=xte, eval_y=yte, calib_x=calib)
+            fp16_weights(os.path.join(args.out, "digits_cnn_op13", "model.onnx"),
+                         os.path.join(d, "model.onnx"))
+            write_info(d, {"arch": "DigitsCNN, FLOAT16 initializers + Cast", "opset": 13,
+                           "torch_top1_fp32": acc, "train_seconds": round(secs, 1)})
+
+    if want("digits_transformer_op17"):
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        m = DigitsTransformer()
+        fit(m, xtr, ytr, epochs=25, lr=2e-3)
+        d = save_dir(args.out, "digits_transformer_op17", eval_x=xte, eval_y=yte, calib_x=calib)
+        export(m, ex, os.path.join(d, "model.onnx"), 17)
+        write_info(d, {"arch": "2x TransformerEncoderLayer d=32 h=4", "opset": 17,
+                       "torch_top1": accuracy(m, xte, yte), "train_seconds": round(time.time() - t0, 1)})
+
+    for kind, hidden in (("lstm", 64), ("gru", 48)):
+        name = "digits_" + kind
+        if not want(name):
+            continue
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        m = DigitsRNN(kind, hidden)
+        fit(m, xtr, ytr, epochs=30, lr=5e-3)
+        d = save_dir(args.out, name, eval_x=xte, eval_y=yte, calib_x=calib)
+        export(m, ex, os.path.join(d, "model.onnx"), 13)
+        write_info(d, {"arch": f"{kind.upper()}(8->{hidden}) over rows", "opset": 13,
+                       "torch_top1": accuracy(m, xte, yte), "train_seconds": round(time.time() - t0, 1)})
+
+    if want("digits_seg"):
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        rng = np.random.RandomState(SEED)
+
+        def make(x8):
+            clean = upscale32(x8)
+            mask = (clean > 0.35).astype(np.float32)
+            noisy = np.clip(clean + rng.normal(0, 0.15, clean.shape).astype(np.float32)
+                            + rng.uniform(0, 0.3, (len(x8), 1, 1, 1)).astype(np.float32), 0, 1.3)
+            return noisy.astype(np.float32), mask
+
+        xs_tr, ms_tr = make(xtr)
+        xs_te, ms_te = make(xte)
+        m = DigitsSeg()
+        fit(m, xs_tr, ms_tr, epochs=12, lr=3e-3, loss_fn=nn.BCELoss())
+        with torch.no_grad():
+            p = m(torch.from_numpy(xs_te)).numpy() > 0.5
+        t = ms_te > 0.5
+        iou = float((p & t).sum() / max(1, (p | t).sum()))
+        d = save_dir(args.out, "digits_seg", eval_x=xs_te, eval_y=ms_te, calib_x=xs_tr[:N_CALIB])
+        export(m, torch.from_numpy(xs_te[:1]), os.path.join(d, "model.onnx"), 13)
+        write_info(d, {"arch": "conv enc/dec, ConvTranspose + nearest Resize", "opset": 13,
+                       "torch_mask_iou": iou, "train_seconds": round(time.time() - t0, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,471 @@
+#include "server/job_reactor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/status.h"
+
+namespace quantd::server {
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::Begin() {
+  if (timer_ != nullptr) {
+    refs_.fetch_add(1, std::memory_order_relaxed);  // The timer's.
+    timer_id_ =
+        timer_->Schedule(call_.start + options_.max_call_duration, [this] {
+          OnCallTimeLimit();
+          Unref();
+        });
+  }
+  ReadNext();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnReadDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+  }
+  if (!ok) {
+    OnHalfClose();
+    return;
+  }
+  switch (receive_) {
+    case Receive::kConfig:
+      OnConfig();
+      return;
+    case Receive::kModel:
+      OnModelPart();
+      return;
+    case Receive::kBatches:
+      OnBatchPart();
+      return;
+  }
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    // The peer is gone (or the call was cancelled): nothing more can be
+    // delivered, so stop the job and finish.
+    // A write fails too when the client's deadline passes while it is
+    // still reading: that is DEADLINE_EXCEEDED, as everywhere else.
+    if (!ok && !finish_status_.has_value()) {
+      finish_status_ =
+          DeadlinePassed()
+              ? CancelStatus(" while responses were sent")
+              : grpc::Status(grpc::StatusCode::CANCELLED,
+                             "the client went away while responses were sent");
+    }
+  }
+  Pump();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::Enqueue(Response response) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_status_.has_value()) return;  // Nobody will read it.
+    queue_.push_back(std::move(response));
+  }
+  Pump();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::JobDone(const absl::Status& status,
+                                            absl::FunctionRef<void()> store) {
+  metrics_->JobFinished();
+  limiter_->Release();  // Taken in StartJob.
+  std::shared_ptr<BatchQueue> batches;
+  std::optional<absl::Time> call_finished_at;
+  {
+    absl::MutexLock lock(&mu_);
+    call_finished_at = finished_at_;
+    if (!status.ok()) {
+      if (!finish_status_.has_value()) {
+        finish_status_ = ToGrpcStatus(status);
+      }
+      if (status.message().size() > kMaxStatusMessageBytes) {
+        // The client got the head of it; the log keeps more, once.
+        absl::FPrintF(
+            stderr,
+            "quantd status-detail method=%s request_id=%s "
+            "message=\"%s\"\n",
+            call_.method, call_.request_id,
+            CapForLog(std::string(status.message()), kMaxLoggedMessageBytes));
+      }
+    } else if (!finish_status_.has_value()) {
+      store();
+    }
+    batches = batches_;
+  }
+  // Nobody pops any more: drop what the client sent beyond what the job
+  // wanted.
+  if (batches != nullptr) batches->Abort();
+  // The call ended (cancelled, failed) before its job: say when the job
+  // let go, so how promptly core stops is visible in the logs.
+  if (call_finished_at.has_value()) {
+    absl::FPrintF(
+        stderr,
+        "quantd job-ended method=%s request_id=%s code=%s "
+        "after_call_s=%.4f message=\"%s\"\n",
+        call_.method, call_.request_id,
+        StatusCodeName(ToGrpcStatus(status).error_code()),
+        absl::ToDoubleSeconds(absl::Now() - *call_finished_at),
+        CapForLog(std::string(status.message()), kMaxLoggedMessageBytes));
+  }
+  Pump();
+  Unref();
+}
+
+template <typename Request, typename Response>
+grpc::Status JobReactor<Request, Response>::CancelStatus(
+    absl::string_view during) const {
+  if (DeadlinePassed()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat("the client's deadline expired", during));
+  }
+  if (calls_->draining()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        absl::StrCat("server shutting down: the call "
+                                     "outlived the shutdown grace period",
+                                     during));
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED,
+                      absl::StrCat("the client cancelled the call", during));
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::ReadNext() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    reading_ = true;
+  }
+  this->StartRead(&request_);
+  {
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+  }
+  Pump();  // A finish may have waited for us.
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnConfig() {
+  if (PartOf(request_) != Part::kConfig) {
+    FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "first message must be config"));
+    return;
+  }
+  declared_ = TakeConfig(&request_);
+  if (declared_ == 0) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "config.model_size_bytes is required: the model's size in bytes "
+        "(> 0)"));
+    return;
+  }
+  if (declared_ > options_.max_model_bytes) {
+    FinishWith(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat("config.model_size_bytes = ", declared_,
+                                  " is over this server's limit of ",
+                                  options_.max_model_bytes, " bytes")));
+    return;
+  }
+  // Held until the model is complete (StartJob) or the call ends, so calls
+  // that upload slowly or never finish cannot pin more than the budget.
+  if (!uploads_->TryCharge(declared_)) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("config.model_size_bytes = ", declared_,
+                     " does not fit in this server's budget for models being "
+                     "uploaded (max_uploading_bytes = ",
+                     uploads_->limit(), ", ", uploads_->in_use(),
+                     " in use by other calls); retry later or on another "
+                     "replica")));
+    return;
+  }
+  upload_charge_ = declared_;
+  receive_ = Receive::kModel;
+  ReadNext();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnModelPart() {
+  switch (PartOf(request_)) {
+    case Part::kModelChunk:
+      break;
+    case Part::kBatch:
+      if (model_.size() != declared_) {
+        FinishWith(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat(
+                "a ", BatchName(), " before the model is complete: received ",
+                model_.size(), " of config.model_size_bytes = ", declared_,
+                " bytes")));
+        return;
+      }
+      if (!StartJob(/*with_queue=*/true)) return;
+      receive_ = Receive::kBatches;
+      OnBatchPart();
+      return;
+    case Part::kConfig:
+      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "config must be sent exactly once"));
+      return;
+    case Part::kNone:
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a message after config must be a model_chunk "
+                       "(or, once the model is complete, a ",
+                       BatchName(), ")")));
+      return;
+  }
+  const std::string& chunk = Chunk(request_);
+  if (chunk.size() > declared_ - model_.size()) {
+    FinishWith(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("received more model bytes than "
+                                  "config.model_size_bytes = ",
+                                  declared_, " (", model_.size() + chunk.size(),
+                                  " so far)")));
+    return;
+  }
+  // The buffer grows in steps as bytes arrive: a declared size alone
+  // never makes the server allocate it.
+  if (absl::Status s = ReserveModelBytes(&model_, chunk.size(), declared_);
+      !s.ok()) {
+    FinishWith(ToGrpcStatus(s));
+    return;
+  }
+  model_.append(chunk);
+  call_.bytes_in = model_.size();
+  ReadNext();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnBatchPart() {
+  switch (PartOf(request_)) {
+    case Part::kBatch:
+      break;
+    case Part::kModelChunk:
+      FinishWith(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("a model_chunk after a ", BatchName(),
+                                    ": the whole model must come first")));
+      return;
+    case Part::kConfig:
+      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "config must be sent exactly once"));
+      return;
+    case Part::kNone:
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a message after the model must be a ", BatchName())));
+      return;
+  }
+  const uint64_t count = ++call_.batches;
+  metrics_->AddCalibrationBatches(call_.method, 1);
+  if (count > options_.max_calibration_batches) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("more than ", options_.max_calibration_batches, " ",
+                     BatchName(), "es in one call (this server's limit)")));
+    return;
+  }
+  TensorBatch batch = std::move(*MutableBatch(&request_));
+  // request_ must not be touched after the Push: when it says "full", the
+  // job's next Pop may start the next read into request_ at once.
+  if (queue_for_reads_->Push(std::move(batch))) ReadNext();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnHalfClose() {
+  if (call_.context->IsCancelled()) {
+    FinishWith(CancelStatus(" while receiving the request"));
+    return;
+  }
+  // The client's reset at its deadline can reach us as a failed read
+  // before gRPC marks the call cancelled: a request cut short then is an
+  // expired call, not a malformed one.
+  const bool cut_short =
+      receive_ == Receive::kConfig ||
+      (receive_ == Receive::kModel && model_.size() != declared_);
+  if (cut_short && DeadlinePassed()) {
+    FinishWith(CancelStatus(" while receiving the request"));
+    return;
+  }
+  switch (receive_) {
+    case Receive::kConfig:
+      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "empty stream: expected a config message"));
+      return;
+    case Receive::kModel:
+      if (model_.size() != declared_) {
+        FinishWith(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the stream ended after ", model_.size(),
+                         " model bytes; config.model_size_bytes declared ",
+                         declared_)));
+        return;
+      }
+      if (!StartJob(/*with_queue=*/QueueWithoutBatches())) return;
+      if (queue_for_reads_ != nullptr) queue_for_reads_->Close();
+      return;
+    case Receive::kBatches:
+      queue_for_reads_->Close();
+      return;
+  }
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::StartJob(bool with_queue) {
+  receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
+  ReleaseUpload();  // The job limit (and its queue) bounds it from here.
+  if (with_queue) {
+    queue_for_reads_ =
+        std::make_shared<BatchQueue>(options_.calibration_queue_batches);
+    queue_for_reads_->SetOnRoom([this] { ReadNext(); });
+    absl::MutexLock lock(&mu_);
+    batches_ = queue_for_reads_;
+  }
+  // The wait's reference, taken before a Release on another thread can
+  // run OnSlot; not the last one when dropped here (gRPC's is held).
+  refs_.fetch_add(1, std::memory_order_relaxed);
+  switch (limiter_->AcquireOrQueue([this] { OnSlot(); }, &wait_id_)) {
+    case JobLimiter::Admission::kAcquired:
+      refs_.fetch_sub(1, std::memory_order_relaxed);
+      Submit(std::move(model_), queue_for_reads_);
+      return true;
+    case JobLimiter::Admission::kQueued:
+      return true;
+    case JobLimiter::Admission::kRefused:
+      break;
+  }
+  refs_.fetch_sub(1, std::memory_order_relaxed);
+  FinishWith(limiter_->BusyStatus());
+  return false;
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnSlot() {
+  wait_id_.store(0);
+  bool over;
+  {
+    absl::MutexLock lock(&mu_);
+    over = finish_status_.has_value();
+  }
+  if (over) {
+    limiter_->Release();
+  } else {
+    Submit(std::move(model_), queue_for_reads_);
+  }
+  Unref();  // The wait's.
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnCallTimeLimit() {
+  // A write the client never reads would hold the finish back; the
+  // transport's keepalive and flow control deal with such peers.
+  FinishWith(grpc::Status(
+      grpc::StatusCode::DEADLINE_EXCEEDED,
+      absl::StrCat("the call took longer than this server's limit of ",
+                   absl::FormatDuration(options_.max_call_duration),
+                   " per call")));
+  // After the status is set: the job, once stopped, ends CANCELLED, and
+  // the first status wins.
+  StopJob();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::StopJob() {
+  cancel_->Cancel();
+  // A queued call leaves the queue; the caller holds a reference, so the
+  // wait's is not the last.
+  if (const uint64_t wait = wait_id_.exchange(0);
+      wait != 0 && limiter_->CancelWait(wait)) {
+    Unref();
+  }
+  std::shared_ptr<BatchQueue> batches;
+  {
+    absl::MutexLock lock(&mu_);
+    batches = batches_;
+  }
+  if (batches != nullptr) batches->Abort();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::FinishWith(grpc::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!finish_status_.has_value()) finish_status_ = std::move(status);
+  }
+  Pump();
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::Pump() {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    action = NextActionLocked();
+  }
+  if (action == Action::kWrite) {
+    this->StartWrite(&current_);
+  } else if (action == Action::kFinish) {
+    if (!final_status_.ok()) StopJob();
+    RecordCall(metrics_, call_, final_status_);
+    this->Finish(final_status_);
+  }
+}
+
+template <typename Request, typename Response>
+typename JobReactor<Request, Response>::Action
+JobReactor<Request, Response>::NextActionLocked() {
+  if (finished_ || writing_) return Action::kNone;
+  if (finish_status_.has_value() && !finish_status_->ok()) {
+    if (reading_) return Action::kNone;  // ReadNext pumps again.
+    return FinishLocked(*finish_status_);
+  }
+  if (!queue_.empty()) {
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    return Action::kWrite;
+  }
+  switch (NextTailLocked(&current_)) {
+    case Tail::kWait:
+      return Action::kNone;
+    case Tail::kWrite:
+      writing_ = true;
+      return Action::kWrite;
+    case Tail::kDone:
+      if (reading_) return Action::kNone;
+      return FinishLocked(grpc::Status::OK);
+  }
+  return Action::kNone;
+}
+
+template <typename Request, typename Response>
+typename JobReactor<Request, Response>::Action
+JobReactor<Request, Response>::FinishLocked(grpc::Status status) {
+  finished_ = true;
+  // Only a job still running cares (see JobDone).
+  if (refs_.load(std::memory_order_relaxed) > 1) finished_at_ = absl::Now();
+  final_status_ = std::move(status);
+  if (!finish_status_.has_value()) finish_status_ = final_status_;
+  return Action::kFinish;
+}
+
+// The two RPCs; the template's definitions stay in this file.
+template class JobReactor<quantd::v1::QuantizeRequest,
+                          quantd::v1::QuantizeResponse>;
+template class JobReactor<quantd::v1::CalibrateRequest,
+                          quantd::v1::CalibrateResponse>;
+
+}  // namespace quantd::server

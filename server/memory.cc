@@ -1,0 +1,91 @@
+#include "server/memory.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <algorithm>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
+namespace quantd::server {
+
+void TrimHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+bool UploadBudget::TryCharge(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (limit_ != 0 && bytes > limit_ - std::min(in_use_, limit_)) return false;
+  in_use_ += bytes;
+  if (on_change_) on_change_(in_use_);
+  return true;
+}
+
+void UploadBudget::Release(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  in_use_ -= std::min(bytes, in_use_);
+  if (on_change_) on_change_(in_use_);
+}
+
+uint64_t UploadBudget::in_use() const {
+  absl::MutexLock lock(&mu_);
+  return in_use_;
+}
+
+IdleHeapTrimmer::IdleHeapTrimmer(std::function<bool()> idle,
+                                 absl::Duration period)
+    : idle_(std::move(idle)), period_(period), thread_([this] { Loop(); }) {}
+
+IdleHeapTrimmer::~IdleHeapTrimmer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void IdleHeapTrimmer::Request() {
+  absl::MutexLock lock(&mu_);
+  requested_ = true;
+}
+
+void IdleHeapTrimmer::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    // Wakes early only to stop.
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), period_);
+    if (stop_ || !requested_) continue;
+    mu_.Unlock();
+    const bool idle = idle_();
+    if (idle) TrimHeap();
+    mu_.Lock();
+    if (idle) requested_ = false;
+  }
+}
+
+absl::Status ReserveModelBytes(std::string* buffer, uint64_t more,
+                               uint64_t declared) {
+  const uint64_t needed = buffer->size() + more;
+  if (needed <= buffer->capacity()) return absl::OkStatus();
+  const uint64_t step = std::max<uint64_t>(
+      {needed, kModelBufferFirstStep, 2 * uint64_t{buffer->capacity()}});
+  try {
+    buffer->reserve(std::min(step, std::max(declared, needed)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory while receiving the model (",
+                     buffer->size(), " of ", declared,
+                     " bytes received): the server is under memory pressure; "
+                     "retry later or on another replica"));
+  } catch (const std::length_error&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model of ", declared, " bytes cannot be held in memory"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quantd::server

@@ -1,0 +1,154 @@
+#include "server/quantize_call.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/engine/engine.h"
+
+namespace quantd::server {
+namespace {
+
+using quantd::v1::QuantizeConfig;
+using quantd::v1::QuantizeRequest;
+using quantd::v1::QuantizeResponse;
+
+// Core timed the stages it ran; the call adds receiving before them and
+// sending after them, so the list stays in the order the stages ran.
+void AddCallStages(double receive_seconds, double send_seconds,
+                   quantd::v1::QuantizeSummary* summary) {
+  google::protobuf::RepeatedPtrField<quantd::v1::StageDuration> stages;
+  quantd::v1::StageDuration* receive = stages.Add();
+  receive->set_stage(quantd::v1::STAGE_RECEIVE);
+  receive->set_seconds(receive_seconds);
+  stages.MergeFrom(summary->stage_durations());
+  quantd::v1::StageDuration* send = stages.Add();
+  send->set_stage(quantd::v1::STAGE_SEND);
+  send->set_seconds(send_seconds);
+  summary->mutable_stage_durations()->Swap(&stages);
+}
+
+// One Quantize call: config, model chunks, then optional calibration_batches
+// (STATIC_RANGE in one call); events, the output model in chunks and the
+// summary back.
+class QuantizeReactor final
+    : public JobReactor<QuantizeRequest, QuantizeResponse> {
+ public:
+  QuantizeReactor(grpc::CallbackServerContext* context, const CallDeps& deps)
+      : JobReactor("Quantize", context, deps) {}
+
+ private:
+  Part PartOf(const QuantizeRequest& request) const override {
+    switch (request.payload_case()) {
+      case QuantizeRequest::kConfig:
+        return Part::kConfig;
+      case QuantizeRequest::kModelChunk:
+        return Part::kModelChunk;
+      case QuantizeRequest::kCalibrationBatch:
+        return Part::kBatch;
+      case QuantizeRequest::PAYLOAD_NOT_SET:
+        break;
+    }
+    return Part::kNone;
+  }
+  uint64_t TakeConfig(QuantizeRequest* request) override {
+    config_ = std::move(*request->mutable_config());
+    return config_.model_size_bytes();
+  }
+  const std::string& Chunk(const QuantizeRequest& request) const override {
+    return request.model_chunk();
+  }
+  TensorBatch* MutableBatch(QuantizeRequest* request) override {
+    return request->mutable_calibration_batch();
+  }
+  const char* BatchName() const override { return "calibration_batch"; }
+  // STATIC_RANGE with neither ranges nor batches: core explains what is
+  // missing (FAILED_PRECONDITION) rather than us guessing.
+  bool QueueWithoutBatches() const override {
+    const auto& method = config_.options().quantization_method();
+    return method.has_experimental_method() &&
+           method.experimental_method() ==
+               tensorflow::quantization::QuantizationMethod::STATIC_RANGE &&
+           config_.calibration().ranges().empty();
+  }
+
+  void Submit(std::string model, std::shared_ptr<BatchQueue> batches) override {
+    quantd::QuantizeEvents events;
+    events.on_progress = [this](const quantd::v1::Progress& progress) {
+      QuantizeResponse response;
+      *response.mutable_progress() = progress;
+      Enqueue(std::move(response));
+    };
+    events.on_tensor_report = [this](const quantd::v1::TensorReport& report) {
+      QuantizeResponse response;
+      *response.mutable_tensor_report() = report;
+      Enqueue(std::move(response));
+    };
+    JobSubmitted();
+    jobs()->SubmitQuantize(
+        std::move(config_), std::move(model), std::move(events), cancel(),
+        [this](absl::StatusOr<QuantizeResult> result) {
+          if (result.ok()) {
+            const quantd::v1::QuantizeSummary& summary = result->summary;
+            metrics()->AddQuantizedTensors(summary.precision(),
+                                           summary.op_set(),
+                                           summary.quantized_tensors());
+          }
+          JobDone(result.status(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            result_ = std::move(*result);
+          });
+        },
+        std::move(batches));
+  }
+
+  Tail NextTailLocked(QuantizeResponse* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (summary_sent_) return Tail::kDone;
+    if (!result_.has_value()) return Tail::kWait;  // Job still running.
+    const std::string& model = result_->model;
+    if (send_offset_ < model.size()) {
+      if (send_offset_ == 0) send_start_ = absl::Now();
+      // One chunk at a time, sliced from the result: the output model is
+      // never copied whole.
+      const size_t n = std::min<uint64_t>(options().model_chunk_bytes,
+                                          model.size() - send_offset_);
+      out->set_model_chunk(model.data() + send_offset_, n);
+      send_offset_ += n;
+      call().bytes_out += n;
+      return Tail::kWrite;
+    }
+    // Everything else is out: the summary goes last.
+    summary_sent_ = true;
+    quantd::v1::QuantizeSummary* summary = &result_->summary;
+    AddCallStages(
+        receive_seconds(),
+        model.empty() ? 0.0 : absl::ToDoubleSeconds(absl::Now() - send_start_),
+        summary);
+    *out->mutable_summary() = std::move(*summary);
+    result_.reset();  // Frees the output model.
+    return Tail::kWrite;
+  }
+
+  // Receive side, handed to the job at submission.
+  QuantizeConfig config_;
+
+  std::optional<QuantizeResult> result_ ABSL_GUARDED_BY(mu_);
+  uint64_t send_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time send_start_ ABSL_GUARDED_BY(mu_);
+  bool summary_sent_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>* StartQuantizeCall(
+    grpc::CallbackServerContext* context, const CallDeps& deps) {
+  auto* reactor = new QuantizeReactor(context, deps);
+  reactor->Begin();
+  return reactor;
+}
+
+}  // namespace quantd::server

@@ -1,0 +1,77 @@
+#include "core/base/thread_pool.h"
+
+#include <atomic>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace quantd {
+namespace {
+
+TEST(ThreadPoolTest, ParallelForVisitsEveryIndexOnce) {
+  ThreadPool pool(2);
+  for (int64_t n : {0, 1, 2, 3, 17, 1000}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.ParallelFor(n, [&](int64_t i) { hits[i].fetch_add(1); });
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(ThreadPoolTest, ParallelForFromEveryWorkerDoesNotDeadlock) {
+  // Every worker runs a job that fans out again: the callers must do the
+  // work themselves when no worker is free.
+  ThreadPool pool(2);
+  std::atomic<int> total{0};
+  absl::Notification done[2];
+  for (int j = 0; j < 2; ++j) {
+    pool.Schedule([&, j] {
+      pool.ParallelFor(100, [&](int64_t) { total.fetch_add(1); });
+      done[j].Notify();
+    });
+  }
+  for (auto& d : done) {
+    ASSERT_TRUE(d.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  EXPECT_EQ(total.load(), 200);
+}
+
+TEST(ThreadPoolTest, DestructorRunsEveryScheduledTask) {
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(1);
+    for (int i = 0; i < 50; ++i) pool.Schedule([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 50);
+}
+
+TEST(ThreadPoolTest, NonPositiveSizeMeansHardwareThreads) {
+  ThreadPool pool(0);
+  EXPECT_GE(pool.size(), 1);
+}
+
+TEST(ThreadPoolTest, ParallelForRethrowsOnTheCaller) {
+  // An item that throws on a worker must not terminate the process: the
+  // caller gets the exception once every item is done or skipped.
+  ThreadPool pool(2);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> ran{0};
+    EXPECT_THROW(pool.ParallelFor(64,
+                                  [&](int64_t i) {
+                                    ran.fetch_add(1);
+                                    if (i % 5 == 3) throw std::bad_alloc();
+                                  }),
+                 std::bad_alloc);
+    EXPECT_GE(ran.load(), 1);
+  }
+  // The pool still works.
+  std::atomic<int> total{0};
+  pool.ParallelFor(100, [&](int64_t) { total.fetch_add(1); });
+  EXPECT_EQ(total.load(), 100);
+}
+
+}  // namespace
+}  // namespace quantd

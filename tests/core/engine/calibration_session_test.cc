@@ -1,0 +1,319 @@
+// CalibrationSession: every batch tensor is checked (counts without
+// overflow, data length, dtype / rank / known dims against the model,
+// element and observer-memory limits, zero size) before anything reads it,
+// and observed activations need no executor.
+#include "core/engine/calibration_session.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/engine/batch_queue.h"
+#include "core/engine/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quantd {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+namespace tfq = tensorflow::quantization;
+
+constexpr int64_t k2p31 = int64_t{1} << 31;
+constexpr int64_t k2p62 = int64_t{1} << 62;
+
+void SetType(onnx::ValueInfoProto* v, const std::string& name,
+             const std::vector<int64_t>& dims) {
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = t->mutable_shape();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      shape->add_dim()->set_dim_param("d" + std::to_string(i));
+    } else {
+      shape->add_dim()->set_dim_value(dims[i]);
+    }
+  }
+}
+
+// x (dims; -1 = symbolic) -> Relu -> r -> `op` -> y. `op` "Mystery" is a
+// custom-domain op the executor does not have.
+onnx::ModelProto Model(const std::vector<int64_t>& x_dims,
+                       const std::string& op = "Relu") {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("quantd-tests");
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(13);
+  auto* custom = m.add_opset_import();
+  custom->set_domain("com.quantd.test");
+  custom->set_version(1);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("test");
+  SetType(g->add_input(), "x", x_dims);
+  onnx::NodeProto* relu = g->add_node();
+  relu->set_name("relu");
+  relu->set_op_type("Relu");
+  relu->add_input("x");
+  relu->add_output("r");
+  onnx::NodeProto* last = g->add_node();
+  last->set_name("last");
+  last->set_op_type(op);
+  if (op == "Mystery") last->set_domain("com.quantd.test");
+  last->add_input("r");
+  last->add_output("y");
+  // The checker wants a shape on graph outputs; a symbolic one of x's rank.
+  SetType(g->add_output(), "y", std::vector<int64_t>(x_dims.size(), -1));
+  return m;
+}
+
+quantd::v1::TensorBatch Batch(const std::string& name,
+                              const std::vector<int64_t>& shape,
+                              int64_t values = -1,
+                              int32_t dtype = onnx::TensorProto::FLOAT) {
+  quantd::v1::TensorBatch batch;
+  auto* t = batch.add_tensors();
+  t->set_name(name);
+  t->set_data_type(dtype);
+  for (int64_t d : shape) t->add_shape(d);
+  if (values < 0) {
+    values = 1;
+    for (int64_t d : shape) values *= d;
+  }
+  std::vector<float> data(values);
+  for (int64_t i = 0; i < values; ++i) data[i] = static_cast<float>(i % 7) - 3;
+  t->set_data(reinterpret_cast<const char*>(data.data()),
+              data.size() * sizeof(float));
+  return batch;
+}
+
+std::unique_ptr<CalibrationSession> Session(
+    const onnx::ModelProto& model, calibration::ObserverConfig config = {},
+    const JobLimits& limits = JobLimits()) {
+  absl::StatusOr<std::unique_ptr<CalibrationSession>> s =
+      CalibrationSession::Create(model, config, limits);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+absl::Status Add(CalibrationSession* session,
+                 const quantd::v1::TensorBatch& batch) {
+  CancellationToken cancel;
+  return session->AddBatch(batch, nullptr, cancel);
+}
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(CalibrationSessionTest, GraphInputWithOverflowingShapeAndNoData) {
+  auto session = Session(Model({-1}));
+  // [2^62] floats: a signed byte count wraps to 0, which "matches" no data.
+  absl::Status s = Add(session.get(), Batch("x", {k2p62}, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("'x'"), HasSubstr("4611686018427387904"),
+                            HasSubstr("64 bits")));
+  // Unnamed: the only input.
+  s = Add(session.get(), Batch("", {k2p62}, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), HasSubstr("'x'"));
+  EXPECT_FALSE(session->has_executor());
+  EXPECT_EQ(session->batch_count(), 0);
+}
+
+TEST(CalibrationSessionTest, ObservedActivationWithOverflowingShapeAndNoData) {
+  auto session = Session(Model({-1}));
+  absl::Status s = Add(session.get(), Batch("r", {k2p62}, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("'r'"), HasSubstr("64 bits")));
+  EXPECT_TRUE(session->Result().ranges().empty());
+}
+
+TEST(CalibrationSessionTest, ElementCountOverflowIsRefused) {
+  auto session = Session(Model({-1, -1, -1}));
+  for (const char* name : {"x", "r"}) {
+    absl::Status s = Add(session.get(), Batch(name, {k2p31, k2p31, 4}, 0));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(Msg(s), AllOf(HasSubstr(name), HasSubstr("[2147483648,"),
+                              HasSubstr("64 bits")));
+  }
+}
+
+TEST(CalibrationSessionTest, NegativeDimsAreRefused) {
+  auto session = Session(Model({-1, -1}));
+  for (const char* name : {"x", "r"}) {
+    absl::Status s = Add(session.get(), Batch(name, {2, -3}, 0));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(Msg(s), AllOf(HasSubstr(name), HasSubstr("negative")));
+  }
+}
+
+TEST(CalibrationSessionTest, DataLengthMustMatchTheShape) {
+  auto session = Session(Model({-1, 4}));
+  for (const char* name : {"x", "r"}) {
+    absl::Status s = Add(session.get(), Batch(name, {2, 4}, 7));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(Msg(s), AllOf(HasSubstr(name), HasSubstr("needs 32 bytes"),
+                              HasSubstr("got 28")));
+  }
+  EXPECT_EQ(session->batch_count(), 0);
+}
+
+TEST(CalibrationSessionTest, DtypeRankAndDimsMustMatchTheModel) {
+  auto session = Session(Model({-1, 4}));
+  for (const char* name : {"x", "r"}) {
+    // INT64 data of the right length for its shape.
+    quantd::v1::TensorBatch b = Batch(name, {2, 4}, 16);
+    b.mutable_tensors(0)->set_data_type(onnx::TensorProto::INT64);
+    absl::Status s = Add(session.get(), b);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(s),
+                AllOf(HasSubstr(name), HasSubstr("FLOAT"), HasSubstr("INT64")));
+
+    s = Add(session.get(), Batch(name, {8}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(s), AllOf(HasSubstr(name), HasSubstr("[?,4] (rank 2"),
+                              HasSubstr("[8] (rank 1)")));
+
+    s = Add(session.get(), Batch(name, {2, 5}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(s),
+                AllOf(HasSubstr(name), HasSubstr("[?,4]"), HasSubstr("[2,5]")));
+  }
+  // r's shape comes from shape inference (the model declares none).
+  EXPECT_TRUE(Add(session.get(), Batch("r", {3, 4})).ok());
+  EXPECT_TRUE(Add(session.get(), Batch("x", {3, 4})).ok());
+  EXPECT_EQ(session->batch_count(), 2);
+}
+
+TEST(CalibrationSessionTest, DeclaredValueInfoIsChecked) {
+  onnx::ModelProto m = Model({-1, -1}, "Mystery");
+  // Inference knows nothing of Mystery's output; the model says [?,3].
+  SetType(m.mutable_graph()->add_value_info(), "y", {-1, 3});
+  auto session = Session(m);
+  absl::Status s = Add(session.get(), Batch("y", {2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("'y'"), HasSubstr("[?,3]")));
+  EXPECT_TRUE(Add(session.get(), Batch("y", {2, 3})).ok());
+}
+
+TEST(CalibrationSessionTest, ZeroSizeBatchesAreRefused) {
+  auto session = Session(Model({-1, 4}));
+  absl::Status s = Add(session.get(), Batch("x", {0, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("x [0,4]"),
+                            HasSubstr("cannot calibrate anything")));
+  s = Add(session.get(), Batch("r", {0, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s),
+              AllOf(HasSubstr("'r'"), HasSubstr("cannot calibrate anything")));
+  EXPECT_EQ(session->batch_count(), 0);
+}
+
+TEST(CalibrationSessionTest, SymbolicDimsAreBoundedByMaxTensorElements) {
+  JobLimits limits;
+  limits.max_tensor_elements = 100;
+  auto session = Session(Model({-1, 4}), {}, limits);
+  for (const char* name : {"x", "r"}) {
+    absl::Status s = Add(session.get(), Batch(name, {50, 4}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(s), AllOf(HasSubstr(name), HasSubstr("200 elements"),
+                              HasSubstr("limit of 100")));
+  }
+  EXPECT_TRUE(Add(session.get(), Batch("x", {25, 4})).ok());
+}
+
+TEST(CalibrationSessionTest, PerChannelHistogramsOverTheBudgetAreRefused) {
+  calibration::ObserverConfig config;
+  config.method = "percentile";
+  config.per_channel = true;
+  auto session = Session(Model({-1, -1}), config);  // Default budget.
+  // 400 KB of data asking for 100,001 histograms (about 3 GiB).
+  absl::Status s = Add(session.get(), Batch("r", {1, 100000}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Msg(s),
+              AllOf(HasSubstr("'r'"), HasSubstr("100000 channels"),
+                    HasSubstr("observer memory budget"), HasSubstr("256 MiB")));
+  EXPECT_TRUE(session->Result().ranges().empty());
+  // A smaller batch then fits.
+  EXPECT_TRUE(Add(session.get(), Batch("r", {2, 16})).ok());
+}
+
+TEST(CalibrationSessionTest, ObservedActivationsNeedNoExecutor) {
+  auto session = Session(Model({-1, 4}, "Mystery"));
+  ASSERT_TRUE(Add(session.get(), Batch("r", {2, 4})).ok());
+  ASSERT_TRUE(Add(session.get(), Batch("y", {2, 4})).ok());
+  EXPECT_FALSE(session->has_executor());
+  quantd::v1::CalibrationResult result = session->Result();
+  ASSERT_EQ(result.ranges_size(), 2);
+  EXPECT_EQ(result.ranges(0).tensor_name(), "r");
+  EXPECT_FLOAT_EQ(result.ranges(0).min(), -3.0f);
+  // Graph inputs need the model to run, which the executor cannot.
+  absl::Status s = Add(session.get(), Batch("x", {2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Msg(s), HasSubstr("Mystery"));
+}
+
+TEST(CalibrationSessionTest, GraphInputsRunTheModelOnce) {
+  auto session = Session(Model({-1, 4}));
+  EXPECT_FALSE(session->has_executor());
+  ASSERT_TRUE(Add(session.get(), Batch("x", {2, 4})).ok());
+  EXPECT_TRUE(session->has_executor());
+  ASSERT_TRUE(Add(session.get(), Batch("", {1, 4})).ok());
+  quantd::v1::CalibrationResult result = session->Result();
+  EXPECT_EQ(result.batch_count(), 2);
+  EXPECT_EQ(result.ranges_size(), 3);  // x, r, y.
+}
+
+absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateOn(
+    const onnx::ModelProto& model, quantd::v1::TensorBatch batch) {
+  auto q = std::make_shared<BatchQueue>(2);
+  q->Push(std::move(batch));
+  q->Close();
+  CancellationToken cancel;
+  return RunCalibrate({}, model.SerializeAsString(), q.get(), {}, cancel,
+                      nullptr);
+}
+
+TEST(RunCalibrateChecksTest, ObservedOnlyCalibrationOfAModelWithAnUnknownOp) {
+  auto r = RunCalibrateOn(Model({-1, 4}, "Mystery"), Batch("r", {2, 4}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->ranges_size(), 1);
+  EXPECT_EQ(r->ranges(0).tensor_name(), "r");
+  EXPECT_EQ(r->batch_count(), 1);
+}
+
+TEST(RunCalibrateChecksTest, OverflowingBatchIsInvalidArgument) {
+  auto r = RunCalibrateOn(Model({-1}), Batch("x", {k2p62}, 0));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(r.status()),
+              AllOf(HasSubstr("calibration batch 1"), HasSubstr("'x'")));
+  r = RunCalibrateOn(Model({-1}), Batch("r", {k2p62}, 0));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(r.status()), AllOf(HasSubstr("'r'"), HasSubstr("64 bits")));
+}
+
+TEST(RunQuantizeChecksTest, StaticBatchWithOverflowingShapeIsInvalidArgument) {
+  quantd::v1::QuantizeConfig config;
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  for (const char* name : {"x", "r"}) {
+    auto q = std::make_shared<BatchQueue>(2);
+    q->Push(Batch(name, {k2p62}, 0));
+    q->Close();
+    CancellationToken cancel;
+    absl::StatusOr<QuantizeResult> r = RunQuantize(
+        config, Model({-1}).SerializeAsString(), {}, cancel, nullptr, q.get());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(Msg(r.status()), AllOf(HasSubstr("calibration batch 1"),
+                                       HasSubstr(absl::StrCat("'", name, "'")),
+                                       HasSubstr("64 bits")));
+  }
+}
+
+}  // namespace
+}  // namespace quantd

@@ -1,0 +1,524 @@
+// The elementwise kernels (ops_elementwise.cc) against PyTorch / numpy golden
+// values (scripts/make_activation_golden.py) and hand-computed ones: the
+// unary math (rounding half to even, trigonometry, IsNaN / IsInf), Mod in
+// both modes, BitShift and Bitwise*, Sum / Mean, the integer and unsigned
+// types of the arithmetic and comparison ops; and 16-bit floats: Cast
+// rounding to nearest even (straight from double too), FromProto's typed
+// fields, and ops computing FLOAT16 / BFLOAT16 in float.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/executor/executor.h"
+#include "core/numerics/float16.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/executor/node_tester.h"
+#include "tests/core/executor/op_golden.h"
+
+namespace quantd::executor {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using TP = onnx::TensorProto;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+template <typename T>
+Tensor Of(std::vector<int64_t> shape, std::vector<T> v) {
+  return Tensor::FromVector<T>(std::move(shape), v);
+}
+
+template <typename T>
+std::vector<T> Values(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
+  if (t.dtype() != TypeOf<T>::value) return {};
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
+}
+
+std::vector<uint16_t> Bits(const Tensor& t) {
+  const uint16_t* p = static_cast<const uint16_t*>(t.raw());
+  return std::vector<uint16_t>(p, p + t.size());
+}
+
+// One node on `inputs`; the output or a test failure.
+Tensor RunNode(OneNode n) {
+  absl::StatusOr<Tensor> y = n.Run1();
+  EXPECT_TRUE(y.ok()) << n.op << ": " << y.status();
+  return y.ok() ? *y : Tensor();
+}
+
+absl::Status RunStatus(const OneNode& n) { return n.Run1().status(); }
+
+// ------------------------------------------------------ unary vs torch
+
+struct UnaryCase {
+  const char* name;
+  const char* op;
+};
+
+class UnaryGoldenTest : public ::testing::TestWithParam<UnaryCase> {};
+
+TEST_P(UnaryGoldenTest, FloatAndDoubleMatchTorch) {
+  const UnaryCase& c = GetParam();
+  const GoldenArray x = GoldenGet(c.name, "x");
+  const GoldenArray want = GoldenGet(c.name, "out");
+  OneNode nf(c.op, 13);
+  nf.inputs = {x.As<float>()};
+  const Tensor yf = RunNode(nf);
+  OneNode nd(c.op, 13);
+  nd.inputs = {x.As<double>()};
+  const Tensor yd = RunNode(nd);
+  ASSERT_EQ(yf.shape(), want.dims);
+  ASSERT_EQ(yd.shape(), want.dims);
+  for (int64_t i = 0; i < yf.size(); ++i) {
+    const double w = want.values[i];
+    EXPECT_NEAR(yf.data<float>()[i], w, 1e-6 + 2e-6 * std::abs(w))
+        << c.name << " float at " << i << " x=" << x.values[i];
+    EXPECT_NEAR(yd.data<double>()[i], w, 1e-6 + 2e-6 * std::abs(w))
+        << c.name << " double at " << i << " x=" << x.values[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Math, UnaryGoldenTest,
+    ::testing::Values(UnaryCase{"round", "Round"}, UnaryCase{"floor", "Floor"},
+                      UnaryCase{"ceil", "Ceil"},
+                      UnaryCase{"reciprocal", "Reciprocal"},
+                      UnaryCase{"sin", "Sin"}, UnaryCase{"cos", "Cos"},
+                      UnaryCase{"tan", "Tan"}, UnaryCase{"asin", "Asin"},
+                      UnaryCase{"acos", "Acos"}, UnaryCase{"atan", "Atan"},
+                      UnaryCase{"sinh", "Sinh"}, UnaryCase{"cosh", "Cosh"},
+                      UnaryCase{"asinh", "Asinh"}, UnaryCase{"acosh", "Acosh"},
+                      UnaryCase{"atanh", "Atanh"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(UnaryMathTest, RoundIsHalfToEven) {
+  OneNode n("Round", 11);
+  n.inputs = {Of<float>({7}, {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 2.6f, -0.4f})};
+  EXPECT_THAT(Values<float>(RunNode(n)),
+              ElementsAre(0, 2, 2, -0.0f, -2, 3, -0.0f));
+}
+
+TEST(UnaryMathTest, IsNaNAndIsInfWithDirections) {
+  const Tensor x = Of<float>({5}, {1, kNan, kInf, -kInf, 0});
+  OneNode nan("IsNaN", 13);
+  nan.inputs = {x};
+  EXPECT_THAT(Values<bool>(RunNode(nan)),
+              ElementsAre(false, true, false, false, false));
+  OneNode inf("IsInf", 10);
+  inf.inputs = {x};
+  EXPECT_THAT(Values<bool>(RunNode(inf)),
+              ElementsAre(false, false, true, true, false));
+  OneNode pos("IsInf", 10);
+  pos.Int("detect_negative", 0);
+  pos.inputs = {x};
+  EXPECT_THAT(Values<bool>(RunNode(pos)),
+              ElementsAre(false, false, true, false, false));
+  OneNode neg("IsInf", 10);
+  neg.Int("detect_positive", 0);
+  neg.inputs = {Of<double>({3}, {-kInf, kInf, kNan})};
+  EXPECT_THAT(Values<bool>(RunNode(neg)), ElementsAre(true, false, false));
+}
+
+TEST(UnaryMathTest, IntegerAndUnsignedUnaries) {
+  OneNode neg("Neg", 13);
+  neg.inputs = {Of<int16_t>({3}, {-3, 0, 32767})};
+  EXPECT_THAT(Values<int16_t>(RunNode(neg)), ElementsAre(3, 0, -32767));
+  OneNode abs("Abs", 13);
+  abs.inputs = {Of<uint32_t>({2}, {0, 4000000000u})};
+  EXPECT_THAT(Values<uint32_t>(RunNode(abs)), ElementsAre(0u, 4000000000u));
+  OneNode sign("Sign", 13);
+  sign.inputs = {Of<uint8_t>({3}, {0, 1, 200})};
+  EXPECT_THAT(Values<uint8_t>(RunNode(sign)), ElementsAre(0, 1, 1));
+  sign.inputs = {Of<int64_t>({3}, {-9, 0, 9})};
+  EXPECT_THAT(Values<int64_t>(RunNode(sign)), ElementsAre(-1, 0, 1));
+  OneNode relu("Relu", 14);
+  relu.inputs = {Of<int8_t>({3}, {-128, 0, 127})};
+  EXPECT_THAT(Values<int8_t>(RunNode(relu)), ElementsAre(0, 0, 127));
+  OneNode bad("Neg", 13);
+  bad.inputs = {Of<uint8_t>({1}, {1})};
+  EXPECT_EQ(RunStatus(bad).code(), absl::StatusCode::kUnimplemented);
+}
+
+// -------------------------------------------------------------------- Mod
+
+TEST(ModTest, IntegersBothModesMatchTorch) {
+  for (const auto& [name, fmod] :
+       {std::pair<const char*, int>{"mod_int_python", 0},
+        std::pair<const char*, int>{"mod_int_fmod", 1}}) {
+    const GoldenArray want = GoldenGet(name, "out");
+    for (const DataType t : {TP::INT64, TP::INT32, TP::INT8, TP::INT16}) {
+      OneNode n("Mod", 13);
+      n.Int("fmod", fmod);
+      const Tensor a = GoldenGet(name, "x").As<int64_t>();
+      const Tensor b = GoldenGet(name, "y2").As<int64_t>();
+      // Narrow through Cast's own conversion.
+      auto as = [t](const Tensor& v) {
+        OneNode c("Cast", 13);
+        c.Int("to", t);
+        c.inputs = {v};
+        return RunNode(c);
+      };
+      n.inputs = {as(a), as(b)};
+      const Tensor y = RunNode(n);
+      EXPECT_EQ(y.dtype(), t);
+      std::vector<int64_t> w(want.values.begin(), want.values.end());
+      EXPECT_THAT(y.ToInt64Vector(), ElementsAreArray(w))
+          << name << " " << DataTypeName(t);
+    }
+  }
+}
+
+TEST(ModTest, FloatFmodMatchesTorchAndBroadcasts) {
+  OneNode n("Mod", 13);
+  n.Int("fmod", 1);
+  n.inputs = {GoldenGet("mod_float_fmod", "x").As<float>(),
+              GoldenGet("mod_float_fmod", "y2").As<float>()};
+  const Tensor y = RunNode(n);
+  const GoldenArray want = GoldenGet("mod_float_fmod", "out");
+  for (int64_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(y.data<float>()[i], want.values[i], 1e-6) << i;
+  }
+  // A scalar divisor broadcast over a matrix, unsigned.
+  OneNode u("Mod", 10);
+  u.inputs = {Of<uint64_t>({2, 2}, {7, 8, 9, 10}), Of<uint64_t>({}, {4})};
+  EXPECT_THAT(Values<uint64_t>(RunNode(u)), ElementsAre(3u, 0u, 1u, 2u));
+}
+
+TEST(ModTest, DivisionByZeroAndMinByMinusOneDoNotTrap) {
+  OneNode n("Mod", 13);
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  n.inputs = {Of<int64_t>({3}, {5, kMin, -7}), Of<int64_t>({3}, {0, -1, 0})};
+  EXPECT_THAT(Values<int64_t>(RunNode(n)), ElementsAre(0, 0, 0));
+  OneNode d("Div", 14);
+  d.inputs = {Of<int64_t>({3}, {5, kMin, -7}), Of<int64_t>({3}, {0, -1, 2})};
+  EXPECT_THAT(Values<int64_t>(RunNode(d)), ElementsAre(0, kMin, -3));
+  OneNode f("Mod", 13);
+  f.Int("fmod", 1);
+  f.inputs = {Of<float>({1}, {1}), Of<float>({1}, {0})};
+  EXPECT_TRUE(std::isnan(Values<float>(RunNode(f))[0]));
+}
+
+TEST(ModTest, FloatsNeedFmod) {
+  OneNode n("Mod", 13);
+  n.inputs = {Of<float>({1}, {1}), Of<float>({1}, {2})};
+  absl::Status s = RunStatus(n);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("fmod must be 1"));
+  // FLOAT16 too (its kernel is built for FLOAT).
+  n.inputs = {Of<float>({1}, {1}).NarrowedTo(TP::FLOAT16),
+              Of<float>({1}, {2}).NarrowedTo(TP::FLOAT16)};
+  EXPECT_EQ(RunStatus(n).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --------------------------------------------------------- bit operations
+
+TEST(BitTest, ShiftsBothWaysAndPastTheWidth) {
+  OneNode l("BitShift", 11);
+  l.String("direction", "LEFT");
+  l.inputs = {Of<uint8_t>({4}, {1, 3, 255, 1}), Of<uint8_t>({4}, {1, 2, 1, 8})};
+  EXPECT_THAT(Values<uint8_t>(RunNode(l)), ElementsAre(2, 12, 254, 0));
+  OneNode r("BitShift", 11);
+  r.String("direction", "RIGHT");
+  r.inputs = {Of<uint64_t>({3}, {1ull << 63, 16, 16}), Of<uint64_t>({}, {4})};
+  EXPECT_THAT(Values<uint64_t>(RunNode(r)), ElementsAre(1ull << 59, 1u, 1u));
+  r.inputs = {Of<uint32_t>({1}, {0xffffffffu}), Of<uint32_t>({1}, {40})};
+  EXPECT_THAT(Values<uint32_t>(RunNode(r)), ElementsAre(0u));
+}
+
+TEST(BitTest, ShiftNeedsADirectionAndUnsignedValues) {
+  OneNode n("BitShift", 11);
+  n.String("direction", "UP");
+  n.inputs = {Of<uint8_t>({1}, {1}), Of<uint8_t>({1}, {1})};
+  EXPECT_EQ(RunStatus(n).code(), absl::StatusCode::kInvalidArgument);
+  OneNode s("BitShift", 11);
+  s.String("direction", "LEFT");
+  s.inputs = {Of<int32_t>({1}, {1}), Of<int32_t>({1}, {1})};
+  EXPECT_EQ(RunStatus(s).code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(BitTest, BitwiseOpsOnSignedAndUnsigned) {
+  const Tensor a = Of<int8_t>({3}, {-1, 0x0f, 0x55});
+  const Tensor b = Of<int8_t>({3}, {0x12, 0x3c, 0x0f});
+  OneNode band("BitwiseAnd", 18), bor("BitwiseOr", 18), bxor("BitwiseXor", 18);
+  band.inputs = bor.inputs = bxor.inputs = {a, b};
+  EXPECT_THAT(Values<int8_t>(RunNode(band)), ElementsAre(0x12, 0x0c, 0x05));
+  EXPECT_THAT(Values<int8_t>(RunNode(bor)), ElementsAre(-1, 0x3f, 0x5f));
+  EXPECT_THAT(Values<int8_t>(RunNode(bxor)), ElementsAre(~0x12, 0x33, 0x5a));
+  OneNode bnot("BitwiseNot", 18);
+  bnot.inputs = {Of<uint16_t>({2}, {0, 0x00ff})};
+  EXPECT_THAT(Values<uint16_t>(RunNode(bnot)), ElementsAre(0xffff, 0xff00));
+  OneNode bad("BitwiseAnd", 18);
+  bad.inputs = {Of<float>({1}, {1}), Of<float>({1}, {1})};
+  EXPECT_EQ(RunStatus(bad).code(), absl::StatusCode::kUnimplemented);
+}
+
+// ------------------------------------------------------------- Sum / Mean
+
+TEST(VariadicTest, SumAndMeanBroadcast) {
+  const Tensor a = Of<float>({2, 2}, {1, 2, 3, 4});
+  const Tensor b = Of<float>({2}, {10, 20});
+  const Tensor c = Of<float>({}, {100});
+  OneNode sum("Sum", 13);
+  sum.inputs = {a, b, c};
+  EXPECT_THAT(Values<float>(RunNode(sum)), ElementsAre(111, 122, 113, 124));
+  OneNode mean("Mean", 13);
+  mean.inputs = {a, b, c};
+  EXPECT_THAT(Values<float>(RunNode(mean)),
+              ElementsAre(37, 122.0f / 3, 113.0f / 3, 124.0f / 3));
+  OneNode one("Mean", 13);
+  one.inputs = {Of<double>({2}, {1.5, -2})};
+  EXPECT_THAT(Values<double>(RunNode(one)), ElementsAre(1.5, -2));
+}
+
+TEST(VariadicTest, OpsetSevenSumNeedsEqualShapes) {
+  OneNode sum("Sum", 7);
+  sum.inputs = {Of<float>({2}, {1, 2}), Of<float>({1}, {1})};
+  absl::Status s = RunStatus(sum);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("equal shapes"));
+}
+
+TEST(VariadicTest, MaxMinOnWiderIntegerTypes) {
+  OneNode mx("Max", 13);
+  mx.inputs = {Of<int16_t>({3}, {-5, 7, 0}), Of<int16_t>({1}, {1})};
+  EXPECT_THAT(Values<int16_t>(RunNode(mx)), ElementsAre(1, 7, 1));
+  OneNode mn("Min", 13);
+  mn.inputs = {Of<uint32_t>({2}, {4000000000u, 3}), Of<uint32_t>({2}, {5, 9})};
+  EXPECT_THAT(Values<uint32_t>(RunNode(mn)), ElementsAre(5u, 3u));
+}
+
+// ----------------------------------------------- arithmetic type coverage
+
+TEST(ArithmeticTypesTest, UnsignedAndSixteenBitIntegers) {
+  OneNode add("Add", 14);
+  add.inputs = {Of<uint64_t>({2}, {1ull << 63, 1}), Of<uint64_t>({}, {2})};
+  EXPECT_THAT(Values<uint64_t>(RunNode(add)),
+              ElementsAre((1ull << 63) + 2, 3u));
+  OneNode sub("Sub", 14);
+  sub.inputs = {Of<uint16_t>({1}, {1}), Of<uint16_t>({1}, {2})};
+  EXPECT_THAT(Values<uint16_t>(RunNode(sub)), ElementsAre(0xffff));  // Wraps.
+  OneNode mul("Mul", 14);
+  mul.inputs = {Of<int16_t>({2}, {-3, 300}), Of<int16_t>({2}, {7, 100})};
+  EXPECT_THAT(Values<int16_t>(RunNode(mul)), ElementsAre(-21, 30000));
+  OneNode div("Div", 14);
+  div.inputs = {Of<int32_t>({2}, {-7, 7}), Of<int32_t>({2}, {2, 2})};
+  EXPECT_THAT(Values<int32_t>(RunNode(div)), ElementsAre(-3, 3));  // Truncates.
+  OneNode eq("Equal", 13);
+  eq.inputs = {Of<uint8_t>({2}, {3, 4}), Of<uint8_t>({1}, {4})};
+  EXPECT_THAT(Values<bool>(RunNode(eq)), ElementsAre(false, true));
+  OneNode ge("GreaterOrEqual", 16);
+  ge.inputs = {Of<int16_t>({2}, {-1, 5}), Of<int16_t>({1}, {0})};
+  EXPECT_THAT(Values<bool>(RunNode(ge)), ElementsAre(false, true));
+}
+
+TEST(ArithmeticTypesTest, PowRaisesIntegersAndMixedExponents) {
+  OneNode p("Pow", 15);
+  p.inputs = {Of<int32_t>({3}, {1, 2, 3}), Of<float>({3}, {4, 5, 6})};
+  EXPECT_THAT(Values<int32_t>(RunNode(p)), ElementsAre(1, 32, 729));
+  p.inputs = {Of<int64_t>({2}, {-2, 10}), Of<int64_t>({2}, {3, 2})};
+  EXPECT_THAT(Values<int64_t>(RunNode(p)), ElementsAre(-8, 100));
+  p.inputs = {Of<float>({2}, {2, 9}), Of<uint8_t>({1}, {2})};
+  EXPECT_THAT(Values<float>(RunNode(p)), ElementsAre(4, 81));
+}
+
+TEST(ArithmeticTypesTest, ClipAndWhereOnNewTypes) {
+  OneNode clip("Clip", 13);
+  clip.inputs = {Of<uint16_t>({3}, {1, 50, 900}), Of<uint16_t>({}, {10}),
+                 Of<uint16_t>({}, {100})};
+  EXPECT_THAT(Values<uint16_t>(RunNode(clip)), ElementsAre(10, 50, 100));
+  OneNode where("Where", 16);
+  where.inputs = {Of<bool>({2}, {true, false}), Of<int16_t>({2}, {1, 2}),
+                  Of<int16_t>({1}, {-9})};
+  EXPECT_THAT(Values<int16_t>(RunNode(where)), ElementsAre(1, -9));
+}
+
+// ---------------------------------------------------- FLOAT16 / BFLOAT16
+
+TEST(HalfTest, FloatToSixteenBitsRoundsLikeTorch) {
+  for (const auto& [name, to] :
+       {std::pair<const char*, DataType>{"float_to_half", TP::FLOAT16},
+        std::pair<const char*, DataType>{"float_to_bfloat16", TP::BFLOAT16}}) {
+    OneNode cast("Cast", 13);
+    cast.Int("to", to);
+    cast.inputs = {GoldenGet(name, "x").As<float>()};
+    const Tensor y = RunNode(cast);
+    ASSERT_EQ(y.dtype(), to);
+    const GoldenArray want = GoldenGet(name, "bits");
+    const std::vector<uint16_t> got = Bits(y);
+    ASSERT_EQ(got.size(), want.values.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i], static_cast<uint16_t>(want.values[i]))
+          << name << " at " << i << " x=" << GoldenGet(name, "x").values[i];
+    }
+    // And back: widening is exact.
+    OneNode back("Cast", 13);
+    back.Int("to", TP::FLOAT);
+    back.inputs = {y};
+    const Tensor f = RunNode(back);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float w = to == TP::FLOAT16 ? numerics::HalfToFloat(got[i])
+                                        : numerics::BFloat16ToFloat(got[i]);
+      EXPECT_EQ(numerics::FloatToBits(f.data<float>()[i]),
+                numerics::FloatToBits(w));
+    }
+  }
+}
+
+TEST(HalfTest, DoubleToHalfRoundsOnceLikeNumpy) {
+  OneNode cast("Cast", 13);
+  cast.Int("to", TP::FLOAT16);
+  cast.inputs = {GoldenGet("double_to_half", "x").As<double>()};
+  const std::vector<uint16_t> got = Bits(RunNode(cast));
+  const GoldenArray want = GoldenGet("double_to_half", "bits");
+  ASSERT_EQ(got.size(), want.values.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], static_cast<uint16_t>(want.values[i]))
+        << "x=" << GoldenGet("double_to_half", "x").values[i];
+  }
+  // 1 + 2^-11 + 2^-40: through float it would be the tie 1 + 2^-11 and
+  // round down to 1.0 (0x3C00); once, it rounds up.
+  EXPECT_EQ(
+      numerics::DoubleToHalf(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)),
+      0x3C01);
+}
+
+TEST(HalfTest, BFloat16FromDoubleAndIntegersRoundToNearestEven) {
+  // 1 + 2^-8 is a bfloat16 tie: even is 1.0; a hair above rounds up.
+  EXPECT_EQ(numerics::DoubleToBFloat16(1.0 + std::ldexp(1.0, -8)), 0x3F80);
+  EXPECT_EQ(numerics::DoubleToBFloat16(1.0 + std::ldexp(1.0, -8) +
+                                       std::ldexp(1.0, -40)),
+            0x3F81);
+  EXPECT_EQ(numerics::DoubleToBFloat16(1e39), 0x7F80);  // Overflow: inf.
+  EXPECT_EQ(numerics::DoubleToBFloat16(-0.0), 0x8000);
+  EXPECT_EQ(numerics::DoubleToHalf(0.0), 0x0000);
+  EXPECT_EQ(numerics::DoubleToHalf(-0.0), 0x8000);
+  OneNode cast("Cast", 13);
+  cast.Int("to", TP::BFLOAT16);
+  cast.inputs = {Of<int64_t>({3}, {257, 259, -3})};
+  // 257 = 1.00000001b * 2^8: a tie, to even 256; 259 rounds up to 260.
+  EXPECT_THAT(Bits(RunNode(cast)), ElementsAre(0x4380, 0x4382, 0xC040));
+}
+
+TEST(HalfTest, CastFromSixteenBitsToIntegersAndBool) {
+  OneNode cast("Cast", 13);
+  cast.Int("to", TP::INT32);
+  cast.inputs = {Of<float>({3}, {-2.75f, 3.5f, 1000}).NarrowedTo(TP::FLOAT16)};
+  EXPECT_THAT(Values<int32_t>(RunNode(cast)), ElementsAre(-2, 3, 1000));
+  OneNode to_bool("Cast", 13);
+  to_bool.Int("to", TP::BOOL);
+  to_bool.inputs = {Of<float>({3}, {0, -0.0f, 0.5f}).NarrowedTo(TP::BFLOAT16)};
+  EXPECT_THAT(Values<bool>(RunNode(to_bool)), ElementsAre(false, false, true));
+  OneNode h2b("Cast", 13);
+  h2b.Int("to", TP::BFLOAT16);
+  h2b.inputs = {Of<float>({1}, {65504}).NarrowedTo(TP::FLOAT16)};
+  EXPECT_THAT(Bits(RunNode(h2b)), ElementsAre(0x4780));  // 65536, to even.
+}
+
+TEST(HalfTest, FromProtoReadsTypedFields) {
+  onnx::TensorProto p;
+  p.set_data_type(TP::FLOAT16);
+  p.add_dims(2);
+  p.add_int32_data(0x3C00);  // 1.0
+  p.add_int32_data(0xC000);  // -2.0
+  absl::StatusOr<Tensor> t = Tensor::FromProto(p);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->dtype(), TP::FLOAT16);
+  const Tensor f = t->WidenedToFloat();
+  EXPECT_THAT(Values<float>(f), ElementsAre(1.0f, -2.0f));
+  // Round trip through raw_data.
+  absl::StatusOr<Tensor> again = Tensor::FromProto(t->ToProto("h"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(Bits(*again), ElementsAre(0x3C00, 0xC000));
+
+  onnx::TensorProto u;
+  u.set_data_type(TP::UINT64);
+  u.add_dims(1);
+  u.add_uint64_data(18446744073709551615ull);
+  absl::StatusOr<Tensor> ut = Tensor::FromProto(u);
+  ASSERT_TRUE(ut.ok()) << ut.status();
+  EXPECT_THAT(Values<uint64_t>(*ut), ElementsAre(18446744073709551615ull));
+}
+
+TEST(HalfTest, ElementwiseOpsComputeInFloatAndRoundOnce) {
+  // 1 + 2^-11 is not a half; 1 + 1 = 2 and 2^-11 + 2^-11 = 2^-10 are: each
+  // op rounds its float result once.
+  const Tensor a =
+      Of<float>({3}, {1.0f, 0.00048828125f, 65504.0f}).NarrowedTo(TP::FLOAT16);
+  const Tensor b = Of<float>({1}, {1.0f}).NarrowedTo(TP::FLOAT16);
+  OneNode add("Add", 14);
+  add.inputs = {a, b};
+  const Tensor y = RunNode(add);
+  ASSERT_EQ(y.dtype(), TP::FLOAT16);
+  // 2.0; 1.00048828125 rounds to even 1.0; 65505 rounds back to 65504.
+  EXPECT_THAT(Bits(y), ElementsAre(0x4000, 0x3C00, 0x7BFF));
+
+  // Comparisons stay BOOL; BFLOAT16 works the same way.
+  OneNode less("Less", 13);
+  less.inputs = {a.WidenedToFloat().NarrowedTo(TP::BFLOAT16),
+                 b.WidenedToFloat().NarrowedTo(TP::BFLOAT16)};
+  EXPECT_THAT(Values<bool>(RunNode(less)), ElementsAre(false, true, false));
+}
+
+TEST(HalfTest, HalfInitializersAreWidenedOnceAndStayHalfOut) {
+  // A FLOAT16 MatMul weight given as an initializer: the output is FLOAT16
+  // and equals the float product rounded.
+  OneNode mm("MatMul", 13);
+  const Tensor w =
+      Of<float>({2, 2}, {0.1f, 0.2f, 0.3f, 0.4f}).NarrowedTo(TP::FLOAT16);
+  const Tensor x = Of<float>({1, 2}, {1.5f, -2.0f}).NarrowedTo(TP::FLOAT16);
+  mm.inputs = {x, w};
+  mm.constant = {false, true};
+  const Tensor y = RunNode(mm);
+  ASSERT_EQ(y.dtype(), TP::FLOAT16);
+  const Tensor wf = w.WidenedToFloat(), xf = x.WidenedToFloat();
+  const float y0 = xf.data<float>()[0] * wf.data<float>()[0] +
+                   xf.data<float>()[1] * wf.data<float>()[2];
+  const float y1 = xf.data<float>()[0] * wf.data<float>()[1] +
+                   xf.data<float>()[1] * wf.data<float>()[3];
+  EXPECT_THAT(Bits(y), ElementsAre(numerics::FloatToHalf(y0),
+                                   numerics::FloatToHalf(y1)));
+}
+
+TEST(HalfTest, GraphDeclaredFloatOutputsAreNotNarrowed) {
+  // LayerNormalization's Mean / InvStdDev are float (stash_type) whatever
+  // X is; Y follows X.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("LayerNormalization");
+  n->add_input("x");
+  n->add_input("scale");
+  n->add_output("y");
+  n->add_output("mean");
+  n->add_output("inv");
+  auto* x = g->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(TP::FLOAT16);
+  *g->add_initializer() =
+      Of<float>({4}, {1, 1, 1, 1}).NarrowedTo(TP::FLOAT16).ToProto("scale");
+  for (const char* o : {"y", "mean", "inv"}) g->add_output()->set_name(o);
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT((*e)->output_types(),
+              ElementsAre(TP::FLOAT16, TP::FLOAT, TP::FLOAT));
+  absl::StatusOr<std::vector<Tensor>> out = (*e)->Run(
+      {{"x", Of<float>({1, 4}, {1, 2, 3, 4}).NarrowedTo(TP::FLOAT16)}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].dtype(), TP::FLOAT16);
+  EXPECT_EQ((*out)[1].dtype(), TP::FLOAT);
+  EXPECT_EQ((*out)[2].dtype(), TP::FLOAT);
+  EXPECT_FLOAT_EQ((*out)[1].data<float>()[0], 2.5f);
+}
+
+}  // namespace
+}  // namespace quantd::executor

@@ -1,0 +1,160 @@
+// Tests of the executor-backed preparation steps
+// (core/passes/fold_constants.h): constant subgraphs folded into initializers,
+// quantized-model structure left alone, and opset 9 models upgraded to 13
+// (Softmax on a non-last axis included) with the same results in ONNX Runtime.
+#include "core/passes/fold_constants.h"
+
+#include <string>
+#include <vector>
+
+#include "core/executor/npy.h"
+#include "core/executor/tensor.h"
+#include "core/graph/model_io.h"
+#include "core/graph/prepare.h"
+#include "core/graph/validate.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+#include "tests/support/ort.h"
+#include "tests/support/subprocess.h"
+
+namespace quantd::passes {
+namespace {
+
+using ::quantd::testing::ModelBuilder;
+using ::quantd::testing::Wave;
+using ::testing::HasSubstr;
+
+int CountOps(const onnx::GraphProto& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.node()) n += node.op_type() == op;
+  return n;
+}
+
+onnx::NodeProto* Last(onnx::ModelProto* m) {
+  auto* nodes = m->mutable_graph()->mutable_node();
+  return nodes->Mutable(nodes->size() - 1);
+}
+
+// y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) with a
+// static x: the shape chain exporters leave behind.
+TEST(FoldConstantNodes, FoldsStaticShapeChainAndCasts) {
+  ModelBuilder b;
+  b.Input("x", {2, 3, 4}).Output("y").Output("z");
+  b.Node("Shape", {"x"}, {"s"}, "shape");
+  onnx::TensorProto zero;
+  zero.set_name("zero");
+  zero.set_data_type(onnx::TensorProto::INT64);
+  zero.add_int64_data(0);
+  *b.model().mutable_graph()->add_initializer() = zero;
+  onnx::TensorProto minus_one = zero;
+  minus_one.set_name("minus_one");
+  minus_one.set_int64_data(0, -1);
+  minus_one.add_dims(1);
+  *b.model().mutable_graph()->add_initializer() = minus_one;
+  b.Node("Gather", {"s", "zero"}, {"n"}, "gather").Attr("axis", int64_t{0});
+  b.Node("Unsqueeze", {"n"}, {"n1"}, "unsqueeze")
+      .Attr("axes", std::vector<int64_t>{0});
+  b.Node("Concat", {"n1", "minus_one"}, {"target"}, "concat")
+      .Attr("axis", int64_t{0});
+  b.Node("Reshape", {"x", "target"}, {"y"}, "reshape");
+  // Cast of a constant: folded too; DequantizeLinear of one: kept.
+  b.Initializer("d", {4}, Wave(4, 2));
+  b.Node("Cast", {"d"}, {"d64"}, "cast").Attr("to", onnx::TensorProto::DOUBLE);
+  b.Node("Cast", {"d64"}, {"d32"}, "cast_back")
+      .Attr("to", onnx::TensorProto::FLOAT);
+  onnx::TensorProto q;
+  q.set_name("q");
+  q.set_data_type(onnx::TensorProto::INT8);
+  q.add_dims(4);
+  q.set_raw_data(std::string("\x01\x02\x03\x04", 4));
+  *b.model().mutable_graph()->add_initializer() = q;
+  b.Initializer("qs", {}, {0.5f});
+  b.Node("DequantizeLinear", {"q", "qs"}, {"dq"}, "dq");
+  b.Node("Add", {"d32", "dq"}, {"sum"}, "add");
+  b.Node("Add", {"x", "sum"}, {"z"}, "add_x");
+  // Opset 12: Unsqueeze takes axes as an attribute.
+  b.model().mutable_opset_import(0)->set_version(12);
+  onnx::ModelProto m = b.Build();
+  const onnx::ModelProto original = m;
+
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 6);  // Shape, Gather, Unsqueeze, Concat, two Casts.
+  EXPECT_EQ(CountOps(m.graph(), "Shape"), 0);
+  EXPECT_EQ(CountOps(m.graph(), "Concat"), 0);
+  EXPECT_EQ(CountOps(m.graph(), "Cast"), 0);
+  EXPECT_EQ(CountOps(m.graph(), "DequantizeLinear"), 1);
+  EXPECT_EQ(CountOps(m.graph(), "Reshape"), 1);
+  // Only what the remaining nodes read is kept.
+  std::vector<std::string> names;
+  for (const auto& t : m.graph().initializer()) names.push_back(t.name());
+  EXPECT_THAT(names,
+              ::testing::UnorderedElementsAre("target", "d32", "q", "qs"));
+  EXPECT_TRUE(graph::ValidateModel(m, "folded", nullptr).ok());
+
+  testing::TempDir tmp;
+  testing::WriteFileOrDie(tmp.File("a.onnx"), original.SerializeAsString());
+  testing::WriteFileOrDie(tmp.File("b.onnx"), m.SerializeAsString());
+  ASSERT_TRUE(executor::WriteNpyFile(
+                  tmp.File("x.npy"),
+                  executor::Tensor::FromVector<float>({2, 3, 4}, Wave(24, 4)))
+                  .ok());
+  const std::string json =
+      testing::OrtEval({"compare", "--model", tmp.File("a.onnx"), "--model2",
+                        tmp.File("b.onnx"), "--x", tmp.File("x.npy")});
+  EXPECT_THAT(json, HasSubstr("\"identical\":true"));
+}
+
+TEST(FoldConstantNodes, LeavesGraphOutputsAndRandomOpsAlone) {
+  ModelBuilder b;
+  b.Input("x", {2}).Output("c").Output("y");
+  b.Initializer("k", {2}, {1.0f, 2.0f});
+  b.Node("Neg", {"k"}, {"c"}, "neg");  // Writes a graph output.
+  b.Node("RandomUniformLike", {"k"}, {"r"}, "random");
+  b.Node("Add", {"x", "r"}, {"y"}, "add");
+  onnx::ModelProto m = b.Build();
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 0);
+  EXPECT_EQ(m.graph().node_size(), 3);
+}
+
+// Opset 9: Conv -> Softmax over the channel axis of a 4-D tensor (not the
+// last one) and a Softmax over the last axis, upgraded to 13 with the same
+// numbers in ONNX Runtime.
+TEST(UpgradeOpsetForPrepare, Opset9SoftmaxUpgradesExactly) {
+  ModelBuilder b(9, 4);
+  b.Input("x", {2, 3, 4, 5}).Output("y").Output("z");
+  b.Weight("W", {6, 3, 1, 1}, 2);
+  b.Node("Conv", {"x", "W"}, {"c"}, "conv");
+  b.Node("Softmax", {"c"}, {"y"}, "softmax_channels").Attr("axis", int64_t{1});
+  b.Node("Softmax", {"c"}, {"z"}, "softmax_last").Attr("axis", int64_t{3});
+  const onnx::ModelProto original = b.Build();
+  onnx::ModelProto m = original;
+  absl::StatusOr<graph::PrepareReport> r =
+      graph::PrepareGraph(&m, FullPrepareOptions());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->opset_from, 9);
+  EXPECT_EQ(r->opset_to, 13);
+  EXPECT_THAT(r->Summary(), HasSubstr("upgraded from 9 to 13"));
+  EXPECT_TRUE(graph::ValidateModel(m, "upgraded", nullptr).ok());
+  EXPECT_EQ(CountOps(m.graph(), "Flatten"), 1);
+
+  testing::TempDir tmp;
+  testing::WriteFileOrDie(tmp.File("a.onnx"), original.SerializeAsString());
+  testing::WriteFileOrDie(tmp.File("b.onnx"), m.SerializeAsString());
+  ASSERT_TRUE(executor::WriteNpyFile(tmp.File("x.npy"),
+                                     executor::Tensor::FromVector<float>(
+                                         {2, 3, 4, 5}, Wave(120, 4)))
+                  .ok());
+  const std::string json =
+      testing::OrtEval({"compare", "--model", tmp.File("a.onnx"), "--model2",
+                        tmp.File("b.onnx"), "--x", tmp.File("x.npy")});
+  if (json.find("\"identical\":true") == std::string::npos) {
+    EXPECT_LE(testing::JsonNumber(json, "max_abs_diff"), 1e-6) << json;
+  }
+}
+
+}  // namespace
+}  // namespace quantd::passes
