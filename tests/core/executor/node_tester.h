@@ -4,6 +4,8 @@
 #ifndef QUANTD_TESTS_CORE_EXECUTOR_NODE_TESTER_H_
 #define QUANTD_TESTS_CORE_EXECUTOR_NODE_TESTER_H_
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,9 +18,90 @@
 #include "core/executor/executor.h"
 #include "core/executor/tensor.h"
 #include "core/numerics/int4.h"
+#include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::executor {
+
+// Attribute protos for OneNode::attrs.
+inline onnx::AttributeProto StrAttr(const std::string& name,
+                                    const std::string& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(v);
+  return a;
+}
+inline onnx::AttributeProto StrsAttr(const std::string& name,
+                                     const std::vector<std::string>& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::STRINGS);
+  for (const auto& s : v) a.add_strings(s);
+  return a;
+}
+inline onnx::AttributeProto FloatAttr(const std::string& name, float v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOAT);
+  a.set_f(v);
+  return a;
+}
+inline onnx::AttributeProto FloatsAttr(const std::string& name,
+                                       const std::vector<float>& v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOATS);
+  for (float f : v) a.add_floats(f);
+  return a;
+}
+
+// A tensor of `shape` holding `v`.
+template <typename T>
+Tensor T1(std::vector<int64_t> shape, std::vector<T> v) {
+  return Tensor::FromVector<T>(std::move(shape), v);
+}
+
+// The values of `t`, which must hold T.
+template <typename T>
+std::vector<T> Values(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
+  if (t.dtype() != TypeOf<T>::value) return {};
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
+}
+
+// Element i of a tensor as a double (16-bit floats widened, integers cast).
+inline double At(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case onnx::TensorProto::FLOAT:
+      return t.data<float>()[i];
+    case onnx::TensorProto::DOUBLE:
+      return t.data<double>()[i];
+    case onnx::TensorProto::FLOAT16:
+      return static_cast<float>(t.data<Float16>()[i]);
+    case onnx::TensorProto::BFLOAT16:
+      return static_cast<float>(t.data<BFloat16>()[i]);
+    default:
+      return static_cast<double>(t.IntAt(i));
+  }
+}
+
+// Same shape and every element within `tol` (absolute); says where not.
+inline void ExpectClose(const Tensor& got, const Tensor& want, double tol,
+                        const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  double worst = 0;
+  int64_t at = -1;
+  for (int64_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(At(got, i) - At(want, i));
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tol) << what << ": at flat index " << at << " got "
+                        << At(got, at) << ", expected " << At(want, at);
+}
 
 // One node in a model of the given opset. Inputs named in `constant` are
 // initializers, the others graph inputs fed at Run; an empty Tensor is an
@@ -43,19 +126,11 @@ struct OneNode {
     return *this;
   }
   OneNode& Float(const std::string& name, float v) {
-    onnx::AttributeProto a;
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::FLOAT);
-    a.set_f(v);
-    attrs.push_back(a);
+    attrs.push_back(FloatAttr(name, v));
     return *this;
   }
   OneNode& String(const std::string& name, const std::string& v) {
-    onnx::AttributeProto a;
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::STRING);
-    a.set_s(v);
-    attrs.push_back(a);
+    attrs.push_back(StrAttr(name, v));
     return *this;
   }
   OneNode& IntList(const std::string& name, const std::vector<int64_t>& v) {

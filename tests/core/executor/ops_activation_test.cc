@@ -33,22 +33,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-// Element i of a FLOAT, DOUBLE, FLOAT16 or BFLOAT16 tensor.
-double At(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case TP::FLOAT:
-      return t.data<float>()[i];
-    case TP::DOUBLE:
-      return t.data<double>()[i];
-    case TP::FLOAT16:
-      return static_cast<float>(t.data<Float16>()[i]);
-    case TP::BFLOAT16:
-      return static_cast<float>(t.data<BFloat16>()[i]);
-    default:
-      return static_cast<double>(t.IntAt(i));
-  }
-}
-
 std::vector<double> All(const Tensor& t) {
   std::vector<double> v(t.size());
   for (int64_t i = 0; i < t.size(); ++i) v[i] = At(t, i);

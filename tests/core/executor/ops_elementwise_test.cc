@@ -30,18 +30,6 @@ using TP = onnx::TensorProto;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
-template <typename T>
-Tensor Of(std::vector<int64_t> shape, std::vector<T> v) {
-  return Tensor::FromVector<T>(std::move(shape), v);
-}
-
-template <typename T>
-std::vector<T> Values(const Tensor& t) {
-  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
-  if (t.dtype() != TypeOf<T>::value) return {};
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
-}
-
 std::vector<uint16_t> Bits(const Tensor& t) {
   const uint16_t* p = static_cast<const uint16_t*>(t.raw());
   return std::vector<uint16_t>(p, p + t.size());
@@ -101,13 +89,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(UnaryMathTest, RoundIsHalfToEven) {
   OneNode n("Round", 11);
-  n.inputs = {Of<float>({7}, {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 2.6f, -0.4f})};
+  n.inputs = {T1<float>({7}, {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 2.6f, -0.4f})};
   EXPECT_THAT(Values<float>(RunNode(n)),
               ElementsAre(0, 2, 2, -0.0f, -2, 3, -0.0f));
 }
 
 TEST(UnaryMathTest, IsNaNAndIsInfWithDirections) {
-  const Tensor x = Of<float>({5}, {1, kNan, kInf, -kInf, 0});
+  const Tensor x = T1<float>({5}, {1, kNan, kInf, -kInf, 0});
   OneNode nan("IsNaN", 13);
   nan.inputs = {x};
   EXPECT_THAT(Values<bool>(RunNode(nan)),
@@ -123,27 +111,27 @@ TEST(UnaryMathTest, IsNaNAndIsInfWithDirections) {
               ElementsAre(false, false, true, false, false));
   OneNode neg("IsInf", 10);
   neg.Int("detect_positive", 0);
-  neg.inputs = {Of<double>({3}, {-kInf, kInf, kNan})};
+  neg.inputs = {T1<double>({3}, {-kInf, kInf, kNan})};
   EXPECT_THAT(Values<bool>(RunNode(neg)), ElementsAre(true, false, false));
 }
 
 TEST(UnaryMathTest, IntegerAndUnsignedUnaries) {
   OneNode neg("Neg", 13);
-  neg.inputs = {Of<int16_t>({3}, {-3, 0, 32767})};
+  neg.inputs = {T1<int16_t>({3}, {-3, 0, 32767})};
   EXPECT_THAT(Values<int16_t>(RunNode(neg)), ElementsAre(3, 0, -32767));
   OneNode abs("Abs", 13);
-  abs.inputs = {Of<uint32_t>({2}, {0, 4000000000u})};
+  abs.inputs = {T1<uint32_t>({2}, {0, 4000000000u})};
   EXPECT_THAT(Values<uint32_t>(RunNode(abs)), ElementsAre(0u, 4000000000u));
   OneNode sign("Sign", 13);
-  sign.inputs = {Of<uint8_t>({3}, {0, 1, 200})};
+  sign.inputs = {T1<uint8_t>({3}, {0, 1, 200})};
   EXPECT_THAT(Values<uint8_t>(RunNode(sign)), ElementsAre(0, 1, 1));
-  sign.inputs = {Of<int64_t>({3}, {-9, 0, 9})};
+  sign.inputs = {T1<int64_t>({3}, {-9, 0, 9})};
   EXPECT_THAT(Values<int64_t>(RunNode(sign)), ElementsAre(-1, 0, 1));
   OneNode relu("Relu", 14);
-  relu.inputs = {Of<int8_t>({3}, {-128, 0, 127})};
+  relu.inputs = {T1<int8_t>({3}, {-128, 0, 127})};
   EXPECT_THAT(Values<int8_t>(RunNode(relu)), ElementsAre(0, 0, 127));
   OneNode bad("Neg", 13);
-  bad.inputs = {Of<uint8_t>({1}, {1})};
+  bad.inputs = {T1<uint8_t>({1}, {1})};
   EXPECT_EQ(RunStatus(bad).code(), absl::StatusCode::kUnimplemented);
 }
 
@@ -188,33 +176,33 @@ TEST(ModTest, FloatFmodMatchesTorchAndBroadcasts) {
   }
   // A scalar divisor broadcast over a matrix, unsigned.
   OneNode u("Mod", 10);
-  u.inputs = {Of<uint64_t>({2, 2}, {7, 8, 9, 10}), Of<uint64_t>({}, {4})};
+  u.inputs = {T1<uint64_t>({2, 2}, {7, 8, 9, 10}), T1<uint64_t>({}, {4})};
   EXPECT_THAT(Values<uint64_t>(RunNode(u)), ElementsAre(3u, 0u, 1u, 2u));
 }
 
 TEST(ModTest, DivisionByZeroAndMinByMinusOneDoNotTrap) {
   OneNode n("Mod", 13);
   const int64_t kMin = std::numeric_limits<int64_t>::min();
-  n.inputs = {Of<int64_t>({3}, {5, kMin, -7}), Of<int64_t>({3}, {0, -1, 0})};
+  n.inputs = {T1<int64_t>({3}, {5, kMin, -7}), T1<int64_t>({3}, {0, -1, 0})};
   EXPECT_THAT(Values<int64_t>(RunNode(n)), ElementsAre(0, 0, 0));
   OneNode d("Div", 14);
-  d.inputs = {Of<int64_t>({3}, {5, kMin, -7}), Of<int64_t>({3}, {0, -1, 2})};
+  d.inputs = {T1<int64_t>({3}, {5, kMin, -7}), T1<int64_t>({3}, {0, -1, 2})};
   EXPECT_THAT(Values<int64_t>(RunNode(d)), ElementsAre(0, kMin, -3));
   OneNode f("Mod", 13);
   f.Int("fmod", 1);
-  f.inputs = {Of<float>({1}, {1}), Of<float>({1}, {0})};
+  f.inputs = {T1<float>({1}, {1}), T1<float>({1}, {0})};
   EXPECT_TRUE(std::isnan(Values<float>(RunNode(f))[0]));
 }
 
 TEST(ModTest, FloatsNeedFmod) {
   OneNode n("Mod", 13);
-  n.inputs = {Of<float>({1}, {1}), Of<float>({1}, {2})};
+  n.inputs = {T1<float>({1}, {1}), T1<float>({1}, {2})};
   absl::Status s = RunStatus(n);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("fmod must be 1"));
   // FLOAT16 too (its kernel is built for FLOAT).
-  n.inputs = {Of<float>({1}, {1}).NarrowedTo(TP::FLOAT16),
-              Of<float>({1}, {2}).NarrowedTo(TP::FLOAT16)};
+  n.inputs = {T1<float>({1}, {1}).NarrowedTo(TP::FLOAT16),
+              T1<float>({1}, {2}).NarrowedTo(TP::FLOAT16)};
   EXPECT_EQ(RunStatus(n).code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -223,49 +211,49 @@ TEST(ModTest, FloatsNeedFmod) {
 TEST(BitTest, ShiftsBothWaysAndPastTheWidth) {
   OneNode l("BitShift", 11);
   l.String("direction", "LEFT");
-  l.inputs = {Of<uint8_t>({4}, {1, 3, 255, 1}), Of<uint8_t>({4}, {1, 2, 1, 8})};
+  l.inputs = {T1<uint8_t>({4}, {1, 3, 255, 1}), T1<uint8_t>({4}, {1, 2, 1, 8})};
   EXPECT_THAT(Values<uint8_t>(RunNode(l)), ElementsAre(2, 12, 254, 0));
   OneNode r("BitShift", 11);
   r.String("direction", "RIGHT");
-  r.inputs = {Of<uint64_t>({3}, {1ull << 63, 16, 16}), Of<uint64_t>({}, {4})};
+  r.inputs = {T1<uint64_t>({3}, {1ull << 63, 16, 16}), T1<uint64_t>({}, {4})};
   EXPECT_THAT(Values<uint64_t>(RunNode(r)), ElementsAre(1ull << 59, 1u, 1u));
-  r.inputs = {Of<uint32_t>({1}, {0xffffffffu}), Of<uint32_t>({1}, {40})};
+  r.inputs = {T1<uint32_t>({1}, {0xffffffffu}), T1<uint32_t>({1}, {40})};
   EXPECT_THAT(Values<uint32_t>(RunNode(r)), ElementsAre(0u));
 }
 
 TEST(BitTest, ShiftNeedsADirectionAndUnsignedValues) {
   OneNode n("BitShift", 11);
   n.String("direction", "UP");
-  n.inputs = {Of<uint8_t>({1}, {1}), Of<uint8_t>({1}, {1})};
+  n.inputs = {T1<uint8_t>({1}, {1}), T1<uint8_t>({1}, {1})};
   EXPECT_EQ(RunStatus(n).code(), absl::StatusCode::kInvalidArgument);
   OneNode s("BitShift", 11);
   s.String("direction", "LEFT");
-  s.inputs = {Of<int32_t>({1}, {1}), Of<int32_t>({1}, {1})};
+  s.inputs = {T1<int32_t>({1}, {1}), T1<int32_t>({1}, {1})};
   EXPECT_EQ(RunStatus(s).code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(BitTest, BitwiseOpsOnSignedAndUnsigned) {
-  const Tensor a = Of<int8_t>({3}, {-1, 0x0f, 0x55});
-  const Tensor b = Of<int8_t>({3}, {0x12, 0x3c, 0x0f});
+  const Tensor a = T1<int8_t>({3}, {-1, 0x0f, 0x55});
+  const Tensor b = T1<int8_t>({3}, {0x12, 0x3c, 0x0f});
   OneNode band("BitwiseAnd", 18), bor("BitwiseOr", 18), bxor("BitwiseXor", 18);
   band.inputs = bor.inputs = bxor.inputs = {a, b};
   EXPECT_THAT(Values<int8_t>(RunNode(band)), ElementsAre(0x12, 0x0c, 0x05));
   EXPECT_THAT(Values<int8_t>(RunNode(bor)), ElementsAre(-1, 0x3f, 0x5f));
   EXPECT_THAT(Values<int8_t>(RunNode(bxor)), ElementsAre(~0x12, 0x33, 0x5a));
   OneNode bnot("BitwiseNot", 18);
-  bnot.inputs = {Of<uint16_t>({2}, {0, 0x00ff})};
+  bnot.inputs = {T1<uint16_t>({2}, {0, 0x00ff})};
   EXPECT_THAT(Values<uint16_t>(RunNode(bnot)), ElementsAre(0xffff, 0xff00));
   OneNode bad("BitwiseAnd", 18);
-  bad.inputs = {Of<float>({1}, {1}), Of<float>({1}, {1})};
+  bad.inputs = {T1<float>({1}, {1}), T1<float>({1}, {1})};
   EXPECT_EQ(RunStatus(bad).code(), absl::StatusCode::kUnimplemented);
 }
 
 // ------------------------------------------------------------- Sum / Mean
 
 TEST(VariadicTest, SumAndMeanBroadcast) {
-  const Tensor a = Of<float>({2, 2}, {1, 2, 3, 4});
-  const Tensor b = Of<float>({2}, {10, 20});
-  const Tensor c = Of<float>({}, {100});
+  const Tensor a = T1<float>({2, 2}, {1, 2, 3, 4});
+  const Tensor b = T1<float>({2}, {10, 20});
+  const Tensor c = T1<float>({}, {100});
   OneNode sum("Sum", 13);
   sum.inputs = {a, b, c};
   EXPECT_THAT(Values<float>(RunNode(sum)), ElementsAre(111, 122, 113, 124));
@@ -274,13 +262,13 @@ TEST(VariadicTest, SumAndMeanBroadcast) {
   EXPECT_THAT(Values<float>(RunNode(mean)),
               ElementsAre(37, 122.0f / 3, 113.0f / 3, 124.0f / 3));
   OneNode one("Mean", 13);
-  one.inputs = {Of<double>({2}, {1.5, -2})};
+  one.inputs = {T1<double>({2}, {1.5, -2})};
   EXPECT_THAT(Values<double>(RunNode(one)), ElementsAre(1.5, -2));
 }
 
 TEST(VariadicTest, OpsetSevenSumNeedsEqualShapes) {
   OneNode sum("Sum", 7);
-  sum.inputs = {Of<float>({2}, {1, 2}), Of<float>({1}, {1})};
+  sum.inputs = {T1<float>({2}, {1, 2}), T1<float>({1}, {1})};
   absl::Status s = RunStatus(sum);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("equal shapes"));
@@ -288,10 +276,10 @@ TEST(VariadicTest, OpsetSevenSumNeedsEqualShapes) {
 
 TEST(VariadicTest, MaxMinOnWiderIntegerTypes) {
   OneNode mx("Max", 13);
-  mx.inputs = {Of<int16_t>({3}, {-5, 7, 0}), Of<int16_t>({1}, {1})};
+  mx.inputs = {T1<int16_t>({3}, {-5, 7, 0}), T1<int16_t>({1}, {1})};
   EXPECT_THAT(Values<int16_t>(RunNode(mx)), ElementsAre(1, 7, 1));
   OneNode mn("Min", 13);
-  mn.inputs = {Of<uint32_t>({2}, {4000000000u, 3}), Of<uint32_t>({2}, {5, 9})};
+  mn.inputs = {T1<uint32_t>({2}, {4000000000u, 3}), T1<uint32_t>({2}, {5, 9})};
   EXPECT_THAT(Values<uint32_t>(RunNode(mn)), ElementsAre(5u, 3u));
 }
 
@@ -299,44 +287,44 @@ TEST(VariadicTest, MaxMinOnWiderIntegerTypes) {
 
 TEST(ArithmeticTypesTest, UnsignedAndSixteenBitIntegers) {
   OneNode add("Add", 14);
-  add.inputs = {Of<uint64_t>({2}, {1ull << 63, 1}), Of<uint64_t>({}, {2})};
+  add.inputs = {T1<uint64_t>({2}, {1ull << 63, 1}), T1<uint64_t>({}, {2})};
   EXPECT_THAT(Values<uint64_t>(RunNode(add)),
               ElementsAre((1ull << 63) + 2, 3u));
   OneNode sub("Sub", 14);
-  sub.inputs = {Of<uint16_t>({1}, {1}), Of<uint16_t>({1}, {2})};
+  sub.inputs = {T1<uint16_t>({1}, {1}), T1<uint16_t>({1}, {2})};
   EXPECT_THAT(Values<uint16_t>(RunNode(sub)), ElementsAre(0xffff));  // Wraps.
   OneNode mul("Mul", 14);
-  mul.inputs = {Of<int16_t>({2}, {-3, 300}), Of<int16_t>({2}, {7, 100})};
+  mul.inputs = {T1<int16_t>({2}, {-3, 300}), T1<int16_t>({2}, {7, 100})};
   EXPECT_THAT(Values<int16_t>(RunNode(mul)), ElementsAre(-21, 30000));
   OneNode div("Div", 14);
-  div.inputs = {Of<int32_t>({2}, {-7, 7}), Of<int32_t>({2}, {2, 2})};
+  div.inputs = {T1<int32_t>({2}, {-7, 7}), T1<int32_t>({2}, {2, 2})};
   EXPECT_THAT(Values<int32_t>(RunNode(div)), ElementsAre(-3, 3));  // Truncates.
   OneNode eq("Equal", 13);
-  eq.inputs = {Of<uint8_t>({2}, {3, 4}), Of<uint8_t>({1}, {4})};
+  eq.inputs = {T1<uint8_t>({2}, {3, 4}), T1<uint8_t>({1}, {4})};
   EXPECT_THAT(Values<bool>(RunNode(eq)), ElementsAre(false, true));
   OneNode ge("GreaterOrEqual", 16);
-  ge.inputs = {Of<int16_t>({2}, {-1, 5}), Of<int16_t>({1}, {0})};
+  ge.inputs = {T1<int16_t>({2}, {-1, 5}), T1<int16_t>({1}, {0})};
   EXPECT_THAT(Values<bool>(RunNode(ge)), ElementsAre(false, true));
 }
 
 TEST(ArithmeticTypesTest, PowRaisesIntegersAndMixedExponents) {
   OneNode p("Pow", 15);
-  p.inputs = {Of<int32_t>({3}, {1, 2, 3}), Of<float>({3}, {4, 5, 6})};
+  p.inputs = {T1<int32_t>({3}, {1, 2, 3}), T1<float>({3}, {4, 5, 6})};
   EXPECT_THAT(Values<int32_t>(RunNode(p)), ElementsAre(1, 32, 729));
-  p.inputs = {Of<int64_t>({2}, {-2, 10}), Of<int64_t>({2}, {3, 2})};
+  p.inputs = {T1<int64_t>({2}, {-2, 10}), T1<int64_t>({2}, {3, 2})};
   EXPECT_THAT(Values<int64_t>(RunNode(p)), ElementsAre(-8, 100));
-  p.inputs = {Of<float>({2}, {2, 9}), Of<uint8_t>({1}, {2})};
+  p.inputs = {T1<float>({2}, {2, 9}), T1<uint8_t>({1}, {2})};
   EXPECT_THAT(Values<float>(RunNode(p)), ElementsAre(4, 81));
 }
 
 TEST(ArithmeticTypesTest, ClipAndWhereOnNewTypes) {
   OneNode clip("Clip", 13);
-  clip.inputs = {Of<uint16_t>({3}, {1, 50, 900}), Of<uint16_t>({}, {10}),
-                 Of<uint16_t>({}, {100})};
+  clip.inputs = {T1<uint16_t>({3}, {1, 50, 900}), T1<uint16_t>({}, {10}),
+                 T1<uint16_t>({}, {100})};
   EXPECT_THAT(Values<uint16_t>(RunNode(clip)), ElementsAre(10, 50, 100));
   OneNode where("Where", 16);
-  where.inputs = {Of<bool>({2}, {true, false}), Of<int16_t>({2}, {1, 2}),
-                  Of<int16_t>({1}, {-9})};
+  where.inputs = {T1<bool>({2}, {true, false}), T1<int16_t>({2}, {1, 2}),
+                  T1<int16_t>({1}, {-9})};
   EXPECT_THAT(Values<int16_t>(RunNode(where)), ElementsAre(1, -9));
 }
 
@@ -402,7 +390,7 @@ TEST(HalfTest, BFloat16FromDoubleAndIntegersRoundToNearestEven) {
   EXPECT_EQ(numerics::DoubleToHalf(-0.0), 0x8000);
   OneNode cast("Cast", 13);
   cast.Int("to", TP::BFLOAT16);
-  cast.inputs = {Of<int64_t>({3}, {257, 259, -3})};
+  cast.inputs = {T1<int64_t>({3}, {257, 259, -3})};
   // 257 = 1.00000001b * 2^8: a tie, to even 256; 259 rounds up to 260.
   EXPECT_THAT(Bits(RunNode(cast)), ElementsAre(0x4380, 0x4382, 0xC040));
 }
@@ -410,15 +398,15 @@ TEST(HalfTest, BFloat16FromDoubleAndIntegersRoundToNearestEven) {
 TEST(HalfTest, CastFromSixteenBitsToIntegersAndBool) {
   OneNode cast("Cast", 13);
   cast.Int("to", TP::INT32);
-  cast.inputs = {Of<float>({3}, {-2.75f, 3.5f, 1000}).NarrowedTo(TP::FLOAT16)};
+  cast.inputs = {T1<float>({3}, {-2.75f, 3.5f, 1000}).NarrowedTo(TP::FLOAT16)};
   EXPECT_THAT(Values<int32_t>(RunNode(cast)), ElementsAre(-2, 3, 1000));
   OneNode to_bool("Cast", 13);
   to_bool.Int("to", TP::BOOL);
-  to_bool.inputs = {Of<float>({3}, {0, -0.0f, 0.5f}).NarrowedTo(TP::BFLOAT16)};
+  to_bool.inputs = {T1<float>({3}, {0, -0.0f, 0.5f}).NarrowedTo(TP::BFLOAT16)};
   EXPECT_THAT(Values<bool>(RunNode(to_bool)), ElementsAre(false, false, true));
   OneNode h2b("Cast", 13);
   h2b.Int("to", TP::BFLOAT16);
-  h2b.inputs = {Of<float>({1}, {65504}).NarrowedTo(TP::FLOAT16)};
+  h2b.inputs = {T1<float>({1}, {65504}).NarrowedTo(TP::FLOAT16)};
   EXPECT_THAT(Bits(RunNode(h2b)), ElementsAre(0x4780));  // 65536, to even.
 }
 
@@ -451,8 +439,8 @@ TEST(HalfTest, ElementwiseOpsComputeInFloatAndRoundOnce) {
   // 1 + 2^-11 is not a half; 1 + 1 = 2 and 2^-11 + 2^-11 = 2^-10 are: each
   // op rounds its float result once.
   const Tensor a =
-      Of<float>({3}, {1.0f, 0.00048828125f, 65504.0f}).NarrowedTo(TP::FLOAT16);
-  const Tensor b = Of<float>({1}, {1.0f}).NarrowedTo(TP::FLOAT16);
+      T1<float>({3}, {1.0f, 0.00048828125f, 65504.0f}).NarrowedTo(TP::FLOAT16);
+  const Tensor b = T1<float>({1}, {1.0f}).NarrowedTo(TP::FLOAT16);
   OneNode add("Add", 14);
   add.inputs = {a, b};
   const Tensor y = RunNode(add);
@@ -472,8 +460,8 @@ TEST(HalfTest, HalfInitializersAreWidenedOnceAndStayHalfOut) {
   // and equals the float product rounded.
   OneNode mm("MatMul", 13);
   const Tensor w =
-      Of<float>({2, 2}, {0.1f, 0.2f, 0.3f, 0.4f}).NarrowedTo(TP::FLOAT16);
-  const Tensor x = Of<float>({1, 2}, {1.5f, -2.0f}).NarrowedTo(TP::FLOAT16);
+      T1<float>({2, 2}, {0.1f, 0.2f, 0.3f, 0.4f}).NarrowedTo(TP::FLOAT16);
+  const Tensor x = T1<float>({1, 2}, {1.5f, -2.0f}).NarrowedTo(TP::FLOAT16);
   mm.inputs = {x, w};
   mm.constant = {false, true};
   const Tensor y = RunNode(mm);
@@ -505,14 +493,14 @@ TEST(HalfTest, GraphDeclaredFloatOutputsAreNotNarrowed) {
   x->set_name("x");
   x->mutable_type()->mutable_tensor_type()->set_elem_type(TP::FLOAT16);
   *g->add_initializer() =
-      Of<float>({4}, {1, 1, 1, 1}).NarrowedTo(TP::FLOAT16).ToProto("scale");
+      T1<float>({4}, {1, 1, 1, 1}).NarrowedTo(TP::FLOAT16).ToProto("scale");
   for (const char* o : {"y", "mean", "inv"}) g->add_output()->set_name(o);
   absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_THAT((*e)->output_types(),
               ElementsAre(TP::FLOAT16, TP::FLOAT, TP::FLOAT));
   absl::StatusOr<std::vector<Tensor>> out = (*e)->Run(
-      {{"x", Of<float>({1, 4}, {1, 2, 3, 4}).NarrowedTo(TP::FLOAT16)}});
+      {{"x", T1<float>({1, 4}, {1, 2, 3, 4}).NarrowedTo(TP::FLOAT16)}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].dtype(), TP::FLOAT16);
   EXPECT_EQ((*out)[1].dtype(), TP::FLOAT);

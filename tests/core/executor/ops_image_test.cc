@@ -38,41 +38,6 @@ Tensor ToDouble(const Tensor& t) {
   return d;
 }
 
-double At(const Tensor& t, int64_t i) {
-  return t.dtype() == TP::DOUBLE ? t.data<double>()[i] : t.data<float>()[i];
-}
-
-void ExpectClose(const Tensor& got, const Tensor& want, double tol,
-                 const std::string& what) {
-  ASSERT_EQ(ShapeString(got.shape()), ShapeString(want.shape())) << what;
-  double worst = 0;
-  int64_t at = -1;
-  for (int64_t i = 0; i < got.size(); ++i) {
-    const double d = std::abs(At(got, i) - At(want, i));
-    if (!(d <= worst)) {
-      worst = d;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol) << what << ": at flat index " << at << " got "
-                        << At(got, at) << ", expected " << At(want, at);
-}
-
-onnx::AttributeProto StrAttr(const std::string& name, const std::string& v) {
-  onnx::AttributeProto a;
-  a.set_name(name);
-  a.set_type(onnx::AttributeProto::STRING);
-  a.set_s(v);
-  return a;
-}
-onnx::AttributeProto FloatAttr(const std::string& name, float v) {
-  onnx::AttributeProto a;
-  a.set_name(name);
-  a.set_type(onnx::AttributeProto::FLOAT);
-  a.set_f(v);
-  return a;
-}
-
 // ------------------------------------------------------------------- Resize
 
 struct ResizeCase {

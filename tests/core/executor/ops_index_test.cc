@@ -31,26 +31,6 @@ Tensor Golden(const std::string& name) {
   return t.ok() ? *t : Tensor();
 }
 
-template <typename T>
-Tensor T1(std::vector<int64_t> shape, std::vector<T> v) {
-  return Tensor::FromVector<T>(std::move(shape), v);
-}
-
-template <typename T>
-std::vector<T> Values(const Tensor& t) {
-  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
-  if (t.dtype() != TypeOf<T>::value) return {};
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
-}
-
-onnx::AttributeProto StrAttr(const std::string& name, const std::string& v) {
-  onnx::AttributeProto a;
-  a.set_name(name);
-  a.set_type(onnx::AttributeProto::STRING);
-  a.set_s(v);
-  return a;
-}
-
 // Equal shape and type; float values within tol (relative above 1), others
 // exactly. Says where they first differ.
 void ExpectMatches(const Tensor& got, const Tensor& want, double tol,

@@ -19,26 +19,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-template <typename T>
-Tensor T1(std::vector<int64_t> shape, std::vector<T> v) {
-  return Tensor::FromVector<T>(std::move(shape), v);
-}
-
-template <typename T>
-std::vector<T> Values(const Tensor& t) {
-  EXPECT_EQ(t.dtype(), TypeOf<T>::value) << DataTypeName(t.dtype());
-  if (t.dtype() != TypeOf<T>::value) return {};
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.size());
-}
-
-onnx::AttributeProto StrAttr(const std::string& name, const std::string& v) {
-  onnx::AttributeProto a;
-  a.set_name(name);
-  a.set_type(onnx::AttributeProto::STRING);
-  a.set_s(v);
-  return a;
-}
-
 void ExpectError(const absl::StatusOr<Tensor>& r, absl::StatusCode code,
                  const std::string& part) {
   ASSERT_FALSE(r.ok()) << "expected an error containing '" << part << "'";
