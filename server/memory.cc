@@ -50,7 +50,7 @@ IdleHeapTrimmer::~IdleHeapTrimmer() {
 
 void IdleHeapTrimmer::Request() {
   absl::MutexLock lock(&mu_);
-  requested_ = true;
+  ticks_left_ = kTrimTicks;
 }
 
 void IdleHeapTrimmer::Loop() {
@@ -58,12 +58,12 @@ void IdleHeapTrimmer::Loop() {
   while (!stop_) {
     // Wakes early only to stop.
     mu_.AwaitWithTimeout(absl::Condition(&stop_), period_);
-    if (stop_ || !requested_) continue;
+    if (stop_ || ticks_left_ == 0) continue;
     mu_.Unlock();
     const bool idle = idle_();
     if (idle) TrimHeap();
     mu_.Lock();
-    if (idle) requested_ = false;
+    if (idle) --ticks_left_;
   }
 }
 

@@ -55,10 +55,13 @@ class UploadBudget {
 };
 
 // Gives freed heap back once the server is idle: a finished call asks for
-// it, and a background thread trims when `idle()` says no call is in
-// progress, at most once per `period`. Deferred because a call's core job
-// may free its buffers (the parsed model, observers) a moment after the
-// call itself ended. Thread-safe; the destructor stops the thread.
+// it, and a background thread trims whenever `idle()` says no call is in
+// progress, once per `period`, for kTrimTicks periods after the last
+// request. Deferred and repeated because a call's core job and gRPC's
+// write buffers may free memory (the parsed model, observers, response
+// chunks) a moment after the call itself ended, and memory freed after the
+// last trim would otherwise stay resident until some later call.
+// Thread-safe; the destructor stops the thread.
 class IdleHeapTrimmer {
  public:
   IdleHeapTrimmer(std::function<bool()> idle, absl::Duration period);
@@ -71,10 +74,12 @@ class IdleHeapTrimmer {
  private:
   void Loop();
 
+  static constexpr int kTrimTicks = 6;
+
   const std::function<bool()> idle_;
   const absl::Duration period_;
   absl::Mutex mu_;
-  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  int ticks_left_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -110,20 +109,18 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
 #if defined(__GLIBC__)
-  // One malloc arena per core quantd uses (--threads, set from the CPU limit
-  // in Kubernetes where hardware_concurrency() sees the whole node; else the
-  // machine's) instead of glibc's eight per core. A call's big buffers
+  // One malloc arena instead of glibc's eight per core. A call's big buffers
   // (model chunks, tensors) are freed on other threads than the ones that
-  // allocated them, and with many arenas each keeps its own freed pages, so
-  // RSS ratcheted up call after call (fragmentation, not a leak: +25-50 MiB
-  // over 40 cancelled calls of a 48 MiB model in lifecycle_e2e_test, now
-  // within a few MiB). A fixed M_MMAP_THRESHOLD of 1-4 MiB also kept RSS flat
-  // but made ResNet-18 calls 30-50% slower (page faults on every big
-  // buffer); this costs nothing measurable (docs/benchmarks.md).
-  const int cores = absl::GetFlag(FLAGS_threads) > 0
-                        ? absl::GetFlag(FLAGS_threads)
-                        : static_cast<int>(std::thread::hardware_concurrency());
-  mallopt(M_ARENA_MAX, std::max(2, cores));
+  // allocated them; with many arenas each keeps its own freed pages, and
+  // malloc_trim cannot give back the top of any arena but the main one, so
+  // an idle replica kept 35-40 MB it no longer used after a 48 MB call
+  // (hostile_e2e_test's IdleServerGivesMemoryBack, 2 of 6 runs; with one
+  // arena its RSS settles within 3 MB of the baseline). Small allocations
+  // come from per-thread caches and never take the arena lock; ResNet-18
+  // Quantize times did not move (docs/benchmarks.md). A fixed
+  // M_MMAP_THRESHOLD of 1-4 MiB also kept RSS flat but made ResNet-18 calls
+  // 30-50% slower (page faults on every big buffer).
+  mallopt(M_ARENA_MAX, 1);
 #endif
 
   // Blocked before any thread starts, so every thread inherits the mask and

@@ -2,12 +2,15 @@
 // trusts them. Each test is a finding of the "no call may crash the server
 // or make it allocate without bound" issue, sent to the real quantd binary;
 // after each the server must still answer.
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -47,14 +50,59 @@ quantd::v1::TensorBatch Hollow(const std::string& name,
   return batch;
 }
 
-// RSS of a process in bytes (Linux).
-int64_t RssBytes(pid_t pid) {
+// A memory figure of a process from /proc/PID/status ("VmRSS:" is its
+// RSS, "VmHWM:" its peak), in bytes (Linux).
+int64_t StatusBytes(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    if (line.rfind(field, 0) == 0) {
+      return std::stoll(line.substr(field.size())) * 1024;
+    }
   }
   return -1;
+}
+
+int64_t RssBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
+
+// The RSS an idle process settles at: sampled every 100 ms until it has not
+// fallen for a second (the server's idle trimmer runs twice a second), at
+// most `limit`.
+int64_t SettledRssBytes(pid_t pid, absl::Duration limit) {
+  int64_t lowest = RssBytes(pid);
+  absl::Time lowest_at = absl::Now();
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end && absl::Now() - lowest_at < absl::Seconds(1)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const int64_t rss = RssBytes(pid);
+    if (rss < lowest) {
+      lowest = rss;
+      lowest_at = absl::Now();
+    }
+  }
+  return lowest;
+}
+
+// The mappings holding the most resident memory, largest first: what an
+// RSS failure needs to be understood (a malloc arena, code pages, ...).
+std::string TopMappings(pid_t pid, int count) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::vector<std::pair<int64_t, std::string>> rows;
+  std::string line, mapping;
+  while (std::getline(in, line)) {
+    if (line.rfind("Rss:", 0) == 0) {
+      rows.emplace_back(std::stoll(line.substr(4)), mapping);
+    } else if (!line.empty() && std::isxdigit(line[0]) &&
+               line.find('-') < line.find(' ')) {
+      mapping = line;
+    }
+  }
+  std::sort(rows.begin(), rows.end(), std::greater<>());
+  std::string out;
+  for (int i = 0; i < count && i < static_cast<int>(rows.size()); ++i) {
+    absl::StrAppend(&out, rows[i].first, " kB  ", rows[i].second, "\n");
+  }
+  return out;
 }
 
 class HostileE2eTest : public ::testing::Test {
@@ -109,7 +157,7 @@ class HostileE2eTest : public ::testing::Test {
 };
 
 TEST_F(HostileE2eTest, OverflowingShapesAreRefusedByBothRpcs) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   const std::vector<std::vector<int64_t>> shapes = {
       {int64_t{1} << 62},
       {int64_t{1} << 31, int64_t{1} << 31, 4},
@@ -132,7 +180,7 @@ TEST_F(HostileE2eTest, OverflowingShapesAreRefusedByBothRpcs) {
 }
 
 TEST_F(HostileE2eTest, ZeroSizeAndMisshapenBatchesAreRefused) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   for (const std::vector<int64_t>& shape :
        std::vector<std::vector<int64_t>>{{0, kDim}, {1, kDim + 1}, {kDim}}) {
     quantd::v1::TensorBatch batch = Hollow("x", shape);
@@ -148,7 +196,7 @@ TEST_F(HostileE2eTest, ZeroSizeAndMisshapenBatchesAreRefused) {
 
 TEST_F(HostileE2eTest, PerChannelHistogramsStayWithinTheObserverBudget) {
   // 512 channels x 1M bins x 8 bytes would be 4 GiB; the budget is 64 MiB.
-  Start({"--max_observer_bytes=67108864"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--max_observer_bytes=67108864"}));
   model_ = MatMulChainModel(512, 2);
   quantd::v1::CalibrateConfig config;
   config.set_method("percentile");
@@ -168,8 +216,9 @@ TEST_F(HostileE2eTest, PerChannelHistogramsStayWithinTheObserverBudget) {
 
 TEST_F(HostileE2eTest, IdleUploadsCannotPinMoreThanTheUploadBudget) {
   constexpr uint64_t kBudget = uint64_t{100} << 20;
-  Start({absl::StrCat("--max_uploading_bytes=", kBudget),
-         "--max_model_bytes=1073741824"});
+  ASSERT_NO_FATAL_FAILURE(
+      Start({absl::StrCat("--max_uploading_bytes=", kBudget),
+             "--max_model_bytes=1073741824"}));
   const int64_t rss_before = RssBytes(server_->pid());
   quantd::v1::QuantizeConfig config = DynamicRangeConfig();
   config.set_model_size_bytes(uint64_t{40} << 20);
@@ -197,7 +246,7 @@ TEST_F(HostileE2eTest, IdleUploadsCannotPinMoreThanTheUploadBudget) {
 }
 
 TEST_F(HostileE2eTest, HundredThousandBadUnitWiseEntriesGiveAReadableStatus) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   quantd::v1::QuantizeConfig config = DynamicRangeConfig();
   for (int i = 0; i < 100000; ++i) {
     UnitWiseQuantizationPrecision* u =
@@ -225,7 +274,7 @@ TEST_F(HostileE2eTest, HundredThousandBadUnitWiseEntriesGiveAReadableStatus) {
 }
 
 TEST_F(HostileE2eTest, IdleServerGivesMemoryBack) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   const std::string small = model_;
   const std::string big = MatMulChainModel(2048, 3);  // 48 MB.
   auto quantize = [this](const std::string& model) {
@@ -234,14 +283,7 @@ TEST_F(HostileE2eTest, IdleServerGivesMemoryBack) {
         DynamicRangeConfig(), model);
     return call.Finish();
   };
-  // The first big call loads what every later call shares (ONNX's operator
-  // schemas, protobuf descriptors, the pool threads' stacks): the baseline
-  // is the idle server after it.
-  ASSERT_TRUE(quantize(big).ok());
-  absl::SleepFor(absl::Seconds(1));
-  const int64_t baseline = RssBytes(server_->pid());
-  // Then hostile calls and big ones, and nothing.
-  for (int round = 0; round < 2; ++round) {
+  auto hostile_round = [&] {
     model_ = small;
     EXPECT_FALSE(Calibrate(Hollow("x", {int64_t{1} << 62})).ok());
     quantd::v1::CalibrateConfig histograms;
@@ -250,22 +292,29 @@ TEST_F(HostileE2eTest, IdleServerGivesMemoryBack) {
     histograms.set_num_bins(1 << 16);
     EXPECT_TRUE(Calibrate(InputBatch(kDim), histograms).ok());
     EXPECT_TRUE(quantize(big).ok());
-  }
-  // Within 10% of the baseline, plus 4 MiB for heap fragmentation that no
-  // trim can return (the baseline is small: ~28 MB); the idle trimmer runs
-  // twice a second.
-  const int64_t bound = baseline * 11 / 10 + (int64_t{4} << 20);
-  int64_t rss = 0;
-  for (int i = 0; i < 100; ++i) {  // Up to 10 s on a loaded machine.
-    absl::SleepFor(absl::Milliseconds(100));
-    rss = RssBytes(server_->pid());
-    if (rss <= bound) break;
-  }
+  };
+  // The first round loads what every later call shares (ONNX's operator
+  // schemas, protobuf descriptors, the code pages of every path these calls
+  // take, the pool threads' stacks): the baseline is the idle server after
+  // it, once its trimmer has run.
+  hostile_round();
+  const int64_t baseline = SettledRssBytes(server_->pid(), absl::Seconds(10));
+  const std::string baseline_mappings = TopMappings(server_->pid(), 6);
+  for (int round = 0; round < 2; ++round) hostile_round();
+  // Within 10% of the baseline, plus 8 MiB: the baseline is small (~30 MB)
+  // and a trim returns only whole free pages, so small objects that outlive
+  // a call (gRPC's, protobuf's, the metrics') keep the pages they sit on;
+  // measured up to +8 MB on a loaded machine. Without the trims the server
+  // keeps 100 MB and more here (its peak is printed below).
+  const int64_t bound = baseline * 11 / 10 + (int64_t{8} << 20);
+  const int64_t rss = SettledRssBytes(server_->pid(), absl::Seconds(10));
   std::printf(
       "measured: idle server RSS %.1f MB after hostile and 48 MB "
-      "calls, baseline %.1f MB\n",
-      rss / 1e6, baseline / 1e6);
-  EXPECT_LE(rss, bound) << "baseline " << baseline << " after " << rss;
+      "calls, baseline %.1f MB, peak %.1f MB\n",
+      rss / 1e6, baseline / 1e6, StatusBytes(server_->pid(), "VmHWM:") / 1e6);
+  EXPECT_LE(rss, bound) << "largest mappings at the baseline:\n"
+                        << baseline_mappings << "and now:\n"
+                        << TopMappings(server_->pid(), 6);
 }
 
 }  // namespace

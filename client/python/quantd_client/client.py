@@ -3,17 +3,21 @@
 It follows the C++ SDK (client/quantd_client.cc): the same request streams
 (config, then the model in chunks, then calibration batches), the same
 protocol checks on the response streams, the same channel setup
-(round_robin over every resolved address, keepalive, transparent retries of
-calls that failed with UNAVAILABLE, and nothing else), and the same bearer
-token rules.
+(round_robin over every resolved address, keepalive), the same retries
+(its own, of calls that failed with UNAVAILABLE before any response, and
+nothing else), and the same bearer token rules.
 """
 
+import collections.abc
 import enum
 import json
 import os
+import random
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import grpc
 from google.protobuf import json_format, text_format
@@ -32,11 +36,18 @@ ServerInfo = service_pb2.ServerInfo
 # protobuf text format (what quantctl --options reads).
 OptionsLike = Union[options_pb2.QuantizationOptions, Mapping, str]
 ModelLike = Union[bytes, bytearray, memoryview, PathLike]
+_T = TypeVar("_T")
 
 # Keepalive agreed with the server (server/server.cc accepts pings every
 # 10 s): detects a dead connection during a long job.
 _KEEPALIVE_TIME_MS = 30 * 1000
 _KEEPALIVE_TIMEOUT_MS = 10 * 1000
+
+# Backoff between attempts, as in the C++ SDK: 0.2 s doubling up to 2 s,
+# each with a random jitter of +-20%.
+_INITIAL_BACKOFF_S = 0.2
+_MAX_BACKOFF_S = 2.0
+_MAX_RETRIES = 10
 
 
 class QuantdError(Exception):
@@ -185,22 +196,32 @@ def _channel_target(target: Union[str, Sequence[str]]) -> str:
     return "ipv4:" + ",".join(addresses)
 
 
-def _service_config(lb_policy: str, retries: int) -> str:
-    # Every method is safe to retry: the service is stateless. gRPC retries
-    # only before the call is committed (no response yet, and the requests
-    # sent so far fit its retry buffer), exactly as in the C++ SDK.
-    method_config = {"name": [{"service": "quantd.v1.QuantizationService"},
-                              {"service": "grpc.health.v1.Health"}]}
-    if retries > 0:
-        method_config["retryPolicy"] = {
-            "maxAttempts": min(retries + 1, 5),  # gRPC caps attempts at 5.
-            "initialBackoff": "0.2s",
-            "maxBackoff": "2s",
-            "backoffMultiplier": 2,
-            "retryableStatusCodes": ["UNAVAILABLE"],
-        }
-    return json.dumps({"loadBalancingConfig": [{lb_policy: {}}],
-                       "methodConfig": [method_config]})
+def _service_config(lb_policy: str) -> str:
+    # Retries are the client's own (QuantdClient._with_retries), not a gRPC
+    # retryPolicy: gRPC stops retrying a stream once its 256 KiB replay
+    # buffer is full, i.e. for any real model, and gRPC 1.51 was seen to
+    # replay a short stream (the last calibration batch missing, 1 run in
+    # 25 of fake_server_test on a loaded machine): a silent wrong answer.
+    return json.dumps({"loadBalancingConfig": [{lb_policy: {}}]})
+
+
+class _Batches:
+    """A call's batch source, and whether a retry can send it again: a
+    re-iterable one (a list, NpyBatches) always can; a one-shot iterator (a
+    generator) only while none of its batches has been taken."""
+
+    def __init__(self, source: Optional[Iterable[BatchLike]]):
+        self._source = source if source is not None else ()
+        self._one_shot = isinstance(self._source, collections.abc.Iterator)
+        self._taken = False
+
+    def __iter__(self) -> Iterator[BatchLike]:
+        for batch in self._source:
+            self._taken = True
+            yield batch
+
+    def replayable(self) -> bool:
+        return not (self._one_shot and self._taken)
 
 
 # grpc.health.v1 has no stubs in Debian's python3-grpcio (grpcio-health-
@@ -286,13 +307,15 @@ class QuantdClient:
 
     target: any gRPC target ("host:port", "dns:///host:port",
         "ipv4:10.0.0.1:50051,10.0.0.2:50051") or a list of "IP:PORT".
-    timeout: per call, in seconds (None: no deadline).
+    timeout: per call, in seconds, retries included (None: no deadline).
     tls: TlsOptions to use TLS (None: plaintext).
     token: sent as "authorization: Bearer <token>" on every call. With TLS
         as call credentials; without TLS as plain metadata, readable by
         anyone on the path (only for loopback or a network you trust).
-    retries: extra attempts of a call that failed with UNAVAILABLE (a
-        replica draining or restarting), 0..4; no other code is retried.
+    retries: extra attempts of a call that failed with UNAVAILABLE before
+        any response (a replica draining or restarting), 0..10; no other
+        code is retried, nor a call whose one-shot batch source (a
+        generator) was already read.
     chunk_bytes: size of the model chunks sent (the C++ SDK's 1 MiB).
     max_message_bytes: must match the server's (16 MiB by default).
 
@@ -304,19 +327,19 @@ class QuantdClient:
                  tls: Optional[TlsOptions] = None, token: Optional[str] = None,
                  retries: int = 2, chunk_bytes: int = 1 << 20,
                  max_message_bytes: int = 16 << 20, load_balancing_policy: str = "round_robin"):
-        if not 0 <= retries <= 4:
-            raise ValueError(f"retries must be in [0, 4] (gRPC makes at most 5 attempts), not {retries}")
+        if not 0 <= retries <= _MAX_RETRIES:
+            raise ValueError(f"retries must be in [0, {_MAX_RETRIES}], not {retries}")
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, not {chunk_bytes}")
         self.target = _channel_target(target)
         self.timeout = timeout
+        self.retries = retries
         self.chunk_bytes = chunk_bytes
         self._token = (token or "").strip()
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.enable_retries", 1),
-            ("grpc.service_config", _service_config(load_balancing_policy, retries)),
+            ("grpc.service_config", _service_config(load_balancing_policy)),
             ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
             ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
         ]
@@ -384,18 +407,31 @@ class QuantdClient:
             if value is not None:
                 getattr(config, name).CopyFrom(_to_message(value, kind, name))
 
+        batches = _Batches(calibration_batches)
+
         def requests() -> Iterator[service_pb2.QuantizeRequest]:
             yield service_pb2.QuantizeRequest(config=config)
             for chunk in self._chunks(data):
                 yield service_pb2.QuantizeRequest(model_chunk=chunk)
-            for batch in calibration_batches or ():
+            for batch in batches:
                 yield service_pb2.QuantizeRequest(calibration_batch=to_tensor_batch(batch))
 
+        return self._with_retries(
+            lambda timeout, responded: self._quantize_attempt(
+                requests(), timeout, responded, on_progress, on_tensor_report),
+            batches)
+
+    def _quantize_attempt(self, requests: Iterator[service_pb2.QuantizeRequest],
+                          timeout: Optional[float], responded: Callable[[], None],
+                          on_progress: Optional[Callable[[Progress], None]],
+                          on_tensor_report: Optional[Callable[[TensorReport], None]]
+                          ) -> QuantizeResult:
         model_parts: List[bytes] = []
         reports: List[TensorReport] = []
         summaries: List[QuantizeSummary] = []
         after_summary = False
-        for response in self._stream(self._stub.Quantize, requests()):
+        for response in self._stream(self._stub.Quantize, requests, timeout):
+            responded()
             if summaries:
                 after_summary = True
             event = response.WhichOneof("event")
@@ -442,16 +478,28 @@ class QuantdClient:
             cfg.method = method
         cfg.model_size_bytes = len(data)
 
+        source = _Batches(batches)
+
         def requests() -> Iterator[service_pb2.CalibrateRequest]:
             yield service_pb2.CalibrateRequest(config=cfg)
             for chunk in self._chunks(data):
                 yield service_pb2.CalibrateRequest(model_chunk=chunk)
-            for batch in batches:
+            for batch in source:
                 yield service_pb2.CalibrateRequest(batch=to_tensor_batch(batch))
 
+        return self._with_retries(
+            lambda timeout, responded: self._calibrate_attempt(
+                requests(), timeout, responded, on_progress),
+            source)
+
+    def _calibrate_attempt(self, requests: Iterator[service_pb2.CalibrateRequest],
+                           timeout: Optional[float], responded: Callable[[], None],
+                           on_progress: Optional[Callable[[Progress], None]]
+                           ) -> CalibrationResult:
         results: List[service_pb2.CalibrationResult] = []
         after_result = False
-        for response in self._stream(self._stub.Calibrate, requests()):
+        for response in self._stream(self._stub.Calibrate, requests, timeout):
+            responded()
             if results:
                 after_result = True
             event = response.WhichOneof("event")
@@ -471,18 +519,13 @@ class QuantdClient:
 
     def server_info(self) -> ServerInfo:
         """What the server supports (capability table) and its limits."""
-        try:
-            return self._stub.GetServerInfo(service_pb2.GetServerInfoRequest(),
-                                            timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise QuantdError.from_rpc_error(e) from None
+        return self._with_retries(lambda timeout, _: self._unary(
+            self._stub.GetServerInfo, service_pb2.GetServerInfoRequest(), timeout))
 
     def health(self, service: str = "") -> ServingStatus:
         """The grpc.health.v1 status of `service` ("" is the whole server)."""
-        try:
-            return self._health_check(service, timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise QuantdError.from_rpc_error(e) from None
+        return self._with_retries(lambda timeout, _: self._unary(
+            self._health_check, service, timeout))
 
     # -- Internals -------------------------------------------------------
 
@@ -491,11 +534,56 @@ class QuantdClient:
         for offset in range(0, len(data), self.chunk_bytes):
             yield bytes(view[offset:offset + self.chunk_bytes])
 
-    def _stream(self, method, messages: Iterator[Message]) -> Iterator[Message]:
+    def _with_retries(self, attempt: Callable[[Optional[float], Callable[[], None]], _T],
+                      batches: Optional[_Batches] = None) -> _T:
+        """Runs attempt(timeout, responded) again while it fails with
+        UNAVAILABLE before any response (`responded()` not called: no event
+        reached the caller's callbacks), `retries` times at most, within one
+        deadline for the whole call. The service is stateless, so a retry
+        (on another replica, round_robin) is safe."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            responded = False
+
+            def mark() -> None:
+                nonlocal responded
+                responded = True
+
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return attempt(timeout, mark)
+            except QuantdError as e:
+                if e.code != grpc.StatusCode.UNAVAILABLE or responded:
+                    raise
+                error = e
+            if batches is not None and not batches.replayable():
+                raise QuantdError(error.code, f"{error.message} (not retried: the batch source "
+                                  "is a one-shot iterator that was already read)")
+            if attempts > self.retries:
+                if attempts == 1:
+                    raise error
+                raise QuantdError(error.code, f"{error.message} (gave up after {attempts} attempts)")
+            backoff = min(_INITIAL_BACKOFF_S * 2 ** (attempts - 1), _MAX_BACKOFF_S)
+            backoff *= random.uniform(0.8, 1.2)
+            if deadline is not None and time.monotonic() + backoff >= deadline:
+                raise QuantdError(error.code, f"{error.message} (not retried: the deadline falls "
+                                  f"before the next attempt; {attempts} attempt(s) made)")
+            time.sleep(backoff)
+
+    def _unary(self, method, request, timeout: Optional[float]):
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise QuantdError.from_rpc_error(e) from None
+
+    def _stream(self, method, messages: Iterator[Message],
+                timeout: Optional[float]) -> Iterator[Message]:
         """The responses of one bidi call; errors as QuantdError, an error of
         the request source as itself."""
         requests = _Requests(messages)
-        call = method(iter(requests), timeout=self.timeout, metadata=self._metadata)
+        call = method(iter(requests), timeout=timeout, metadata=self._metadata)
         requests.set_call(call)
         try:
             yield from call

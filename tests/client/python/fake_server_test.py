@@ -2,6 +2,7 @@
 is retried up to `retries` extra attempts, every other code is not), the
 request stream it writes, and its checks of the response stream."""
 
+import os
 import threading
 import unittest
 from concurrent import futures
@@ -78,7 +79,7 @@ class RetryTest(FakeServerTest):
             with self.assertRaises(QuantdError) as ctx:
                 client.server_info()
         self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE)
-        self.assertEqual(ctx.exception.message, "attempt 2 fails")
+        self.assertEqual(ctx.exception.message, "attempt 2 fails (gave up after 2 attempts)")
         self.assertEqual(service.calls, 2)
 
     def test_other_codes_are_not_retried(self):
@@ -94,7 +95,7 @@ class RetryTest(FakeServerTest):
     def test_quantize_stream_order_and_retry(self):
         # Config first, then the model in chunks of chunk_bytes, then the
         # batches; the first attempt fails UNAVAILABLE before reading anything
-        # and gRPC replays the (buffered) stream.
+        # and the client sends the whole stream again.
         service = FlakyService(failures=1, code=grpc.StatusCode.UNAVAILABLE)
         model = bytes(range(256)) * 40  # 10240 bytes.
         with QuantdClient(self.serve(service), timeout=30, retries=1, chunk_bytes=4096) as client:
@@ -118,7 +119,78 @@ class RetryTest(FakeServerTest):
                 client.server_info()
         self.assertEqual(service.calls, 1)
         with self.assertRaises(ValueError):
-            QuantdClient("127.0.0.1:1", retries=5)
+            QuantdClient("127.0.0.1:1", retries=11)
+
+
+class ReadThenFailService(service_pb2_grpc.QuantizationServiceServicer):
+    """Reads the whole request stream, then fails the first `failures`
+    calls with UNAVAILABLE, after sending `progress_first` progress events;
+    later calls succeed (the model echoed back)."""
+
+    def __init__(self, failures: int, progress_first: int = 0):
+        self.failures = failures
+        self.progress_first = progress_first
+        self.calls = 0
+        self.batch_counts = []
+
+    def Quantize(self, request_iterator, context):
+        requests = list(request_iterator)
+        self.calls += 1
+        self.batch_counts.append(sum(r.HasField("calibration_batch") for r in requests))
+        model = b"".join(r.model_chunk for r in requests if r.HasField("model_chunk"))
+        if self.calls <= self.failures:
+            for _ in range(self.progress_first):
+                yield service_pb2.QuantizeResponse(progress=service_pb2.Progress(stage=1))
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"attempt {self.calls} fails")
+        yield service_pb2.QuantizeResponse(model_chunk=model)
+        yield service_pb2.QuantizeResponse(summary=service_pb2.QuantizeSummary(
+            input_bytes=len(model), output_bytes=len(model)))
+
+
+class ClientRetryTest(FakeServerTest):
+    """What gRPC's own retry policy could not do: retry a stream bigger
+    than its 256 KiB replay buffer, after the server read all of it."""
+
+    def test_a_big_stream_read_to_the_end_is_sent_again(self):
+        service = ReadThenFailService(failures=2)
+        model = os.urandom(3 << 20)  # 3 chunks of 1 MiB.
+        batches = [np.full((2, 3), i, np.float32) for i in range(4)]
+        with QuantdClient(self.serve(service), timeout=60, retries=2) as client:
+            result = client.quantize(model, calibration_batches=batches)
+        self.assertEqual(service.calls, 3)
+        self.assertEqual(service.batch_counts, [4, 4, 4])
+        self.assertEqual(result.model, model)
+
+    def test_a_generator_already_read_is_not_retried(self):
+        service = ReadThenFailService(failures=1)
+        batches = (np.zeros((2, 3), np.float32) for _ in range(2))
+        with QuantdClient(self.serve(service), timeout=60, retries=2) as client:
+            with self.assertRaises(QuantdError) as ctx:
+                client.quantize(b"model", calibration_batches=batches)
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("not retried: the batch source is a one-shot iterator",
+                      ctx.exception.message)
+        self.assertEqual(service.calls, 1)
+
+    def test_a_call_that_has_responded_is_not_retried(self):
+        # Its progress already reached the caller's callback.
+        service = ReadThenFailService(failures=1, progress_first=1)
+        seen = []
+        with QuantdClient(self.serve(service), timeout=60, retries=2) as client:
+            with self.assertRaises(QuantdError) as ctx:
+                client.quantize(b"model", on_progress=seen.append)
+        self.assertEqual(ctx.exception.message, "attempt 1 fails")
+        self.assertEqual((service.calls, len(seen)), (1, 1))
+
+    def test_the_deadline_covers_the_retries(self):
+        service = FlakyService(failures=10, code=grpc.StatusCode.UNAVAILABLE)
+        with QuantdClient(self.serve(service), timeout=0.3, retries=10) as client:
+            with self.assertRaises(QuantdError) as ctx:
+                client.server_info()
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("not retried: the deadline falls before the next attempt",
+                      ctx.exception.message)
+        self.assertLess(service.calls, 4)
 
 
 class ScriptedService(service_pb2_grpc.QuantizationServiceServicer):
