@@ -5,8 +5,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
+#include "onnx/defs/schema.h"
 
 namespace quantd::executor {
 namespace {
@@ -19,6 +21,41 @@ namespace {
 // and output_dtype), which kernels read or refuse by name.
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;
+
+// Models older than kMinOpset run as opset kMinOpset when none of their ops
+// changed in between (Softplus-1, Elu-6, GlobalMaxPool-1, Not-1 ... mean
+// the same at 7): the schema in force at `opset` is the one in force at
+// kMinOpset. Otherwise (e.g. Add-6's `broadcast` attribute, Dropout-6's
+// is_test) UNIMPLEMENTED naming the op. Walks If/Loop/Scan bodies too.
+absl::Status CheckUnchangedSinceOpset(const onnx::GraphProto& g,
+                                      int64_t opset) {
+  const onnx::OpSchemaRegistry* registry = onnx::OpSchemaRegistry::Instance();
+  for (const onnx::NodeProto& n : g.node()) {
+    if (!IsDefaultDomain(n.domain())) continue;  // Refused later by name.
+    const onnx::OpSchema* then =
+        registry->GetSchema(n.op_type(), static_cast<int>(opset));
+    const onnx::OpSchema* now =
+        registry->GetSchema(n.op_type(), static_cast<int>(kMinOpset));
+    if (then == nullptr || now == nullptr ||
+        then->since_version() != now->since_version()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the executor supports default-domain opsets ", kMinOpset, " to ",
+          kMaxOpset, "; the model imports ", opset, " and its op ", n.op_type(),
+          now == nullptr
+              ? " does not exist at opset 7"
+              : absl::StrCat(" changed at opset ", now->since_version())));
+    }
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      if (a.has_g()) {
+        QUANTD_RETURN_IF_ERROR(CheckUnchangedSinceOpset(a.g(), opset));
+      }
+      for (const onnx::GraphProto& body : a.graphs()) {
+        QUANTD_RETURN_IF_ERROR(CheckUnchangedSinceOpset(body, opset));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status WithNode(const absl::Status& s, const std::string& node,
                       const std::string& op) {
@@ -184,11 +221,15 @@ int Executor::ValueId(const std::string& name) {
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const onnx::ModelProto& model, Options options) {
-  const int64_t opset = graph::DefaultOpset(model);
-  if (opset < kMinOpset || opset > kMaxOpset) {
+  int64_t opset = graph::DefaultOpset(model);
+  if (opset > kMaxOpset || opset < 1) {
     return absl::UnimplementedError(
         absl::StrCat("the executor supports default-domain opsets ", kMinOpset,
                      " to ", kMaxOpset, "; the model imports ", opset));
+  }
+  if (opset < kMinOpset) {
+    QUANTD_RETURN_IF_ERROR(CheckUnchangedSinceOpset(model.graph(), opset));
+    opset = kMinOpset;
   }
   std::unique_ptr<Executor> e(new Executor);
   absl::Status s = e->Build(model.graph(), opset, nullptr);

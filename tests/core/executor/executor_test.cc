@@ -13,6 +13,7 @@
 #include "core/executor/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/executor/node_tester.h"
 #include "tests/core/executor/reference_kernels.h"
 #include "tests/core/graph/test_models.h"
 
@@ -952,6 +953,26 @@ TEST(NpyTest, ReadsNumpyWrittenFilesAndRefusesTheRest) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseNpy(v1.substr(0, v1.size() - 2)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Opsets 1-6: an op that means the same at 7 runs; one that changed is
+// refused by name (Add-6 still had its `broadcast` attribute).
+TEST(ExecutorTest, OldOpsetsRunWhenTheirOpsAreUnchangedSinceThen) {
+  OneNode softplus("Softplus", 1);
+  softplus.inputs = {T1<float>({3}, {-1.0f, 0.0f, 2.0f})};
+  absl::StatusOr<Tensor> y = softplus.Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  ExpectClose(*y,
+              T1<float>({3}, {std::log1p(std::exp(-1.0f)), std::log(2.0f),
+                              std::log1p(std::exp(2.0f))}),
+              1e-6, "Softplus-1");
+
+  OneNode add("Add", 6);
+  add.inputs = {T1<float>({1}, {1.0f}), T1<float>({1}, {2.0f})};
+  absl::StatusOr<Tensor> sum = add.Run1();
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(sum.status().message(),
+              HasSubstr("imports 6 and its op Add changed at opset 7"));
 }
 
 }  // namespace
