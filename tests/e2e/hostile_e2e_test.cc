@@ -2,10 +2,14 @@
 // trusts them. Each test is a finding of the "no call may crash the server
 // or make it allocate without bound" issue, sent to the real quantd binary;
 // after each the server must still answer.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -212,6 +216,35 @@ TEST_F(HostileE2eTest, PerChannelHistogramsStayWithinTheObserverBudget) {
   }
   EXPECT_LT(RssBytes(server_->pid()) - rss_before, int64_t{256} << 20);
   ExpectServing();
+}
+
+// The observer budget is set far above what the process may map, as an
+// operator might on a node whose memory is shared: the allocation itself
+// fails (RLIMIT_AS set on the running server, as `prlimit` does), and that
+// ends this call only, with RESOURCE_EXHAUSTED; the server keeps serving
+// and still shuts down cleanly.
+TEST_F(HostileE2eTest, FailedAllocationEndsOnlyThatCall) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--max_observer_bytes=17179869184"}));
+  model_ = MatMulChainModel(512, 2);
+  const int64_t mapped = StatusBytes(server_->pid(), "VmSize:");
+  ASSERT_GT(mapped, 0);
+  const rlimit limit = {static_cast<rlim_t>(mapped + (int64_t{512} << 20)),
+                        static_cast<rlim_t>(mapped + (int64_t{512} << 20))};
+  ASSERT_EQ(prlimit(server_->pid(), RLIMIT_AS, &limit, nullptr), 0)
+      << std::strerror(errno);
+  // 512 channels x 1M bins x 8 bytes: 4 GiB per observed tensor.
+  quantd::v1::CalibrateConfig histograms;
+  histograms.set_method("percentile");
+  histograms.set_per_channel(true);
+  histograms.set_num_bins(1 << 20);
+  const grpc::Status s = Calibrate(InputBatch(512), histograms);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("memory"));
+  std::printf("measured: %s\n", s.error_message().c_str());
+  ExpectServing();
+  EXPECT_TRUE(Calibrate(InputBatch(512)).ok());
+  EXPECT_EQ(server_->Terminate(), 0) << ReadAll(log_);
 }
 
 TEST_F(HostileE2eTest, IdleUploadsCannotPinMoreThanTheUploadBudget) {
