@@ -3,7 +3,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/file_util.h"
@@ -38,6 +40,26 @@ std::string Label(const CalibrationInput& input) {
                             : absl::StrCat(input.name, "=", input.path);
 }
 
+// Appends `count` elements of `t` from flat element `first` to `data`;
+// float64 is sent as float32 (what models take, at half the bytes).
+void AppendElements(const Tensor& t, int64_t first, int64_t count,
+                    std::string* data) {
+  if (t.dtype() == TP::DOUBLE) {
+    const size_t at = data->size();
+    data->resize(at + static_cast<size_t>(count) * sizeof(float));
+    const double* in = t.data<double>() + first;
+    for (int64_t i = 0; i < count; ++i) {
+      const float f = static_cast<float>(in[i]);
+      std::memcpy(&(*data)[at + static_cast<size_t>(i) * sizeof(float)], &f,
+                  sizeof(float));
+    }
+    return;
+  }
+  const int64_t element = quantd::executor::ElementSize(t.dtype());
+  data->append(static_cast<const char*>(t.raw()) + first * element,
+               static_cast<size_t>(count * element));
+}
+
 }  // namespace
 
 absl::StatusOr<CalibrationInput> ParseCalibrationInput(absl::string_view flag) {
@@ -59,6 +81,43 @@ absl::StatusOr<CalibrationInput> ParseCalibrationInput(absl::string_view flag) {
         absl::StrCat("calibration data '", flag, "' has no file"));
   }
   return input;
+}
+
+absl::Status ApplySampleAxes(const std::vector<std::string>& flags,
+                             std::vector<CalibrationInput>* inputs) {
+  std::vector<std::string> seen;
+  for (const std::string& flag : flags) {
+    const size_t eq = flag.find('=');
+    const std::string name = flag.substr(0, eq);
+    const std::string value =
+        eq == std::string::npos ? "" : flag.substr(eq + 1);
+    int axis = 0;
+    if (value == "none") {
+      axis = CalibrationInput::kWhole;
+    } else if (name.empty() || !absl::SimpleAtoi(value, &axis) || axis < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sample_axis '", flag,
+          "' is not NAME=K (K >= 0, the axis the samples lie on) or NAME=none "
+          "(the array goes whole with every batch)"));
+    }
+    if (absl::c_linear_search(seen, name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sample_axis gives tensor '", name, "' twice"));
+    }
+    seen.push_back(name);
+    bool found = false;
+    for (CalibrationInput& input : *inputs) {
+      if (input.name != name) continue;
+      input.sample_axis = axis;
+      found = true;
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sample_axis names tensor '", name,
+          "', which no calibration data file is given for (NAME=FILE)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> ReadTensorFile(const std::string& path,
@@ -107,15 +166,17 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
           " is not supported for calibration data (float32, float64, int64, "
           "int32, int8, uint8, bool)"));
     }
-    if (tensor->rank() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(input.path,
-                       ": a scalar has no sample axis (the first axis of the "
-                       "array is the sample axis)"));
-    }
     Source source;
     source.name = input.name.empty() ? proto_name : input.name;
     source.path = Label(input);
+    source.sample_axis =
+        tensor->rank() == 0 ? CalibrationInput::kWhole : input.sample_axis;
+    if (source.sample_axis >= tensor->rank() ||
+        (tensor->rank() == 0 && input.sample_axis > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source.path, ": sample axis ", input.sample_axis,
+          " is out of range for an array of rank ", tensor->rank()));
+    }
     source.tensor = std::move(*tensor);
     for (const Source& other : sources) {
       if (other.name == source.name) {
@@ -132,20 +193,38 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
     }
     sources.push_back(std::move(source));
   }
-  const int64_t num_samples = sources.front().tensor.dim(0);
+  const Source* first = nullptr;
+  for (const Source& source : sources) {
+    if (source.sample_axis != CalibrationInput::kWhole) {
+      first = &source;
+      break;
+    }
+  }
+  if (first == nullptr) {
+    return absl::InvalidArgumentError(
+        "every calibration input goes whole with each batch (a scalar, or "
+        "--sample_axis=NAME=none): at least one needs a sample axis to cut "
+        "batches along");
+  }
+  const int64_t num_samples = first->tensor.dim(first->sample_axis);
   if (num_samples == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(sources.front().path, " has no samples (first axis 0)"));
+        absl::StrCat(first->path, " has no samples (sample axis ",
+                     first->sample_axis, " is 0 long)"));
   }
   for (const Source& source : sources) {
-    if (source.tensor.dim(0) != num_samples) {
+    if (source.sample_axis != CalibrationInput::kWhole &&
+        source.tensor.dim(source.sample_axis) != num_samples) {
       std::vector<std::string> sizes;
       for (const Source& s : sources) {
-        sizes.push_back(absl::StrCat(s.path, " has ", s.tensor.dim(0)));
+        if (s.sample_axis == CalibrationInput::kWhole) continue;
+        sizes.push_back(absl::StrCat(s.path, " has ",
+                                     s.tensor.dim(s.sample_axis), " on axis ",
+                                     s.sample_axis));
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "calibration inputs must have as many samples (first axis) as each "
-          "other: ",
+          "calibration inputs must have as many samples (along their sample "
+          "axes) as each other: ",
           absl::StrJoin(sizes, ", ")));
     }
   }
@@ -159,29 +238,27 @@ std::optional<quantd::v1::TensorBatch> CalibrationData::Next() {
   quantd::v1::TensorBatch batch;
   for (const Source& source : sources_) {
     const Tensor& t = source.tensor;
-    const int64_t per_sample = t.size() / std::max<int64_t>(t.dim(0), 1);
     quantd::v1::NamedTensor* named = batch.add_tensors();
     named->set_name(source.name);
-    named->add_shape(n);
-    for (int i = 1; i < t.rank(); ++i) named->add_shape(t.dim(i));
-    const int64_t first = next_sample_ * per_sample;
-    const int64_t count = n * per_sample;
+    named->set_data_type(t.dtype() == TP::DOUBLE ? TP::FLOAT : t.dtype());
     std::string* data = named->mutable_data();
-    if (t.dtype() == TP::DOUBLE) {
-      // Sent as float32: what models take, at half the bytes.
-      named->set_data_type(TP::FLOAT);
-      data->resize(static_cast<size_t>(count) * sizeof(float));
-      const double* in = t.data<double>() + first;
-      for (int64_t i = 0; i < count; ++i) {
-        const float f = static_cast<float>(in[i]);
-        std::memcpy(&(*data)[static_cast<size_t>(i) * sizeof(float)], &f,
-                    sizeof(float));
-      }
-    } else {
-      named->set_data_type(t.dtype());
-      const int64_t element = quantd::executor::ElementSize(t.dtype());
-      data->assign(static_cast<const char*>(t.raw()) + first * element,
-                   static_cast<size_t>(count * element));
+    if (source.sample_axis == CalibrationInput::kWhole) {
+      for (int i = 0; i < t.rank(); ++i) named->add_shape(t.dim(i));
+      AppendElements(t, 0, t.size(), data);
+      continue;
+    }
+    // Rows [next_sample_, next_sample_ + n) of the sample axis, for every
+    // index of the axes before it.
+    const int axis = source.sample_axis;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < t.rank(); ++i) {
+      named->add_shape(i == axis ? n : t.dim(i));
+      if (i < axis) outer *= t.dim(i);
+      if (i > axis) inner *= t.dim(i);
+    }
+    for (int64_t o = 0; o < outer; ++o) {
+      AppendElements(t, (o * t.dim(axis) + next_sample_) * inner, n * inner,
+                     data);
     }
   }
   next_sample_ += n;

@@ -1,7 +1,10 @@
 // Calibration batches from files, for quantctl and SDK users: NumPy .npy
 // arrays or ONNX TensorProto (.pb) files, one per model tensor, whose first
-// axis is the sample axis. Several files are zipped sample by sample and cut
-// into batches of `batch_size` samples as they are asked for.
+// axis is the sample axis unless said otherwise (a recurrent state laid out
+// [layers, batch, hidden] has it at 1). Several files are zipped sample by
+// sample and cut into batches of `batch_size` samples as they are asked
+// for. A scalar (a sample rate, a threshold) has no sample axis: it goes
+// whole with every batch, and so does any array given kWhole.
 #ifndef QUANTD_CLIENT_CALIBRATION_DATA_H_
 #define QUANTD_CLIENT_CALIBRATION_DATA_H_
 
@@ -24,9 +27,21 @@ namespace quantd::client {
 // at the first '='; NAME is a graph input or, for observed activations, any
 // tensor of the model).
 struct CalibrationInput {
+  // sample_axis for an array that goes whole with every batch.
+  static constexpr int kWhole = -1;
+
   std::string name;
   std::string path;
+  // The axis the samples lie on; kWhole: none. Rank-0 arrays are always
+  // kWhole.
+  int sample_axis = 0;
 };
+
+// Applies --sample_axis values "NAME=K" (K >= 0) or "NAME=none" (kWhole) to
+// the inputs of that name. INVALID_ARGUMENT for a malformed value, a NAME
+// no input has, or one NAME given twice.
+absl::Status ApplySampleAxes(const std::vector<std::string>& flags,
+                             std::vector<CalibrationInput>* inputs);
 
 // INVALID_ARGUMENT for an empty path or "=X.npy".
 absl::StatusOr<CalibrationInput> ParseCalibrationInput(absl::string_view flag);
@@ -34,11 +49,13 @@ absl::StatusOr<CalibrationInput> ParseCalibrationInput(absl::string_view flag);
 class CalibrationData {
  public:
   // Reads every file (whole, once) and checks they fit together:
-  // INVALID_ARGUMENT naming the files when their first axes differ, for a
-  // rank-0 array, for two unnamed inputs or two inputs of the same name, or
-  // batch_size < 1; the readers' codes for unreadable files (NOT_FOUND for a
-  // missing one), UNIMPLEMENTED for element types other than float32,
-  // float64 (sent as float32), int64, int32, int8, uint8 and bool.
+  // INVALID_ARGUMENT naming the files when their sample axes differ in
+  // length, for a sample axis the array does not have, when every input
+  // goes whole (nothing to batch along), for two unnamed inputs or two
+  // inputs of the same name, or batch_size < 1; the readers' codes for
+  // unreadable files (NOT_FOUND for a missing one), UNIMPLEMENTED for
+  // element types other than float32, float64 (sent as float32), int64,
+  // int32, int8, uint8 and bool.
   static absl::StatusOr<std::unique_ptr<CalibrationData>> Open(
       const std::vector<CalibrationInput>& inputs, int64_t batch_size);
 
@@ -65,6 +82,7 @@ class CalibrationData {
     std::string name;
     std::string path;
     quantd::executor::Tensor tensor;
+    int sample_axis = 0;  // CalibrationInput::kWhole: sent whole.
   };
 
   CalibrationData(std::vector<Source> sources, int64_t num_samples,

@@ -4,10 +4,16 @@
 //                     [--method=..] [--precision=..] [--op_set=..] [--json]
 //                     [--calibration=RANGES.pb]
 //                     [--calibration_data=[NAME=]X.npy ...]
+//                     [--sample_axis=NAME=K|NAME=none ...]
 //                     [--report=REPORT.html]
 //   quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy [...]
 //                      --output=RANGES.pb [--batch_size=N] [--method=..]
+//                      [--sample_axis=NAME=K|NAME=none ...]
 //                      [--per_channel] [--json]
+//
+// Calibration arrays are cut into batches along their first axis, or the
+// axis --sample_axis gives (a recurrent state [layers, batch, hidden]: 1);
+// a scalar, or an array given NAME=none, goes whole with every batch.
 //   quantctl info --server=T [--json]
 //   quantctl health --server=T
 //
@@ -111,11 +117,13 @@ constexpr char kUsage[] =
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
+    "                    [--sample_axis=NAME=K|NAME=none ...]\n"
     "                    [--report=REPORT.html]\n"
     "                    [--timeout=SECONDS]\n"
     "  quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy\n"
     "                     [--data=NAME=Y.npy ...] --output=RANGES.pb\n"
     "                     [--batch_size=N (32)] [--per_channel] [--json]\n"
+    "                     [--sample_axis=NAME=K|NAME=none ...]\n"
     "                     [--method=min_max|last_value|moving_average|\n"
     "                               percentile|mse|entropy]\n"
     "                     [--timeout=SECONDS]\n"
@@ -143,10 +151,10 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"quantize",
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
-        "calibration_method", "batch_size", "report"}},
+        "calibration_method", "batch_size", "sample_axis", "report"}},
       {"calibrate",
-       {"server", "model", "output", "data", "batch_size", "method",
-        "per_channel", "json", "timeout"}},
+       {"server", "model", "output", "data", "batch_size", "sample_axis",
+        "method", "per_channel", "json", "timeout"}},
       {"info", {"server", "json", "timeout"}},
       {"health", {"server", "timeout"}},
   };
@@ -165,7 +173,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
 // rather than in absl flags (which would keep only the last).
 std::map<std::string, std::vector<std::string>>& RepeatedFlags() {
   static auto* values = new std::map<std::string, std::vector<std::string>>{
-      {"data", {}}, {"calibration_data", {}}};
+      {"data", {}}, {"calibration_data", {}}, {"sample_axis", {}}};
   return *values;
 }
 
@@ -488,6 +496,11 @@ OpenCalibrationData(const std::vector<std::string>& flags) {
         quantd::client::ParseCalibrationInput(flag);
     if (!input.ok()) return input.status();
     inputs.push_back(std::move(*input));
+  }
+  if (absl::Status s = quantd::client::ApplySampleAxes(
+          RepeatedFlags()["sample_axis"], &inputs);
+      !s.ok()) {
+    return s;
   }
   return quantd::client::CalibrationData::Open(inputs,
                                                absl::GetFlag(FLAGS_batch_size));

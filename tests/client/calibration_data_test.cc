@@ -183,10 +183,80 @@ TEST_F(CalibrationDataTest, ErrorsAreNamed) {
   auto junk = CalibrationData::Open({{"", tmp_.File("junk.pb")}}, 1);
   EXPECT_EQ(junk.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(junk.status().message(), HasSubstr("junk.pb"));
+  // Only scalars: nothing to cut batches along.
   auto scalar =
       CalibrationData::Open({{"", Npy("s.npy", Tensor::Scalar(1.0f))}}, 1);
   EXPECT_EQ(scalar.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(scalar.status().message(), HasSubstr("sample axis"));
+}
+
+// A recurrent state laid out [layers, batch, hidden] is cut along axis 1,
+// a scalar (a sample rate) goes whole with every batch, and so does an
+// array given NAME=none.
+TEST_F(CalibrationDataTest, SampleAxesAndWholeInputs) {
+  std::vector<float> state;  // [2 layers, 3 samples, 2]: 100*l + 10*s + h.
+  for (int l = 0; l < 2; ++l) {
+    for (int n = 0; n < 3; ++n) {
+      for (int h = 0; h < 2; ++h) state.push_back(100.0f * l + 10.0f * n + h);
+    }
+  }
+  std::vector<CalibrationInput> inputs = {
+      {"x", Npy("x.npy", Samples(3))},
+      {"state", Npy("state.npy", Tensor::FromVector<float>({2, 3, 2}, state))},
+      {"sr", Npy("sr.npy", Tensor::Scalar<int64_t>(16000))},
+      {"table", Npy("table.npy", Tensor::FromVector<float>({2}, {7, 8}))}};
+  ASSERT_TRUE(ApplySampleAxes({"state=1", "table=none"}, &inputs).ok());
+  auto data = CalibrationData::Open(inputs, 2);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->num_samples(), 3);
+  auto first = (*data)->Next();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->tensors_size(), 4);
+  const quantd::v1::NamedTensor& s0 = first->tensors(1);
+  EXPECT_THAT(s0.shape(), ::testing::ElementsAre(2, 2, 2));
+  EXPECT_EQ(Floats(s0), (std::vector<float>{0, 1, 10, 11, 100, 101, 110, 111}));
+  const quantd::v1::NamedTensor& sr = first->tensors(2);
+  EXPECT_EQ(sr.shape_size(), 0);
+  EXPECT_EQ(sr.data_type(), onnx::TensorProto::INT64);
+  int64_t rate = 0;
+  ASSERT_EQ(sr.data().size(), sizeof(rate));
+  std::memcpy(&rate, sr.data().data(), sizeof(rate));
+  EXPECT_EQ(rate, 16000);
+  EXPECT_EQ(Floats(first->tensors(3)), (std::vector<float>{7, 8}));
+  auto second = (*data)->Next();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_THAT(second->tensors(1).shape(), ::testing::ElementsAre(2, 1, 2));
+  EXPECT_EQ(Floats(second->tensors(1)), (std::vector<float>{20, 21, 120, 121}));
+  EXPECT_THAT(second->tensors(0).shape(), ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(second->tensors(2).data(), sr.data());
+  EXPECT_FALSE((*data)->Next().has_value());
+}
+
+TEST_F(CalibrationDataTest, BadSampleAxesAreInvalidArgument) {
+  std::vector<CalibrationInput> inputs = {{"x", Npy("x.npy", Samples(3))}};
+  for (const char* flag : {"x=-1", "x=one", "x", "=1"}) {
+    std::vector<CalibrationInput> copy = inputs;
+    EXPECT_EQ(ApplySampleAxes({flag}, &copy).code(),
+              absl::StatusCode::kInvalidArgument)
+        << flag;
+  }
+  std::vector<CalibrationInput> copy = inputs;
+  EXPECT_THAT(ApplySampleAxes({"y=1"}, &copy).message(),
+              HasSubstr("no calibration data file"));
+  EXPECT_THAT(ApplySampleAxes({"x=1", "x=0"}, &copy).message(),
+              HasSubstr("twice"));
+  // Axis 2 of a rank-2 array; lengths that differ along the chosen axes.
+  copy = inputs;
+  ASSERT_TRUE(ApplySampleAxes({"x=2"}, &copy).ok());
+  auto out_of_range = CalibrationData::Open(copy, 1);
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out_of_range.status().message(), HasSubstr("out of range"));
+  copy = inputs;
+  copy.push_back({"y", Npy("y.npy", Samples(3))});
+  ASSERT_TRUE(ApplySampleAxes({"y=1"}, &copy).ok());
+  auto differ = CalibrationData::Open(copy, 1);
+  EXPECT_EQ(differ.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(differ.status().message(), HasSubstr("y.npy has 2 on axis 1"));
 }
 
 TEST_F(CalibrationDataTest, AsSourceEndsWithNullopt) {

@@ -7,11 +7,14 @@
 #include <set>
 #include <string>
 
+#include "core/executor/npy.h"
+#include "core/executor/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
+#include "tests/core/graph/test_models.h"
 #include "tests/support/ort.h"
 #include "tests/support/quantd_fixture.h"
 #include "tests/support/subprocess.h"
@@ -144,6 +147,95 @@ TEST_F(CalibrateE2eTest, UnknownTensorNameIsAnErrorFromTheServer) {
   EXPECT_THAT(r.err, HasSubstr("no_such_tensor"));
   EXPECT_FALSE(std::filesystem::exists(tmp.File("r.pb")));
   ExpectServing();
+}
+
+// A stateful model as exporters write them (Silero VAD's shape): a scalar
+// sample rate `sr` and a recurrent state `h` [layers, batch, hidden] next to
+// the batched input. y = (x W + h[0]) * sr. quantctl sends sr whole with
+// every batch and cuts h along axis 1; with x = 0 and h[l, n, :] = 100 l + n
+// the range of y is exactly [0, (samples - 1) * sr].
+TEST_F(CalibrateE2eTest, ScalarInputsAndASampleAxisOtherThanTheFirst) {
+  constexpr int64_t kSamples = 8, kHidden = 4;
+  testing::ModelBuilder b;
+  b.Input("x", {1, kHidden})
+      .Input("sr", {}, onnx::TensorProto::INT64)
+      .Input("h", {2, 1, kHidden})
+      .Output("y", {1, kHidden})
+      .Weight("w", {kHidden, kHidden}, 3)
+      .Node("MatMul", {"x", "w"}, {"xw"})
+      .Node("Gather", {"h", "layer0"}, {"h0"})
+      .Node("Add", {"xw", "h0"}, {"a"})
+      .Node("Cast", {"sr"}, {"srf"})
+      .Attr("to", int64_t{onnx::TensorProto::FLOAT})
+      .Node("Mul", {"a", "srf"}, {"y"});
+  onnx::ModelProto model = b.Build();
+  onnx::TensorProto* layer0 = model.mutable_graph()->add_initializer();
+  layer0->set_name("layer0");
+  layer0->set_data_type(onnx::TensorProto::INT64);
+  layer0->add_int64_data(0);
+  // The batch dims are symbolic, as exporters leave them.
+  auto dim = [&](int input, int axis) {
+    return model.mutable_graph()
+        ->mutable_input(input)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(axis);
+  };
+  dim(0, 0)->set_dim_param("batch");
+  dim(2, 1)->set_dim_param("batch");
+  model.mutable_graph()
+      ->mutable_output(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+
+  TempDir tmp;
+  const std::string model_path = tmp.File("stateful.onnx");
+  WriteFileOrDie(model_path, model.SerializeAsString());
+  std::vector<float> state;
+  for (int l = 0; l < 2; ++l) {
+    for (int n = 0; n < kSamples; ++n) {
+      for (int k = 0; k < kHidden; ++k) state.push_back(100.0f * l + n);
+    }
+  }
+  using quantd::executor::Tensor;
+  const std::string x = tmp.File("x.npy"), sr = tmp.File("sr.npy"),
+                    h = tmp.File("h.npy"), ranges_path = tmp.File("r.pb");
+  ASSERT_TRUE(quantd::executor::WriteNpyFile(
+                  x, Tensor::FromVector<float>(
+                         {kSamples, kHidden},
+                         std::vector<float>(kSamples * kHidden, 0.0f)))
+                  .ok());
+  ASSERT_TRUE(
+      quantd::executor::WriteNpyFile(sr, Tensor::Scalar<int64_t>(1000)).ok());
+  ASSERT_TRUE(quantd::executor::WriteNpyFile(
+                  h, Tensor::FromVector<float>({2, kSamples, kHidden}, state))
+                  .ok());
+  CommandResult r =
+      Quantctl({"calibrate", "--model=" + model_path, "--data=x=" + x,
+                "--data=sr=" + sr, "--data=h=" + h, "--sample_axis=h=1",
+                "--batch_size=3", "--output=" + ranges_path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  quantd::v1::CalibrationResult ranges;
+  ASSERT_TRUE(ranges.ParseFromString(ReadFileOrDie(ranges_path)));
+  EXPECT_EQ(ranges.batch_count(), 3);  // 8 samples in batches of 3.
+  bool saw_y = false;
+  for (const quantd::v1::TensorRange& range : ranges.ranges()) {
+    if (range.tensor_name() != "y") continue;
+    saw_y = true;
+    EXPECT_FLOAT_EQ(range.min(), 0.0f);
+    EXPECT_FLOAT_EQ(range.max(), (kSamples - 1) * 1000.0f);
+  }
+  EXPECT_TRUE(saw_y) << "no range for y";
+
+  // Without --sample_axis, h's first axis (2 layers) is not 8 samples long.
+  r = Quantctl({"calibrate", "--model=" + model_path, "--data=x=" + x,
+                "--data=sr=" + sr, "--data=h=" + h, "--output=" + ranges_path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("has 2 on axis 0"));
 }
 
 TEST_F(CalibrateE2eTest, UsageErrors) {

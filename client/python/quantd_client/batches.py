@@ -2,9 +2,12 @@
 quantd.v1.TensorBatch messages.
 
 The rules are those of the C++ SDK (client/calibration_data.cc) and quantctl:
-the first axis of every array is the sample axis; several arrays are zipped
-sample by sample (their first axes must match) and cut into batches of
-`batch_size` samples, the last one possibly smaller. A tensor without a name
+the first axis of every array is the sample axis unless `sample_axes` says
+otherwise (a recurrent state [layers, batch, hidden] has it at 1; None: the
+array goes whole with every batch, as a scalar such as a sample rate always
+does); several arrays are zipped sample by sample (their sample axes must be
+as long) and cut into batches of `batch_size` samples, the last one possibly
+smaller. A tensor without a name
 ("") feeds the model's only graph input; a name is a graph input or, to send
 observed activations instead (no model run for that batch), any other tensor
 of the model. float32, int64, int32, int8, uint8 and bool are sent as they
@@ -13,7 +16,7 @@ are; float64 is sent as float32 (what models take, at half the bytes).
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -98,44 +101,70 @@ class _Source:
     name: str
     label: str
     array: np.ndarray
+    axis: Optional[int] = 0  # The sample axis; None: sent whole.
 
 
 class ArrayBatches:
     """Re-iterable batches of `batch_size` samples from arrays.
 
     `arrays` is one array (the model's only input) or a mapping tensor name ->
-    array ("" = the only input). Iterating yields TensorBatch messages, each
+    array ("" = the only input); `sample_axes` maps a tensor name to the
+    axis its samples lie on (default 0) or None (sent whole with every
+    batch; scalars always are). Iterating yields TensorBatch messages, each
     made only when asked for (the arrays may be memory-mapped). Raises
     ValueError when the arrays do not fit together."""
 
     def __init__(self, arrays: Union[np.ndarray, Mapping[str, np.ndarray]],
-                 batch_size: int = 32):
+                 batch_size: int = 32, *,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
         if not isinstance(arrays, Mapping):
             arrays = {"": arrays}
         sources = [_Source(name, name or "(unnamed input)", np.asarray(a))
                    for name, a in arrays.items()]
-        self._init(sources, batch_size)
+        self._init(sources, batch_size, sample_axes)
 
-    def _init(self, sources: List[_Source], batch_size: int) -> None:
+    def _init(self, sources: List[_Source], batch_size: int,
+              sample_axes: Optional[Mapping[str, Optional[int]]]) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch size must be >= 1, not {batch_size}")
         if not sources:
             raise ValueError("no calibration data")
+        sample_axes = dict(sample_axes or {})
+        for name in sample_axes:
+            if not any(s.name == name for s in sources):
+                raise ValueError(f"sample_axes names tensor '{name}', which no calibration "
+                                 "input is given for")
         for s in sources:
+            axis = sample_axes.get(s.name, 0)
+            if axis is not None and (not isinstance(axis, int) or axis < 0):
+                raise ValueError(f"{s.label}: sample axis {axis!r} is not an int >= 0 or None")
             if s.array.ndim == 0:
-                raise ValueError(f"{s.label}: a scalar has no sample axis (the first axis of "
-                                 "the array is the sample axis)")
+                if axis:
+                    raise ValueError(f"{s.label}: sample axis {axis} is out of range for an "
+                                     "array of rank 0")
+                axis = None
+            elif axis is not None and axis >= s.array.ndim:
+                raise ValueError(f"{s.label}: sample axis {axis} is out of range for an "
+                                 f"array of rank {s.array.ndim}")
+            s.axis = axis
             native = _native(s.array.dtype)
             if native != np.float64 and native not in _ONNX_TYPES:
                 raise ValueError(f"{s.label}: element type {s.array.dtype} is not supported "
                                  f"for calibration data ({_SUPPORTED})")
-        num_samples = sources[0].array.shape[0]
+        sampled = [s for s in sources if s.axis is not None]
+        if not sampled:
+            raise ValueError("every calibration input goes whole with each batch (a scalar, "
+                             "or sample_axes NAME: None): at least one needs a sample axis to "
+                             "cut batches along")
+        num_samples = sampled[0].array.shape[sampled[0].axis]
         if num_samples == 0:
-            raise ValueError(f"{sources[0].label} has no samples (first axis 0)")
-        if any(s.array.shape[0] != num_samples for s in sources):
-            sizes = ", ".join(f"{s.label} has {s.array.shape[0]}" for s in sources)
-            raise ValueError("calibration inputs must have as many samples (first axis) "
-                             f"as each other: {sizes}")
+            raise ValueError(f"{sampled[0].label} has no samples (sample axis "
+                             f"{sampled[0].axis} is 0 long)")
+        if any(s.array.shape[s.axis] != num_samples for s in sampled):
+            sizes = ", ".join(f"{s.label} has {s.array.shape[s.axis]} on axis {s.axis}"
+                              for s in sampled)
+            raise ValueError("calibration inputs must have as many samples (along their "
+                             f"sample axes) as each other: {sizes}")
         self._sources = sources
         self.batch_size = batch_size
         self.num_samples = int(num_samples)
@@ -151,7 +180,9 @@ class ArrayBatches:
         for first in range(0, self.num_samples, self.batch_size):
             last = min(first + self.batch_size, self.num_samples)
             yield service_pb2.TensorBatch(tensors=[
-                named_tensor(s.name, s.array[first:last], s.label) for s in self._sources])
+                named_tensor(s.name, s.array if s.axis is None else
+                             s.array[(slice(None),) * s.axis + (slice(first, last),)], s.label)
+                for s in self._sources])
 
 
 class NpyBatches(ArrayBatches):
@@ -159,14 +190,16 @@ class NpyBatches(ArrayBatches):
 
     `inputs`: one path (the model's only input); a mapping tensor name ->
     path; or a sequence of paths and (name, path) pairs. An unnamed .pb file
-    uses its TensorProto's name. Raises ValueError naming the files when
+    uses its TensorProto's name. `sample_axes` as for ArrayBatches
+    (quantctl's --sample_axis). Raises ValueError naming the files when
     they do not fit together (two unnamed inputs, one tensor twice,
     different sample counts, unsupported element types), OSError when a
     file cannot be read."""
 
     def __init__(self, inputs: Union[PathLike, Mapping[str, PathLike],
                                      Sequence[Union[PathLike, Tuple[str, PathLike]]]],
-                 batch_size: int = 32):
+                 batch_size: int = 32, *,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
         if isinstance(inputs, (str, os.PathLike)):
             entries = [("", inputs)]
         elif isinstance(inputs, Mapping):
@@ -186,4 +219,4 @@ class NpyBatches(ArrayBatches):
                         if not name else
                         f"two calibration inputs for tensor '{name}' ({other.label}, {label})")
             sources.append(_Source(name, label, array))
-        self._init(sources, batch_size)
+        self._init(sources, batch_size, sample_axes)

@@ -59,6 +59,25 @@ class BatchesTest(unittest.TestCase):
         self.assertIn("a.npy has 3", str(ctx.exception))
         self.assertIn("b.npy has 4", str(ctx.exception))
 
+    def test_sample_axes_and_whole_inputs(self):
+        # A recurrent state [layers, batch, hidden] is cut along axis 1; a
+        # scalar (a sample rate) and an array given None go whole.
+        state = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
+        batches = list(ArrayBatches(
+            {"x": np.zeros((3, 4), np.float32), "state": state,
+             "sr": np.array(16000, np.int64), "table": np.array([7, 8], np.float32)},
+            batch_size=2, sample_axes={"state": 1, "table": None}))
+        self.assertEqual(len(batches), 2)
+        x, st, sr, table = batches[0].tensors
+        self.assertEqual(list(st.shape), [2, 2, 2])
+        np.testing.assert_array_equal(np.frombuffer(st.data, np.float32),
+                                      state[:, 0:2].ravel())
+        self.assertEqual((list(sr.shape), np.frombuffer(sr.data, np.int64)[0]), ([], 16000))
+        self.assertEqual(list(table.shape), [2])
+        self.assertEqual(list(batches[1].tensors[1].shape), [2, 1, 2])
+        np.testing.assert_array_equal(np.frombuffer(batches[1].tensors[1].data, np.float32),
+                                      state[:, 2:3].ravel())
+
     def test_refusals(self):
         x = self.save("x.npy", np.zeros((2, 2), np.float32))
         with self.assertRaisesRegex(ValueError, "two unnamed"):
@@ -67,8 +86,14 @@ class BatchesTest(unittest.TestCase):
             NpyBatches([("x", x), ("x", x)])
         with self.assertRaisesRegex(ValueError, "batch size"):
             NpyBatches(x, batch_size=0)
-        with self.assertRaisesRegex(ValueError, "scalar"):
+        with self.assertRaisesRegex(ValueError, "scalar"):  # Nothing to cut along.
             ArrayBatches(np.float32(1.0))
+        with self.assertRaisesRegex(ValueError, "out of range for an array of rank 2"):
+            ArrayBatches({"x": np.zeros((2, 2))}, sample_axes={"x": 2})
+        with self.assertRaisesRegex(ValueError, "no calibration input is given for"):
+            ArrayBatches({"x": np.zeros((2, 2))}, sample_axes={"y": 1})
+        with self.assertRaisesRegex(ValueError, "y has 3 on axis 1"):
+            ArrayBatches({"x": np.zeros((2, 2)), "y": np.zeros((2, 3))}, sample_axes={"y": 1})
         with self.assertRaisesRegex(ValueError, "float16"):
             NpyBatches(self.save("h.npy", np.zeros((2, 2), np.float16)))
         with self.assertRaisesRegex(ValueError, "no samples"):
