@@ -90,8 +90,14 @@ function embWindows(embSeqs, len, stride) {
   return rows;
 }
 
-async function vadCalib(name, audio, states, maxPairs) {
+// Silero VAD as published: `input` [batch, 512], a scalar sample rate `sr`
+// and recurrent states [layers, batch, hidden]. Calibration windows are
+// spread over the clips; each carries the state the float model had when
+// it reached that window, laid out [layers, windows, hidden] (quantctl
+// --sample_axis=NAME=1), and sr goes whole with every batch.
+async function vadCalib(name, audio, states, maxWindows) {
   const sess = await lib.session(ort, path.join(CORPUS, name, 'model.onnx'));
+  const sr = new ort.Tensor('int64', BigInt64Array.from([16000n]), []);
   const wins = [];
   const st = [];                           // per window: {in: Float32Array}
   for (const c of audio) {
@@ -100,30 +106,24 @@ async function vadCalib(name, audio, states, maxPairs) {
       const w = Float32Array.from(c.subarray(s, s + 512));
       wins.push(w);
       st.push(cur);
-      const feeds = { input: new ort.Tensor('float32', w, [1, 512]) };
+      const feeds = { input: new ort.Tensor('float32', w, [1, 512]), sr };
       for (const S of states) feeds[S.in] = new ort.Tensor('float32', cur[S.in], S.shape);
       const r = await sess.run(feeds);
       cur = Object.fromEntries(states.map((S) => [S.in, Float32Array.from(r[S.out].data)]));
     }
   }
-  const n = Math.min(wins.length >> 1, maxPairs);
-  const step = Math.floor((wins.length >> 1) / n);
-  const idx = [];
-  for (let p = 0; p < n; p++) idx.push(2 * p * step, 2 * p * step + 1);
+  const n = Math.min(wins.length, maxWindows);
+  const idx = Array.from({ length: n }, (_, p) => Math.floor((p * wins.length) / n));
   save(name, 'calib_input.npy', stack(idx.map((i) => wins[i]), [512]));
   for (const S of states) {
     const [L, , H] = S.shape;                // [layers, 1, hidden]
-    const out = new Float32Array(idx.length * 2 * H);
-    for (let p = 0; p < n; p++) {
-      for (let a = 0; a < L; a++) {
-        for (let j = 0; j < 2; j++) {
-          const src = st[idx[2 * p + j]][S.in].subarray(a * H, (a + 1) * H);
-          out.set(src, ((2 * p + a) * 2 + j) * H);
-        }
-      }
+    const out = new Float32Array(L * n * H);
+    for (let a = 0; a < L; a++) {
+      for (let p = 0; p < n; p++) out.set(st[idx[p]][S.in].subarray(a * H, (a + 1) * H), (a * n + p) * H);
     }
-    save(name, `calib_${S.in}.npy`, { data: out, shape: [idx.length, 2, H] });
+    save(name, `calib_${S.in}.npy`, { data: out, shape: [L, n, H] });
   }
+  save(name, 'calib_sr.npy', { data: BigInt64Array.from([16000n]), shape: [] });
 }
 
 async function main() {
@@ -149,8 +149,8 @@ async function main() {
   }
 
   await vadCalib('silero_vad_v4', calibAudio, [
-    { in: 'h', out: 'hn', shape: [2, 1, 64] }, { in: 'c', out: 'cn', shape: [2, 1, 64] }], 24);
-  await vadCalib('silero_vad_v5', calibAudio, [{ in: 'state', out: 'stateN', shape: [2, 1, 128] }], 24);
+    { in: 'h', out: 'hn', shape: [2, 1, 64] }, { in: 'c', out: 'cn', shape: [2, 1, 64] }], 48);
+  await vadCalib('silero_vad_v5', calibAudio, [{ in: 'state', out: 'stateN', shape: [2, 1, 128] }], 48);
 }
 
 main().catch((e) => { console.error(`derive_inputs: ${e.stack || e}`); process.exit(1); });

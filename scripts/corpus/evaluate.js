@@ -51,8 +51,14 @@ const CONFIGS = {
   static_xla_w8a8: { label: 'STATIC XLA W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=xla'] },
   static_uq_w8a8: { label: 'STATIC UNIFORM_QUANTIZED W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=uniform_quantized'] },
   dyn_tf_w4a8: { label: 'DYNAMIC TF W4A8', args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf'] },
+  // The other observers, run only when named (--configs): they answer "is a
+  // STATIC shortfall the ranges' fault?" for one model at a time.
+  static_tf_w8a8_percentile: { label: 'STATIC TF W8A8 percentile', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=percentile'] },
+  static_tf_w8a8_mse: { label: 'STATIC TF W8A8 mse', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=mse'] },
+  static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
 };
-const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean) : Object.keys(CONFIGS);
+const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean)
+  : Object.keys(CONFIGS).filter((c) => !CONFIGS[c].extra);
 let models = MANIFEST.models;
 if (opt.models) {
   const want = new Set(opt.models.split(','));
@@ -230,7 +236,7 @@ function quantize(m, cfgName) {
       const eq = c.indexOf('=');
       args.push(`--calibration_data=${eq >= 0 ? c.slice(0, eq + 1) + path.join(CORPUS, m.name, c.slice(eq + 1)) : path.join(CORPUS, m.name, c)}`);
     }
-    args.push(`--batch_size=${m.calib_batch || 16}`);
+    args.push(`--batch_size=${m.calib_batch || 16}`, ...(m.calib_args || []));
   }
   const t0 = process.hrtime.bigint();
   const r = spawnSync(opt.quantctl, args, { encoding: 'utf8', maxBuffer: 256 << 20, timeout: (QUANT_TIMEOUT_S + 30) * 1000 });

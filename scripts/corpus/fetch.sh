@@ -93,18 +93,22 @@ fi
 # model.onnx: the original, or the original with the manifest's `prepare`
 # edits (graph inputs bound to constants). Done with onnx in Python.
 "$PY" - "$MANIFEST" "$OUT" <<'EOF'
-import json, os, shutil, sys
+import filecmp, json, os, shutil, sys
 import numpy as np
 m = json.load(open(sys.argv[1])); out = sys.argv[2]
 for e in m["models"]:
     if "npm" not in e["source"] or not os.path.exists(os.path.join(out, e["name"], "original.onnx")):
         continue
     d = os.path.join(out, e["name"]); src = os.path.join(d, "original.onnx"); dst = os.path.join(d, "model.onnx")
-    if os.path.exists(dst) and os.path.getmtime(dst) >= os.path.getmtime(src):
-        continue
     prep = e.get("prepare")
     if not prep:
-        shutil.copyfile(src, dst); continue
+        # Byte comparison, not mtimes: a model prepared by an older manifest
+        # must go back to the original.
+        if not os.path.exists(dst) or not filecmp.cmp(src, dst, shallow=False):
+            shutil.copyfile(src, dst)
+        continue
+    if os.path.exists(dst) and os.path.getmtime(dst) >= os.path.getmtime(src):
+        continue
     import onnx
     from onnx import numpy_helper
     model = onnx.load(src)
@@ -134,7 +138,7 @@ if [[ "$FORCE" == 1 || ! -f "$OUT/_audio/eval_audio.npy" || ! -f "$OUT/ppocr_det
   log "inputs: make_inputs.py"
   "$PY" scripts/corpus/make_inputs.py --out "$OUT"
 fi
-if [[ "$CORPUS_CI" != 1 ]] && [[ "$FORCE" == 1 || ! -f "$OUT/oww_timer/eval_x.npy" || ! -f "$OUT/silero_vad_v5/calib_state.npy" ]]; then
+if [[ "$CORPUS_CI" != 1 ]] && [[ "$FORCE" == 1 || ! -f "$OUT/oww_timer/eval_x.npy" || ! -f "$OUT/silero_vad_v5/calib_sr.npy" ]]; then
   log "inputs: derive_inputs.js (float models in ONNX Runtime)"
   node scripts/corpus/derive_inputs.js --corpus "$OUT"
 fi
