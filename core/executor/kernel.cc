@@ -151,6 +151,8 @@ const OpRegistry& GlobalOpRegistry() {
     RegisterActivationOps(r);
     RegisterImageOps(r);
     RegisterIndexOps(r);
+    RegisterLossOps(r);
+    RegisterDetectionOps(r);
     return r;
   }();
   return *registry;

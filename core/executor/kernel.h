@@ -187,6 +187,8 @@ void RegisterRnnOps(OpRegistry* r);
 void RegisterActivationOps(OpRegistry* r);
 void RegisterImageOps(OpRegistry* r);
 void RegisterIndexOps(OpRegistry* r);
+void RegisterLossOps(OpRegistry* r);
+void RegisterDetectionOps(OpRegistry* r);
 
 // The registry of every supported op, built once.
 const OpRegistry& GlobalOpRegistry();
