@@ -85,6 +85,25 @@ class Planner {
       if (name.empty() || !seen.insert(name).second) continue;
       Consider(name, node);
     }
+    for (const auto& node : graph_.node()) {
+      if (!IsDefaultDomain(node) ||
+          (node.op_type() != "LSTM" && node.op_type() != "GRU" &&
+           node.op_type() != "RNN")) {
+        continue;
+      }
+      for (int i = 1; i <= 2 && i < node.input_size(); ++i) {
+        const std::string& name = node.input(i);
+        if (name.empty() || !seen.insert(name).second) continue;
+        const onnx::TensorProto* tensor = nullptr;
+        WeightPlan unused;
+        if (FindSource(name, &unused, &tensor) || tensor == nullptr) continue;
+        AddSkip(name, node, graph::NumElements(*tensor),
+                Skip{quantd::v1::SKIP_OP_NOT_QUANTIZED,
+                     absl::StrCat(node.op_type(), " ", i == 1 ? "W" : "R",
+                                  " stays float: quantd quantizes the weights "
+                                  "of Conv, Gemm and MatMul only")});
+      }
+    }
     return std::move(result_);
   }
 

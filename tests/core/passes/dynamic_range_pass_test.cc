@@ -253,6 +253,26 @@ TEST_F(PassTest, WeightSharedWithUnsupportedConsumerIsSkipped) {
   EXPECT_TRUE(NodesOf(m, "DynamicQuantizeLinear").empty());
 }
 
+// A model whose size barely moves says why: LSTM's W and R are reported,
+// not silently left float.
+TEST_F(PassTest, RecurrentWeightsAreReportedAsNotQuantized) {
+  ModelBuilder b(13);
+  b.Input("x", {5, 1, 8}).Weight("W", {1, 16, 8}).Weight("R", {1, 16, 4});
+  b.Node("LSTM", {"x", "W", "R"}, {"y"}, "lstm").Attr("hidden_size", 4);
+  b.Output("y");
+  onnx::ModelProto m = b.Build();
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 0);
+  ASSERT_EQ(stats.skipped.size(), 2u);
+  for (const auto& skipped : stats.skipped) {
+    EXPECT_EQ(skipped.reason(), quantd::v1::SKIP_OP_NOT_QUANTIZED);
+    EXPECT_EQ(skipped.op_type(), "LSTM");
+  }
+  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("LSTM W stays float"));
+  EXPECT_EQ(stats.skipped[1].num_elements(), 64);
+  EXPECT_NE(Init(m, "W"), nullptr);
+}
+
 TEST_F(PassTest, ConsumersDisagreeingOnAxisAreSkipped) {
   // Gemm transB=1 wants axis 0, MatMul wants axis 1 of the same [64, 64].
   ModelBuilder b(13);
