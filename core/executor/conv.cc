@@ -161,6 +161,23 @@ QUANTD_ALWAYS_INLINE void SmallKRows(const float* w, int64_t k, const float* x,
   }
 }
 
+// Whether the small-K kernel pays on this CPU: its 4x64 register tiles (16
+// accumulators of 16 floats) are 16 of AVX-512's 32 registers but 32 of
+// AVX2's 16, and the spills made it far slower than Eigen there. Measured
+// on an AVX2-only EPYC (executor_bench, 1 thread): MobileNetV2 133 ms with
+// it, 71 ms with 4x16 tiles, 20 ms through Eigen (ONNX Runtime: 14 ms).
+bool SmallKPays() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool wide = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return wide;
+#else
+  return false;
+#endif
+}
+
 // All m rows of columns [j0, j1) of y (row stride n, as x's); scratch holds
 // k*16 + 16 floats for the last, partial vector of columns.
 QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
@@ -201,7 +218,7 @@ void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
                   [&](int64_t c0, int64_t c1) { Im2Col(xg, s, c0, c1, col); });
     b = col;
   }
-  if (UseSmallK(k, p)) {
+  if (SmallKPays() && UseSmallK(k, p)) {
     // The direct kernel: threads take 64-column strips, or blocks of 4 rows
     // when there are too few strips to share.
     const int64_t strips = (p + 63) / 64;
