@@ -16,8 +16,8 @@ SUITES=(
   calibrate_service_test call_timer_test job_limits_test memory_test
   quantization_service_test security_test status_test
   # core/engine/
-  batch_queue_test calibration_job_test calibration_memory_test
-  calibration_session_test limits_test quantize_job_test
+  batch_queue_test calibration_job_test calibration_session_test
+  limits_test quantize_job_test
   # end to end, through the sanitized quantd
   hostile_e2e_test
 )
@@ -30,7 +30,9 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target quantd "${SUITES[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-# Two hostile tests measure the real allocator and stay out: ASan's never
+# Tests that measure the real allocator stay out: ASan keeps freed memory
+# in its quarantine (calibration_memory_test saw +310 MB over 1000
+# batches, all of it the 256 MB quarantine and its bookkeeping) and never
 # gives pages back through malloc_trim (IdleServerGivesMemoryBack), and its
 # operator new reports an allocation that fails under RLIMIT_AS and exits
 # instead of throwing std::bad_alloc (FailedAllocationEndsOnlyThatCall).
