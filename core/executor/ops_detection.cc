@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
 #include "core/base/parallel.h"
 #include "core/executor/kernel.h"
@@ -19,10 +18,6 @@ namespace quantd::executor {
 namespace {
 
 using TP = onnx::TensorProto;
-
-std::string Join(const std::vector<int64_t>& v) {
-  return absl::StrCat("[", absl::StrJoin(v, ","), "]");
-}
 
 absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(message);
@@ -779,7 +774,8 @@ class MaxUnpoolKernel : public Kernel {
     const int r = static_cast<int>(kernel_.size());
     if (x.rank() != r + 2) {
       return Invalid(absl::StrCat("X ", ShapeString(x.shape()), " needs rank ",
-                                  r + 2, " for kernel_shape ", Join(kernel_)));
+                                  r + 2, " for kernel_shape ",
+                                  ShapeString(kernel_)));
     }
     if (idx.dtype() != TP::INT64 || idx.shape() != x.shape()) {
       return Invalid(absl::StrCat(
@@ -801,7 +797,7 @@ class MaxUnpoolKernel : public Kernel {
           __builtin_sub_overflow(d, pe, &d) || d < 0) {
         return Invalid(absl::StrCat(
             "no output size for X ", ShapeString(x.shape()),
-            " with kernel_shape ", Join(kernel_), ", strides and pads"));
+            " with kernel_shape ", ShapeString(kernel_), ", strides and pads"));
       }
       inferred.push_back(d);
     }
@@ -822,9 +818,9 @@ class MaxUnpoolKernel : public Kernel {
         fits = fits && y_shape[i] >= inferred[i];
       if (!fits) {
         return Invalid(absl::StrCat(
-            "output_shape ", Join(y_shape),
+            "output_shape ", ShapeString(y_shape),
             " must keep X's batch and channels ", ShapeString(x.shape()),
-            " and not be smaller than the inferred ", Join(inferred)));
+            " and not be smaller than the inferred ", ShapeString(inferred)));
       }
     }
     absl::StatusOr<int64_t> total = CheckedElementCount(y_shape);
@@ -836,7 +832,7 @@ class MaxUnpoolKernel : public Kernel {
       if (id[i] < 0 || id[i] >= *inferred_total) {
         return Invalid(absl::StrCat(
             "I[", i, "] = ", id[i], " is out of range for an output of ",
-            *inferred_total, " elements ", Join(inferred)));
+            *inferred_total, " elements ", ShapeString(inferred)));
       }
     }
     Tensor y(x.dtype(), y_shape);
