@@ -96,6 +96,10 @@ ABSL_FLAG(std::string, report, "",
           "quantize: also write a self-contained HTML report (model summary, "
           "options, per-tensor table, fidelity with a per-layer SQNR chart) "
           "to this file, atomically.");
+ABSL_FLAG(int32_t, block_size, 0,
+          "quantize: weight_params.block_size, one weight scale per block of "
+          "N values along the input axis of MatMul / Gemm weights (a power "
+          "of two, 16..4096); 0: per output channel.");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -114,6 +118,7 @@ constexpr char kUsage[] =
     "                    [--method=dynamic_range|static_range]\n"
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
+    "                    [--block_size=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
@@ -151,7 +156,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"quantize",
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
-        "calibration_method", "batch_size", "sample_axis", "report"}},
+        "calibration_method", "batch_size", "sample_axis", "report",
+        "block_size"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -360,9 +366,14 @@ std::string SchemeText(const quantd::v1::QuantScheme& scheme) {
   std::string text =
       absl::StrCat(scheme.bits(), "b ", scheme.symmetric() ? "sym" : "asym");
   if (scheme.narrow_range()) absl::StrAppend(&text, " narrow");
-  absl::StrAppend(&text, scheme.per_channel()
-                             ? absl::StrCat(" per-ch(", scheme.axis(), ")")
-                             : " per-tensor");
+  if (scheme.block_size() > 0) {
+    absl::StrAppend(&text, " block(", scheme.block_size(), ", axis ",
+                    scheme.axis(), ")");
+  } else {
+    absl::StrAppend(&text, scheme.per_channel()
+                               ? absl::StrCat(" per-ch(", scheme.axis(), ")")
+                               : " per-tensor");
+  }
   if (!scheme.storage_type().empty()) {
     absl::StrAppend(&text, " ", scheme.storage_type());
   }
@@ -559,6 +570,9 @@ int RunQuantize() {
 
   quantd::v1::QuantizeConfig config;
   *config.mutable_options() = std::move(*options);
+  if (const int32_t block = absl::GetFlag(FLAGS_block_size); block != 0) {
+    config.mutable_weight_params()->set_block_size(block);
+  }
   if (const std::string path = absl::GetFlag(FLAGS_calibration);
       !path.empty()) {
     absl::StatusOr<quantd::v1::CalibrationResult> ranges =

@@ -277,10 +277,102 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
   return out;
 }
 
+std::vector<int64_t> BlockedParamShape(absl::Span<const int64_t> shape,
+                                       int axis, int64_t block_size) {
+  std::vector<int64_t> out(shape.begin(), shape.end());
+  out[axis] = BlockCount(out[axis], block_size);
+  return out;
+}
+
+absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
+    absl::Span<const float> data, absl::Span<const int64_t> shape, int axis,
+    int64_t block_size, const QuantSpec& spec) {
+  absl::StatusOr<QuantGrid> grid = GridFor(spec);
+  if (!grid.ok()) return grid.status();
+  if (block_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size must be >= 1, got ", block_size));
+  }
+  const int64_t n = NumElements(shape);
+  if (n < 0 || n != static_cast<int64_t>(data.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape [", absl::StrJoin(shape, ","), "] does not hold ",
+                     data.size(), " values"));
+  }
+  absl::StatusOr<ChannelLayout> l = LayoutFor(shape, axis);
+  if (!l.ok()) return l.status();
+  const ChannelLayout layout = *l;
+  QuantizedTensor out;
+  out.spec = spec;
+  out.axis = axis < 0 ? axis + static_cast<int>(shape.size()) : axis;
+  out.block_size = block_size;
+  const int64_t blocks = BlockCount(layout.channels, block_size);
+  // Parameter (o, b, i) covers values (o, c, i) for c in block b.
+  const int64_t row = layout.channels * layout.inner;
+  std::vector<Range> ranges(layout.outer * blocks * layout.inner);
+  for (int64_t o = 0; o < layout.outer; ++o) {
+    for (int64_t c = 0; c < layout.channels; ++c) {
+      const float* src = data.data() + o * row + c * layout.inner;
+      Range* r = ranges.data() + (o * blocks + c / block_size) * layout.inner;
+      for (int64_t i = 0; i < layout.inner; ++i) {
+        if (std::isnan(src[i])) {
+          return absl::InvalidArgumentError("tensor holds NaN");
+        }
+        r[i].min = std::min(r[i].min, src[i]);
+        r[i].max = std::max(r[i].max, src[i]);
+      }
+    }
+  }
+  out.params.reserve(ranges.size());
+  for (const Range& r : ranges) {
+    const bool empty = r.min > r.max;
+    absl::StatusOr<QuantParams> p =
+        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec);
+    if (!p.ok()) return p.status();
+    out.params.push_back(*p);
+  }
+  out.values.resize(data.size());
+  for (int64_t o = 0; o < layout.outer; ++o) {
+    for (int64_t c = 0; c < layout.channels; ++c) {
+      const int64_t at = o * row + c * layout.inner;
+      const QuantParams* p =
+          out.params.data() + (o * blocks + c / block_size) * layout.inner;
+      for (int64_t i = 0; i < layout.inner; ++i) {
+        out.values[at + i] =
+            ToByte(QuantizeValue(data[at + i], p[i], *grid), spec.is_signed);
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<float> DequantizeTensor(const QuantizedTensor& q,
                                     absl::Span<const int64_t> shape) {
   const int64_t n = NumElements(shape);
   if (n < 0 || n != static_cast<int64_t>(q.values.size())) return {};
+  if (q.block_size > 0) {
+    absl::StatusOr<ChannelLayout> l = LayoutFor(shape, q.axis);
+    if (!l.ok()) return {};
+    const int64_t blocks = BlockCount(l->channels, q.block_size);
+    if (static_cast<int64_t>(q.params.size()) !=
+        l->outer * blocks * l->inner) {
+      return {};
+    }
+    std::vector<float> out(q.values.size());
+    const int64_t row = l->channels * l->inner;
+    for (int64_t o = 0; o < l->outer; ++o) {
+      for (int64_t c = 0; c < l->channels; ++c) {
+        const int64_t at = o * row + c * l->inner;
+        const QuantParams* p =
+            q.params.data() + (o * blocks + c / q.block_size) * l->inner;
+        for (int64_t i = 0; i < l->inner; ++i) {
+          out[at + i] =
+              DequantizeValue(FromByte(q.values[at + i], q.spec.is_signed), p[i]);
+        }
+      }
+    }
+    return out;
+  }
   ChannelLayout layout;
   layout.inner = n;
   if (q.axis >= 0) {

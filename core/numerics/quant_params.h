@@ -102,7 +102,22 @@ struct QuantizedTensor {
   std::vector<QuantParams> params;
   int axis = -1;  // -1: per-tensor. Otherwise the non-negative channel axis.
   QuantSpec spec;
+  // > 0: blocked along `axis` (ONNX DequantizeLinear-21 block_size). Then
+  // `params` is laid out like the scale tensor: the shape with dimension
+  // `axis` replaced by BlockCount(shape[axis], block_size), row-major.
+  int64_t block_size = 0;
 };
+
+// ceil(dim / block_size): the blocks one row of `dim` values splits into
+// (the last one may be short).
+inline int64_t BlockCount(int64_t dim, int64_t block_size) {
+  return (dim + block_size - 1) / block_size;
+}
+
+// The shape of the scale (and zero point) tensor of a blocked quantization
+// of `shape`: dimension `axis` becomes BlockCount(shape[axis], block_size).
+std::vector<int64_t> BlockedParamShape(absl::Span<const int64_t> shape,
+                                       int axis, int64_t block_size);
 
 // Quantizes `data` of `shape` with ChooseQuantParams + QuantizeValue. With
 // per_channel, one QuantParams per slice along `axis` (may be negative), each
@@ -113,6 +128,14 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
                                                absl::Span<const int64_t> shape,
                                                bool per_channel, int axis,
                                                const QuantSpec& spec);
+
+// Quantizes `data` of `shape` with one QuantParams per block of `block_size`
+// consecutive values along `axis` (may be negative), each from that block's
+// own [min, max]: the scheme of DequantizeLinear-21 with block_size.
+// INVALID_ARGUMENT as QuantizeTensor, and for block_size < 1.
+absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
+    absl::Span<const float> data, absl::Span<const int64_t> shape, int axis,
+    int64_t block_size, const QuantSpec& spec);
 
 // The float values a QuantizedTensor stands for (same shape as its source).
 // Empty when `shape` does not fit `q`.

@@ -58,6 +58,7 @@ std::vector<std::string> SetFields(const QuantOpParams& p) {
   if (p.has_quant_delay()) set.push_back("quant_delay");
   if (p.has_producer_scope()) set.push_back("producer_scope");
   if (p.has_consumer_scope()) set.push_back("consumer_scope");
+  if (p.has_block_size()) set.push_back("block_size");
   return set;
 }
 
@@ -90,6 +91,37 @@ absl::Status CheckNotForDynamicRange(const quantd::v1::QuantizeConfig& config) {
         "offline, from their values in the model (last value), so there is "
         "no range tracking over steps"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveBlockSize(const QuantOpParams& w,
+                              tensorflow::quantization::OpSet op_set,
+                              WeightQuantOptions* weights) {
+  if (!w.has_block_size() || w.block_size() == 0) return absl::OkStatus();
+  const int32_t b = w.block_size();
+  if (b < kMinWeightBlockSize || b > kMaxWeightBlockSize || (b & (b - 1))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_params.block_size is ", b, "; it must be 0 (per channel) or a "
+        "power of two from ", kMinWeightBlockSize, " to ", kMaxWeightBlockSize,
+        " (ONNX Runtime's blocked DequantizeLinear takes no other size)"));
+  }
+  if (w.has_per_channel() && !w.per_channel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_params.block_size is ", b,
+        " but weight_params.per_channel is false: blocks give every output "
+        "channel several scales, per_channel = false asks for one scale for "
+        "the whole tensor; set one or the other"));
+  }
+  if (op_set != tensorflow::quantization::TF) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weight_params.block_size is not implemented for op_set ",
+        tensorflow::quantization::OpSet_Name(op_set),
+        ": its lowering takes one weight scale per output channel (",
+        op_set == tensorflow::quantization::XLA ? "MatMulInteger / ConvInteger"
+                                                : "the uniform quantized ops",
+        "); use op_set TF, whose DequantizeLinear-21 takes blocks"));
+  }
+  weights->block_size = b;
   return absl::OkStatus();
 }
 
@@ -163,6 +195,8 @@ absl::StatusOr<DynamicRangeOptions> ResolveWeightSideOptions(
   if (w.has_per_channel()) weights.per_channel = w.per_channel();
   weights.producer_scope = w.producer_scope();
   weights.consumer_scope = w.consumer_scope();
+  s = ResolveBlockSize(w, options.op_set, &weights);
+  if (!s.ok()) return s;
   return options;
 }
 

@@ -15,6 +15,11 @@
 
 namespace quantd::passes {
 
+// The block sizes weight_params.block_size accepts (powers of two): ONNX
+// Runtime's blocked DequantizeLinear refuses smaller or odd sizes.
+inline constexpr int32_t kMinWeightBlockSize = 16;
+inline constexpr int32_t kMaxWeightBlockSize = 4096;
+
 // min_num_elements_for_weights when the request leaves it 0.
 inline constexpr int64_t kDefaultMinElementsForWeights = 1024;
 
@@ -41,6 +46,10 @@ struct WeightQuantOptions {
     return s;
   }
   bool per_channel = true;
+  // > 0: MatMul and Gemm weights get one scale per block of this many values
+  // along their input axis (DequantizeLinear-21 block_size); Conv weights
+  // stay per channel.
+  int64_t block_size = 0;
   // Weights whose tensor name does not start with producer_scope, or with a
   // consumer whose node name does not start with consumer_scope, stay float.
   std::string producer_scope;
@@ -70,7 +79,10 @@ struct DynamicRangeOptions {
 // or a unit_wise_quantization_precision entry is W4A8 / W4A4: INT4 storage
 // holds 4 bits), weight_params range-tracking fields (moving_avg, ema_decay,
 // init_min, init_max, quant_delay), any activation_params field, and a
-// non-empty calibration. UNIMPLEMENTED for PRECISION_W4A4, model-wide or in
+// non-empty calibration; weight_params.block_size that is not a power of two
+// in [kMinWeightBlockSize, kMaxWeightBlockSize] or comes with per_channel =
+// false (UNIMPLEMENTED with op_set XLA or UNIFORM_QUANTIZED). UNIMPLEMENTED
+// for PRECISION_W4A4, model-wide or in
 // a unit entry: DYNAMIC_RANGE quantizes activations with
 // DynamicQuantizeLinear, whose output is uint8 only, so 4-bit activations
 // cannot be expressed.

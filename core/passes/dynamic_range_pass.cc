@@ -118,10 +118,11 @@ absl::Status DynamicRangePass::PrepareOpset() {
   const bool per_channel =
       std::any_of(plan_.weights.begin(), plan_.weights.end(),
                   [](const WeightPlan& w) { return w.axis >= 0; });
-  // INT4 weights need DequantizeLinear-21.
+  // INT4 weights and blocked scales need DequantizeLinear-21.
   const bool four_bit = std::any_of(
-      plan_.weights.begin(), plan_.weights.end(),
-      [](const WeightPlan& w) { return HasFourBitWeights(w.precision); });
+      plan_.weights.begin(), plan_.weights.end(), [](const WeightPlan& w) {
+        return HasFourBitWeights(w.precision) || w.block_size > 0;
+      });
   const int64_t needed = four_bit      ? kInt4Opset
                          : per_channel ? kPerChannelOpset
                                        : kDynamicQuantizeOpset;

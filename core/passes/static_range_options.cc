@@ -50,6 +50,11 @@ absl::Status ResolveActivations(const QuantOpParams& a,
         "STATIC_RANGE with op set TF: activations get one scale per tensor "
         "(QuantizeLinear on activations is per tensor in ONNX QDQ models)");
   }
+  if (a.has_block_size()) {
+    return absl::InvalidArgumentError(
+        "activation_params.block_size cannot be used: blocks are for weights "
+        "(weight_params.block_size); an activation gets one scale per tensor");
+  }
   act.producer_scope = a.producer_scope();
   act.consumer_scope = a.consumer_scope();
 

@@ -468,6 +468,14 @@ void StaticRangePass::PlanBiases(const graph::GraphIndex& index) {
       continue;
     }
     const WeightPlan& w = weights_.weights[weight->second];
+    if (w.block_size > 0) {
+      skip(quantd::v1::SKIP_REASON_UNSPECIFIED,
+           absl::StrCat("the weight '", node.input(1), "' is blockwise (",
+                        w.block_size,
+                        " per block), so no one weight scale per output "
+                        "channel makes an int32 bias scale"));
+      continue;
+    }
     int64_t channels = 0;
     if (node.op_type() == "Conv") {
       channels = w.dims.empty() ? 0 : w.dims[0];
@@ -535,7 +543,8 @@ absl::Status StaticRangePass::PrepareOpset() {
   // INT4 weights and UINT4 activations need opset 21.
   bool four_bit = false;
   for (const WeightPlan& w : weights_.weights) {
-    four_bit |= HasFourBitWeights(w.precision);
+    // Blocked DequantizeLinear arrived with INT4, in opset 21.
+    four_bit |= HasFourBitWeights(w.precision) || w.block_size > 0;
   }
   for (const ActivationPlan& a : activations_) {
     four_bit |= HasFourBitActivations(a.precision);

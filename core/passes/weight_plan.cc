@@ -126,8 +126,36 @@ class Planner {
       AddSkip(name, first, plan.num_elements, std::move(*skip));
     } else {
       if (!options_.weights.per_channel) plan.axis = -1;
+      if (options_.weights.block_size > 0) ApplyBlocks(&plan);
       result_.weights.push_back(std::move(plan));
     }
+  }
+
+  // Blocks run along the input (reduction) axis, which every reader must
+  // agree on. Conv weights keep their per-channel scales: ONNX Runtime has
+  // no blocked convolution kernel, and blocks along input channels would
+  // split each kernel window's scales over its taps.
+  void ApplyBlocks(WeightPlan* plan) {
+    const int rank = static_cast<int>(plan->dims.size());
+    int axis = -1;
+    for (int n : plan->consumers) {
+      const int a = InputAxis(graph_.node(n), rank);
+      if (a < 0 || (axis >= 0 && a != axis)) return;
+      axis = a;
+    }
+    if (axis < 0) return;
+    plan->axis = axis;
+    plan->block_size = options_.weights.block_size;
+  }
+
+  // The axis of a MatMul or Gemm weight that the product reduces over; -1
+  // for Conv.
+  static int InputAxis(const onnx::NodeProto& node, int rank) {
+    if (node.op_type() == "Gemm") {
+      return graph::IntAttribute(node, "transB", 0) != 0 ? 1 : 0;
+    }
+    if (node.op_type() == "MatMul") return rank >= 2 ? rank - 2 : 0;
+    return -1;
   }
 
   // Where the weight's values live; a Skip when it is not a constant.
@@ -362,8 +390,9 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   s->set_bits(q.spec.bits);
   s->set_symmetric(q.spec.symmetric);
   s->set_narrow_range(q.spec.narrow_range);
-  s->set_per_channel(q.axis >= 0);
+  s->set_per_channel(q.axis >= 0 && q.block_size == 0);
   s->set_axis(std::max(q.axis, 0));
+  s->set_block_size(static_cast<int32_t>(q.block_size));
   s->set_storage_type(HasFourBitWeights(plan.precision)
                           ? (q.spec.is_signed ? "INT4" : "UINT4")
                           : "INT8");
@@ -396,10 +425,12 @@ absl::StatusOr<TensorProto> MakeFourBitTensor(const std::string& name,
   return t;
 }
 
-// Scale and zero point initializers: [C] when per channel, scalars else.
-// The zero point has the values' type (INT8, or INT4 when `four_bit`), as
-// DequantizeLinear requires.
+// Scale and zero point initializers: [C] when per channel, the weight's
+// shape with ceil(dim / block_size) on the block axis when blocked, scalars
+// else. The zero point has the values' type (INT8, or INT4 when
+// `four_bit`), as DequantizeLinear requires.
 absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
+                              absl::Span<const int64_t> weight_dims,
                               const WeightNames& names, bool four_bit,
                               QuantizedWeight* out) {
   std::vector<float> scales;
@@ -409,7 +440,11 @@ absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
     zero_points.push_back(p.zero_point);
   }
   std::vector<int64_t> dims;
-  if (q.axis >= 0) dims.push_back(static_cast<int64_t>(q.params.size()));
+  if (q.block_size > 0) {
+    dims = numerics::BlockedParamShape(weight_dims, q.axis, q.block_size);
+  } else if (q.axis >= 0) {
+    dims.push_back(static_cast<int64_t>(q.params.size()));
+  }
   out->scale = graph::MakeFloatTensor(names.scale, dims, scales);
   if (four_bit) {
     absl::StatusOr<TensorProto> zp = MakeFourBitTensor(
@@ -454,9 +489,13 @@ QuantizedWeight QuantizeWeight(
   out.bytes_before = graph::DataBytes(*tensor);
   graph::ClearTensorData(tensor);
   const bool four_bit = HasFourBitWeights(plan.precision);
+  const numerics::QuantSpec spec = options.weights.SpecFor(plan.precision);
   absl::StatusOr<numerics::QuantizedTensor> q =
-      numerics::QuantizeTensor(*values, plan.dims, plan.axis >= 0, plan.axis,
-                               options.weights.SpecFor(plan.precision));
+      plan.block_size > 0
+          ? numerics::QuantizeTensorBlocked(*values, plan.dims, plan.axis,
+                                            plan.block_size, spec)
+          : numerics::QuantizeTensor(*values, plan.dims, plan.axis >= 0,
+                                     plan.axis, spec);
   if (!q.ok()) {
     out.status = absl::InvalidArgumentError(absl::StrCat(
         "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
@@ -472,7 +511,7 @@ QuantizedWeight QuantizeWeight(
   }
   std::vector<float>().swap(*values);
   if (cancelled()) return out;
-  absl::Status made = MakeParamTensors(*q, names, four_bit, &out);
+  absl::Status made = MakeParamTensors(*q, plan.dims, names, four_bit, &out);
   if (!made.ok()) {
     out.status = made;
     return out;
@@ -527,6 +566,9 @@ onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
       "DequantizeLinear", names.node,
       {names.values, names.scale, names.zero_point}, {plan.tensor});
   if (plan.axis >= 0) graph::SetIntAttribute(&node, "axis", plan.axis);
+  if (plan.block_size > 0) {
+    graph::SetIntAttribute(&node, "block_size", plan.block_size);
+  }
   return node;
 }
 

@@ -37,8 +37,12 @@ struct WeightPlan {
   std::vector<int> consumers;
   std::vector<int64_t> dims;
   int64_t num_elements = 0;
-  // Channel axis of the scales, or -1 for one scale for the whole tensor.
+  // Channel axis of the scales, or -1 for one scale for the whole tensor;
+  // with block_size, the axis the blocks run along (the input axis).
   int axis = -1;
+  // > 0: one scale per block of this many values along `axis`
+  // (DequantizeLinear-21 block_size); MatMul and Gemm weights only.
+  int64_t block_size = 0;
   // The precision of its consumers (never FULL). When quantized consumers
   // disagree on weight bits, the 8-bit one wins: one DequantizeLinear serves
   // them all, and the finer grid costs the 4-bit readers nothing in
@@ -79,7 +83,7 @@ std::vector<WeightNames> MakeWeightNames(const std::vector<WeightPlan>& weights,
                                          graph::UniqueNames* names);
 
 // DequantizeLinear(values, scale, zero_point) -> plan.tensor, with `axis`
-// when the plan is per channel.
+// when the plan is per channel or blocked, and `block_size` when blocked.
 onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
                                      const WeightNames& names);
 
@@ -88,7 +92,8 @@ struct QuantizedWeights {
   uint64_t bytes_before = 0;  // Float bytes of the quantized weights.
   uint64_t bytes_after = 0;   // Their int8/int4 values, scales, zero points.
   // Per planned weight (same order), its scale and zero point per channel
-  // (one entry when per tensor).
+  // (one entry when per tensor; per block, laid out as the scale tensor,
+  // when the plan is blocked).
   std::vector<std::vector<numerics::QuantParams>> params;
 };
 

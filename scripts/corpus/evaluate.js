@@ -51,6 +51,11 @@ const CONFIGS = {
   static_xla_w8a8: { label: 'STATIC XLA W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=xla'] },
   static_uq_w8a8: { label: 'STATIC UNIFORM_QUANTIZED W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=uniform_quantized'] },
   dyn_tf_w4a8: { label: 'DYNAMIC TF W4A8', args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf'] },
+  // Blockwise weights (MatMul / Gemm along K; Conv stays per channel): the
+  // 4-bit form ONNX Runtime fuses into MatMulNBits. Run when named.
+  dyn_tf_w4a8_b32: { label: 'DYNAMIC TF W4A8 block 32', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32'] },
+  dyn_tf_w4a8_b128: { label: 'DYNAMIC TF W4A8 block 128', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=128'] },
+  static_tf_w4a8_b32: { label: 'STATIC TF W4A8 block 32', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32'] },
   // The other observers, run only when named (--configs): they answer "is a
   // STATIC shortfall the ranges' fault?" for one model at a time.
   static_tf_w8a8_percentile: { label: 'STATIC TF W8A8 percentile', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=percentile'] },

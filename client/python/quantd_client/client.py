@@ -379,6 +379,7 @@ class QuantdClient:
                  calibration_config: Union[service_pb2.CalibrateConfig, Mapping, str, None] = None,
                  weight_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
+                 block_size: Optional[int] = None,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
@@ -390,6 +391,9 @@ class QuantdClient:
         calibration_batches: STATIC_RANGE in one call: batches (TensorBatch,
             array, or dict name -> array; e.g. NpyBatches) sent after the
             model; the server calibrates with `calibration_config` first.
+        block_size: weight_params.block_size (quantctl --block_size): one
+            weight scale per block of this many values along the input axis
+            of MatMul / Gemm weights; 0 or None: per output channel.
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
@@ -406,6 +410,8 @@ class QuantdClient:
                                   ("calibration_config", calibration_config, service_pb2.CalibrateConfig)):
             if value is not None:
                 getattr(config, name).CopyFrom(_to_message(value, kind, name))
+        if block_size:
+            config.weight_params.block_size = int(block_size)
 
         batches = _Batches(calibration_batches)
 

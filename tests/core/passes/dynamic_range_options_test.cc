@@ -156,5 +156,43 @@ TEST(DynamicRangeOptionsTest, FourBitActivationsAreRefusedWithTheReason) {
   EXPECT_THAT(Message(o), HasSubstr("DynamicQuantizeLinear"));
 }
 
+TEST(DynamicRangeOptionsTest, BlockSize) {
+  auto with = [](int32_t b) {
+    return ResolveWith(
+        [b](auto* c) { c->mutable_weight_params()->set_block_size(b); });
+  };
+  EXPECT_EQ(with(0)->weights.block_size, 0);
+  EXPECT_EQ(with(16)->weights.block_size, 16);
+  EXPECT_EQ(with(128)->weights.block_size, 128);
+  EXPECT_EQ(with(4096)->weights.block_size, 4096);
+  for (int32_t bad : {-32, 8, 24, 100, 8192}) {
+    auto o = with(bad);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(Message(o), HasSubstr("weight_params.block_size is"));
+    EXPECT_THAT(Message(o), HasSubstr("power of two"));
+  }
+  auto per_tensor = ResolveWith([](auto* c) {
+    c->mutable_weight_params()->set_block_size(32);
+    c->mutable_weight_params()->set_per_channel(false);
+  });
+  EXPECT_EQ(per_tensor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(per_tensor), HasSubstr("per_channel is false"));
+  for (auto op_set :
+       {tensorflow::quantization::XLA,
+        tensorflow::quantization::UNIFORM_QUANTIZED}) {
+    auto o = ResolveWith([op_set](auto* c) {
+      c->mutable_weight_params()->set_block_size(32);
+      c->mutable_options()->set_op_set(op_set);
+    });
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(Message(o), HasSubstr("block_size is not implemented for "
+                                      "op_set"));
+  }
+  auto act = ResolveWith(
+      [](auto* c) { c->mutable_activation_params()->set_block_size(32); });
+  EXPECT_EQ(act.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(act), HasSubstr("activation_params.block_size"));
+}
+
 }  // namespace
 }  // namespace quantd::passes

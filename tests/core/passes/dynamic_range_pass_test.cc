@@ -7,13 +7,18 @@
 #include <vector>
 
 #include "core/base/thread_pool.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/graph/validate.h"
+#include "core/executor/npy.h"
+#include "core/executor/tensor.h"
 #include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/graph/test_models.h"
+#include "tests/support/ort.h"
+#include "tests/support/subprocess.h"
 
 namespace quantd::passes {
 namespace {
@@ -478,6 +483,97 @@ TEST_F(PassTest, W4A8StoresPackedInt4AtOpset21) {
   EXPECT_EQ(reports_[0].scheme().storage_type(), "INT4");
   EXPECT_EQ(stats.weight_bytes_after, 1024u + 32 * 4 + 16);
   EXPECT_EQ(stats.weight_bytes_before, 64u * 32 * 4);
+}
+
+const onnx::NodeProto* DequantizerOf(const onnx::ModelProto& m,
+                                     const std::string& weight) {
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() == "DequantizeLinear" && n.output(0) == weight) return &n;
+  }
+  return nullptr;
+}
+
+// Blockwise W4A8: MatMul B [K, N] is blocked along K (axis 0), Gemm B with
+// transB along its axis 1; K = 72 splits into 16 + 16 + 16 + 16 + 8. Every
+// unpacked value is within half a step of its own block's grid, the block
+// maxima computed here, and ONNX Runtime runs the result close to float.
+TEST_F(PassTest, BlockwiseWeightsAlongTheInputAxis) {
+  options_.precision = tensorflow::quantization::PRECISION_W4A8;
+  options_.weights.block_size = 16;
+  ModelBuilder b(13);
+  b.Input("x", {4, 72}).Weight("W1", {72, 40}, 3).Weight("W2", {24, 40}, 4);
+  b.Node("MatMul", {"x", "W1"}, {"h"}, "mm");
+  b.Node("Relu", {"h"}, {"r"}, "relu");
+  b.Node("Gemm", {"r", "W2"}, {"y"}, "gemm").Attr("transB", 1);
+  b.Output("y");
+  onnx::ModelProto m = b.Build();
+  const onnx::ModelProto original_model = m;
+  const std::vector<float> w1 = *graph::ReadFloatTensor(*Init(m, "W1"));
+  PassStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_tensors, 2);
+  EXPECT_EQ(graph::DefaultOpset(m), 21);
+
+  struct Want {
+    std::string weight;
+    int64_t axis;
+    std::vector<int64_t> scale_dims;
+  };
+  for (const Want& want : {Want{"W1", 0, {5, 40}}, Want{"W2", 1, {24, 3}}}) {
+    const onnx::NodeProto* dq = DequantizerOf(m, want.weight);
+    ASSERT_NE(dq, nullptr) << want.weight;
+    EXPECT_EQ(AxisOf(*dq), want.axis);
+    EXPECT_EQ(graph::IntAttribute(*dq, "block_size", 0), 16);
+    EXPECT_EQ(graph::Dims(*Init(m, dq->input(1))), want.scale_dims);
+    EXPECT_EQ(graph::Dims(*Init(m, dq->input(2))), want.scale_dims);
+  }
+  const onnx::NodeProto* dq = DequantizerOf(m, "W1");
+  const std::vector<float> scales = *graph::ReadFloatTensor(*Init(m, dq->input(1)));
+  absl::StatusOr<std::vector<int8_t>> q =
+      numerics::UnpackInt4(Init(m, dq->input(0))->raw_data(), 72 * 40, true);
+  ASSERT_TRUE(q.ok());
+  for (int k = 0; k < 72; ++k) {
+    for (int n = 0; n < 40; ++n) {
+      float block_max = 0;
+      for (int j = k / 16 * 16; j < std::min(72, k / 16 * 16 + 16); ++j) {
+        block_max = std::max(block_max, std::abs(w1[j * 40 + n]));
+      }
+      const float scale = scales[(k / 16) * 40 + n];
+      EXPECT_NEAR(scale, block_max / 7.0f, 1e-6f);
+      ASSERT_NEAR(scale * (*q)[k * 40 + n], w1[k * 40 + n],
+                  block_max / 7.0f / 2.0f * 1.001f)
+          << k << "," << n;
+    }
+  }
+  ASSERT_EQ(reports_.size(), 2u);
+  EXPECT_EQ(reports_[0].scheme().block_size(), 16);
+  EXPECT_FALSE(reports_[0].scheme().per_channel());
+
+  ::quantd::testing::TempDir tmp;
+  ::quantd::testing::WriteFileOrDie(tmp.File("f.onnx"),
+                                    original_model.SerializeAsString());
+  ::quantd::testing::WriteFileOrDie(tmp.File("q.onnx"), m.SerializeAsString());
+  ASSERT_TRUE(executor::WriteNpyFile(
+                  tmp.File("x.npy"),
+                  executor::Tensor::FromVector<float>({4, 72}, Wave(288, 7)))
+                  .ok());
+  const std::string json = ::quantd::testing::OrtEval(
+      {"compare", "--model", tmp.File("f.onnx"), "--model2", tmp.File("q.onnx"),
+       "--x", tmp.File("x.npy"), "--batch", "4"});
+  EXPECT_GT(::quantd::testing::JsonNumber(json, "sqnr_db"), 12.0) << json;
+}
+
+// Conv weights keep one scale per output channel when blocks are asked for.
+TEST_F(PassTest, BlockSizeLeavesConvPerChannel) {
+  options_.weights.block_size = 32;
+  onnx::ModelProto m = testing::ConvModel().Build();
+  Run(&m);
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_EQ(reports_[0].scheme().block_size(), 0);
+  EXPECT_TRUE(reports_[0].scheme().per_channel());
+  const onnx::NodeProto* dq = DequantizerOf(m, "W");
+  ASSERT_NE(dq, nullptr);
+  EXPECT_EQ(graph::IntAttribute(*dq, "block_size", 0), 0);
+  EXPECT_EQ(AxisOf(*dq), 0);
 }
 
 TEST_F(PassTest, XlaWithFourBitWeightsIsRefusedByName) {

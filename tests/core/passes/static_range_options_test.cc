@@ -61,6 +61,18 @@ TEST(StaticRangeOptionsTest, BadBitsAndPerChannelActivations) {
               HasSubstr("weight_params.bits"));
 }
 
+TEST(StaticRangeOptionsTest, BlockSizeIsForWeightsOnly) {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_weight_params()->set_block_size(64);
+  absl::StatusOr<StaticRangeOptions> o = ResolveStaticRangeOptions(c);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->WeightOptions().weights.block_size, 64);
+  c.mutable_activation_params()->set_block_size(64);
+  absl::Status s = ResolveStaticRangeOptions(c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("activation_params.block_size"));
+}
+
 TEST(StaticRangeOptionsTest, TrackingFieldsAreForActivationsOnly) {
   quantd::v1::QuantizeConfig c;
   auto* a = c.mutable_activation_params();
