@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,12 +26,52 @@ absl::Status ErrnoError(int error, absl::string_view what,
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoError(errno, "read", path);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return ErrnoError(errno, "read", path);
-  return contents.str();
+  int fd;
+  do {
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return ErrnoError(errno, "read", path);
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    const int error = errno;
+    close(fd);
+    return ErrnoError(error, "read", path);
+  }
+  // A regular file is read straight into a string of its size (models are
+  // hundreds of MB: one allocation, each page touched once). The size is
+  // only a hint: a file that grows or shrinks meanwhile, or has none (a pipe,
+  // /proc), is read to its end all the same.
+  std::string contents;
+  if (S_ISREG(info.st_mode) && info.st_size > 0) {
+    contents.resize(static_cast<size_t>(info.st_size));
+  }
+  size_t length = 0;
+  int error = 0;
+  for (;;) {
+    char probe[4096];
+    // Full: the next read should find the end. Into `probe`, so that a file
+    // of exactly the expected size does not grow the string.
+    const bool full = length == contents.size();
+    const ssize_t n =
+        full ? read(fd, probe, sizeof(probe))
+             : read(fd, &contents[length], contents.size() - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      error = errno;
+      break;
+    }
+    if (n == 0) break;
+    if (full) {
+      contents.resize(
+          std::max(2 * contents.size(), length + (size_t{64} << 10)));
+      std::memcpy(&contents[length], probe, static_cast<size_t>(n));
+    }
+    length += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (error != 0) return ErrnoError(error, "read", path);
+  contents.resize(length);
+  return contents;
 }
 
 absl::Status WriteFileAtomically(const std::string& path,

@@ -508,6 +508,8 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
           break;
         case QuantizeResponse::kModelChunk:
           results_seen = true;
+          // Grows as the chunks come (doubling): the server announces the
+          // output's size only in the summary, after the last chunk.
           outcome.model.append(response->model_chunk());
           break;
         case QuantizeResponse::kSummary:

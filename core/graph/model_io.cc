@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <limits>
 #include <new>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/message_lite.h"
 
 namespace quantd::graph {
 namespace {
@@ -17,41 +20,160 @@ bool Cancelled(const CancellationToken* cancel) {
   return cancel != nullptr && cancel->IsCancelled();
 }
 
-// The model bytes in kModelIoChunkBytes pieces, ending early (as if the
-// input were exhausted) once cancelled. Protobuf copies long fields (a
-// tensor's raw_data) piece by piece, so even one 1 GiB tensor is
-// interruptible.
-class CancellableInput final
-    : public google::protobuf::io::ZeroCopyInputStream {
- public:
-  CancellableInput(absl::string_view bytes, const CancellationToken* cancel)
-      : bytes_(bytes), cancel_(cancel) {}
-
-  bool Next(const void** data, int* size) override {
-    if (position_ >= bytes_.size() || Cancelled(cancel_)) return false;
-    const size_t n =
-        std::min<size_t>(kModelIoChunkBytes, bytes_.size() - position_);
-    *data = bytes_.data() + position_;
-    *size = static_cast<int>(n);
-    position_ += n;
-    return true;
-  }
-  void BackUp(int count) override { position_ -= count; }
-  bool Skip(int count) override {
-    if (static_cast<size_t>(count) > bytes_.size() - position_) {
-      position_ = bytes_.size();
-      return false;
-    }
-    position_ += count;
-    return true;
-  }
-  int64_t ByteCount() const override { return position_; }
-
- private:
-  const absl::string_view bytes_;
-  const CancellationToken* const cancel_;
-  size_t position_ = 0;
+// One field of a serialized message, as found on the wire.
+struct WireField {
+  int number = 0;
+  int wire_type = 0;
+  size_t size = 0;            // Tag through the end of the field.
+  absl::string_view payload;  // Length-delimited fields only.
 };
+
+constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+
+bool ReadVarint(absl::string_view* in, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    result |= uint64_t{byte & 0x7fu} << shift;
+    if (byte < 0x80) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Delimits the field at the front of `bytes`. False for anything but a
+// well-formed varint, fixed or length-delimited field (groups, bad tags,
+// truncation): those bytes are left to protobuf, which keeps or rejects them
+// exactly as a whole-message parse would.
+bool FrontField(absl::string_view bytes, WireField* field) {
+  absl::string_view rest = bytes;
+  uint64_t tag = 0;
+  if (!ReadVarint(&rest, &tag) || tag > std::numeric_limits<uint32_t>::max() ||
+      (tag >> 3) == 0) {
+    return false;
+  }
+  field->number = static_cast<int>(tag >> 3);
+  field->wire_type = static_cast<int>(tag & 7);
+  field->payload = {};
+  uint64_t value = 0;
+  switch (field->wire_type) {
+    case kVarint:
+      if (!ReadVarint(&rest, &value)) return false;
+      break;
+    case kFixed64:
+    case kFixed32: {
+      const size_t n = field->wire_type == kFixed64 ? 8 : 4;
+      if (rest.size() < n) return false;
+      rest.remove_prefix(n);
+      break;
+    }
+    case kLengthDelimited:
+      if (!ReadVarint(&rest, &value) || value > rest.size()) return false;
+      field->payload = rest.substr(0, value);
+      rest.remove_prefix(value);
+      break;
+    default:
+      return false;
+  }
+  field->size = bytes.size() - rest.size();
+  return true;
+}
+
+// Parses `bytes` into `message` from one flat buffer, so protobuf allocates
+// each string at its final size (reading a stream in pieces, it grows a
+// string over 50 MB by doubling: up to 2x the tensor).
+bool MergeFlat(absl::string_view bytes,
+               google::protobuf::MessageLite* message) {
+  if (bytes.empty()) return true;
+  google::protobuf::io::ArrayInputStream input(bytes.data(),
+                                               static_cast<int>(bytes.size()));
+  return message->MergeFromBoundedZeroCopyStream(
+      &input, static_cast<int>(bytes.size()));
+}
+
+// Merges the serialized `bytes` into `message` as one protobuf parse would
+// (merging serialized fields in order is what parsing their concatenation
+// means), but with cancellation checks between pieces: the fields
+// `claims(field)` accepts go to `take(field)`; the others are parsed by
+// protobuf in runs of about kModelIoChunkBytes. False when the bytes are
+// invalid or the parse was cancelled.
+template <typename Claims, typename Take>
+bool MergeInPieces(absl::string_view bytes,
+                   google::protobuf::MessageLite* message,
+                   const CancellationToken* cancel, const Claims& claims,
+                   const Take& take) {
+  size_t run_begin = 0;
+  size_t at = 0;
+  auto flush_run = [&]() {
+    if (Cancelled(cancel)) return false;
+    const bool ok = MergeFlat(bytes.substr(run_begin, at - run_begin), message);
+    run_begin = at;
+    return ok;
+  };
+  WireField field;
+  while (at < bytes.size() && FrontField(bytes.substr(at), &field)) {
+    if (claims(field)) {
+      if (!flush_run() || !take(field)) return false;
+      at += field.size;
+      run_begin = at;
+    } else {
+      at += field.size;
+      if (at - run_begin >= static_cast<size_t>(kModelIoChunkBytes) &&
+          !flush_run()) {
+        return false;
+      }
+    }
+  }
+  at = bytes.size();
+  return flush_run();
+}
+
+// Copies `from` into `to` (sized once) in kModelIoChunkBytes pieces: even a
+// 1 GiB tensor stops within a piece once cancelled.
+bool CopyInPieces(absl::string_view from, std::string* to,
+                  const CancellationToken* cancel) {
+  to->clear();
+  to->reserve(from.size());
+  for (size_t at = 0; at < from.size(); at += kModelIoChunkBytes) {
+    if (Cancelled(cancel)) return false;
+    to->append(from.data() + at,
+               std::min<size_t>(kModelIoChunkBytes, from.size() - at));
+  }
+  return true;
+}
+
+bool IsLargeField(const WireField& field, int number) {
+  return field.number == number && field.wire_type == kLengthDelimited &&
+         field.payload.size() > static_cast<size_t>(kModelIoChunkBytes);
+}
+
+// A tensor's raw_data is where nearly all of a model's bytes are.
+bool MergeTensor(absl::string_view bytes, onnx::TensorProto* tensor,
+                 const CancellationToken* cancel) {
+  return MergeInPieces(
+      bytes, tensor, cancel,
+      [](const WireField& field) {
+        return IsLargeField(field, onnx::TensorProto::kRawDataFieldNumber);
+      },
+      [&](const WireField& field) {
+        return CopyInPieces(field.payload, tensor->mutable_raw_data(), cancel);
+      });
+}
+
+bool MergeGraph(absl::string_view bytes, onnx::GraphProto* graph,
+                const CancellationToken* cancel) {
+  return MergeInPieces(
+      bytes, graph, cancel,
+      [](const WireField& field) {
+        return IsLargeField(field, onnx::GraphProto::kInitializerFieldNumber);
+      },
+      [&](const WireField& field) {
+        return MergeTensor(field.payload, graph->add_initializer(), cancel);
+      });
+}
 
 // Thrown by CancellableOutput::Next, caught in SerializeModel: nothing else
 // stops protobuf's serializer midway. Failing Next does not: protobuf's error
@@ -74,7 +196,6 @@ class CancellableOutput final
     out_->clear();
     out_->reserve(capacity_);  // No reallocation: pieces stay valid.
   }
-  ~CancellableOutput() override { out_->resize(position_); }
 
   bool Next(void** data, int* size) override {
     if (Cancelled(cancel_)) throw SerializationCancelled();
@@ -89,6 +210,11 @@ class CancellableOutput final
   }
   void BackUp(int count) override { position_ -= count; }
   int64_t ByteCount() const override { return position_; }
+
+  // Drops the unwritten tail of the last piece. Not a destructor: that would
+  // run after `out` was moved into SerializeModel's result and re-grow the
+  // moved-from string to the full size (a second, zero-filled copy).
+  void Finish() { out_->resize(position_); }
 
  private:
   std::string* const out_;
@@ -110,17 +236,19 @@ absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes,
         "model is ", bytes.size(),
         " bytes; protobuf cannot parse messages of 2 GiB or more"));
   }
-  // CodedInputStream makes the size limit explicit (models of hundreds of
-  // MiB are normal), and over a CancellableInput the parse can be stopped.
-  CancellableInput pieces(bytes, cancel);
+  // The model's own fields, its graph's and its large initializers' are
+  // walked here so that cancellation is checked every kModelIoChunkBytes or
+  // so; everything else is parsed by protobuf straight from `bytes`.
   onnx::ModelProto model;
-  bool parsed = false;
-  {
-    google::protobuf::io::CodedInputStream input(&pieces);
-    input.SetTotalBytesLimit(std::numeric_limits<int>::max());
-    parsed =
-        model.ParseFromCodedStream(&input) && input.ConsumedEntireMessage();
-  }
+  const bool parsed = MergeInPieces(
+      bytes, &model, cancel,
+      [](const WireField& field) {
+        return field.number == onnx::ModelProto::kGraphFieldNumber &&
+               field.wire_type == kLengthDelimited;
+      },
+      [&](const WireField& field) {
+        return MergeGraph(field.payload, model.mutable_graph(), cancel);
+      });
   if (Cancelled(cancel)) return cancel->Check("parse");
   if (!parsed) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -167,7 +295,8 @@ absl::StatusOr<std::string> SerializeModel(const onnx::ModelProto& model,
   if (failed || static_cast<size_t>(written) != size) {
     return absl::InternalError("serializing the output model failed");
   }
-  return out;  // `pieces` trims it to `written` as it goes.
+  pieces.Finish();
+  return out;
 }
 
 int64_t DefaultOpset(const onnx::ModelProto& model) {

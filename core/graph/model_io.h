@@ -13,23 +13,25 @@
 
 namespace quantd::graph {
 
-// The bytes are handed to protobuf in pieces of this size; `cancel` is
-// polled before each, so a cancelled parse or serialization stops within one
-// piece (well under a millisecond of copying) rather than after the whole
-// model.
+// Parsing and serializing poll `cancel` every this many bytes (between runs
+// of fields, and within a large tensor's raw_data), so a cancelled parse or
+// serialization stops within one piece (well under a millisecond of copying)
+// rather than after the whole model.
 inline constexpr int kModelIoChunkBytes = 1 << 20;
 
 // Parses a serialized ModelProto of any size protobuf can represent (the
 // default 64 MiB total-bytes limit is lifted). INVALID_ARGUMENT for empty,
 // truncated or otherwise unparsable bytes, and for a parse that yields no
 // graph (almost any byte string is a valid empty message). CANCELLED
-// ("cancelled during parse") once `cancel` (may be null) is set.
+// ("cancelled during parse") once `cancel` (may be null) is set. Protobuf
+// reads from `bytes` directly, so every string (raw_data) is allocated once
+// at its final size: the parsed model holds about bytes.size().
 absl::StatusOr<onnx::ModelProto> ParseModel(
     absl::string_view bytes, const CancellationToken* cancel = nullptr);
 
-// Serializes deterministically. INVALID_ARGUMENT when the model is over
-// protobuf's 2 GiB message limit; CANCELLED ("cancelled during serialize")
-// once `cancel` (may be null) is set.
+// Serializes deterministically into one string allocated at the final size.
+// INVALID_ARGUMENT when the model is over protobuf's 2 GiB message limit;
+// CANCELLED ("cancelled during serialize") once `cancel` (may be null) is set.
 absl::StatusOr<std::string> SerializeModel(
     const onnx::ModelProto& model, const CancellationToken* cancel = nullptr);
 

@@ -75,6 +75,43 @@ TEST_F(FileUtilTest, MissingDirectoryIsAnError) {
 TEST_F(FileUtilTest, ReadingAMissingFileIsNotFound) {
   absl::StatusOr<std::string> read = ReadFile((dir_ / "absent").string());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      std::string(read.status().message()),
+      ::testing::HasSubstr("cannot read " + (dir_ / "absent").string()));
+}
+
+// Several MiB: more than one read() may return, and the string is sized once.
+TEST_F(FileUtilTest, ReadsALargeFileWhole) {
+  std::string data(5 * 1024 * 1024 + 7, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
+  const std::string path = (dir_ / "big.onnx").string();
+  ASSERT_TRUE(WriteFileAtomically(path, data).ok());
+  absl::StatusOr<std::string> read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), data.size());
+  EXPECT_TRUE(*read == data);
+}
+
+TEST_F(FileUtilTest, ReadsAnEmptyFile) {
+  const std::string path = (dir_ / "empty").string();
+  ASSERT_TRUE(WriteFileAtomically(path, "").ok());
+  absl::StatusOr<std::string> read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "");
+}
+
+// /proc files report size 0: read to the end regardless of the stated size.
+TEST_F(FileUtilTest, ReadsAFileWithoutAStatedSize) {
+  absl::StatusOr<std::string> read = ReadFile("/proc/self/status");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_THAT(*read, ::testing::HasSubstr("VmRSS"));
+}
+
+TEST_F(FileUtilTest, ReadingADirectoryIsAnError) {
+  absl::StatusOr<std::string> read = ReadFile(dir_.string());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(read.status().message()),
+              ::testing::HasSubstr(dir_.string()));
 }
 
 }  // namespace

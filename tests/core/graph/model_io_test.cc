@@ -65,8 +65,67 @@ TEST(ParseModelTest, ParsesModelsOver64MiB) {
   ASSERT_GT(bytes.size(), 100u * 1024 * 1024);
   absl::StatusOr<onnx::ModelProto> m = ParseModel(bytes);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->graph().initializer(0).raw_data().size(),
-            static_cast<size_t>(n) * 4);
+  const std::string& raw = m->graph().initializer(0).raw_data();
+  EXPECT_EQ(raw.size(), static_cast<size_t>(n) * 4);
+  // Allocated once at its size: read through a stream, protobuf grows a
+  // string over 50 MB by doubling (here to 200 MB).
+  EXPECT_LE(raw.capacity(), raw.size() + 64);
+}
+
+// Large initializers (copied in pieces) among small ones, nodes and fields
+// around them: the same model as protobuf's own parse, in the same order.
+TEST(ParseModelTest, MatchesProtobufsParse) {
+  testing::ModelBuilder b(13);
+  b.Input("x", {1, 1024});
+  b.Initializer("small", {4}, std::vector<float>{1, 2, 3, 4});
+  b.Initializer("W", {1024, 1024}, std::vector<float>(1024 * 1024, 0.5f));
+  b.Initializer("B", {1024}, std::vector<float>(1024, 0.25f));
+  b.Node("MatMul", {"x", "W"}, {"h"}).Node("Add", {"h", "B"}, {"y"});
+  b.Output("y");
+  onnx::ModelProto model = b.Build();
+  model.set_producer_name("test");
+  model.mutable_graph()->mutable_initializer(1)->set_doc_string("after");
+  const std::string bytes = model.SerializeAsString();
+  onnx::ModelProto expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+  absl::StatusOr<onnx::ModelProto> parsed = ParseModel(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), expected.SerializeAsString());
+  EXPECT_EQ(parsed->graph().initializer(1).name(), "W");
+}
+
+// Parsing concatenated messages merges them: repeated fields append, a
+// repeated large raw_data replaces the earlier one, as protobuf does.
+TEST(ParseModelTest, MergesRepeatedFieldsAsProtobufDoes) {
+  onnx::ModelProto first = testing::MatMulModel(1024, 512).Build();
+  onnx::ModelProto second;
+  *second.mutable_graph()->add_initializer() = first.graph().initializer(0);
+  onnx::TensorProto* tensor = second.mutable_graph()->mutable_initializer(0);
+  tensor->set_name("again");
+  tensor->set_raw_data(std::string(3 << 20, 'a'));
+  second.set_producer_name("second");
+  std::string bytes = first.SerializeAsString() + second.SerializeAsString();
+  // The same tensor twice in one initializer: the later raw_data wins.
+  onnx::ModelProto third;
+  third.mutable_graph()->add_initializer()->set_raw_data(
+      std::string(2 << 20, 'b'));
+  std::string twice = third.SerializeAsString();
+  bytes += twice;
+  onnx::ModelProto expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+  absl::StatusOr<onnx::ModelProto> parsed = ParseModel(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), expected.SerializeAsString());
+  EXPECT_EQ(parsed->graph().initializer_size(), 3);
+}
+
+TEST(ParseModelTest, TruncatedInsideALargeTensorIsInvalid) {
+  std::string bytes = testing::MatMulModel(1024, 1024).Bytes();
+  for (size_t cut : {bytes.size() - 1, bytes.size() / 2, size_t{40}}) {
+    EXPECT_EQ(ParseModel(bytes.substr(0, cut)).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << cut;
+  }
 }
 
 TEST(SerializeModelTest, IsDeterministicAndParsesBack) {
