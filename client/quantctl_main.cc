@@ -100,6 +100,15 @@ ABSL_FLAG(int32_t, block_size, 0,
           "quantize: weight_params.block_size, one weight scale per block of "
           "N values along the input axis of MatMul / Gemm weights (a power "
           "of two, 16..4096); 0: per output channel.");
+ABSL_FLAG(int32_t, weight_bits, 0,
+          "quantize: weight_params.bits (2..8); 0: the precision's (8, or 4 "
+          "for w4a8 / w4a4). 7 is ONNX Runtime's reduce_range: on x86 CPUs "
+          "without VNNI its u8 x s8 kernels add pairs of products in int16, "
+          "which 8-bit weights can saturate.");
+ABSL_FLAG(double, target_sqnr_db, 0,
+          "quantize (static_range with --calibration_data): the worst output "
+          "SQNR to reach; nodes that add the most error stay float until it "
+          "is met. 0: no search.");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -118,7 +127,8 @@ constexpr char kUsage[] =
     "                    [--method=dynamic_range|static_range]\n"
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
-    "                    [--block_size=N]\n"
+    "                    [--block_size=N] [--target_sqnr_db=DB]\n"
+    "                    [--weight_bits=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
@@ -157,7 +167,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
         "calibration_method", "batch_size", "sample_axis", "report",
-        "block_size"}},
+        "block_size", "target_sqnr_db", "weight_bits"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -447,6 +457,25 @@ void PrintFidelity(const quantd::v1::QuantizeSummary& s) {
   PrintTable(rows);
 }
 
+void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
+  if (!s.has_accuracy_search()) return;
+  const quantd::v1::AccuracySearch& a = s.accuracy_search();
+  absl::PrintF("accuracy search: target %s, %s; %s\n",
+               quantd::client::FormatDb(a.target_sqnr_db()),
+               a.met() ? "met" : "NOT met", a.note());
+  std::vector<std::vector<std::string>> rows = {
+      {"round", "float nodes", "output SQNR", "weight bytes", "added", ""}};
+  for (int i = 0; i < a.rounds_size(); ++i) {
+    const quantd::v1::AccuracySearchRound& r = a.rounds(i);
+    rows.push_back({absl::StrCat(i + 1), absl::StrCat(r.float_nodes()),
+                    quantd::client::FormatDb(r.output_sqnr_db()),
+                    absl::StrCat(r.weight_bytes_after()),
+                    absl::StrJoin(r.added_float_nodes(), ","),
+                    i == a.chosen_round() ? "<- returned" : ""});
+  }
+  PrintTable(rows);
+}
+
 void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   const double ratio =
       s.output_bytes() == 0
@@ -481,6 +510,7 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
     absl::PrintF("validated:  %s\n", v);
   }
   PrintFidelity(s);
+  PrintAccuracySearch(s);
 }
 
 // --calibration: a CalibrationResult in binary proto format.
@@ -570,6 +600,12 @@ int RunQuantize() {
 
   quantd::v1::QuantizeConfig config;
   *config.mutable_options() = std::move(*options);
+  if (const double target = absl::GetFlag(FLAGS_target_sqnr_db); target != 0) {
+    config.set_target_sqnr_db(target);
+  }
+  if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
+    config.mutable_weight_params()->set_bits(bits);
+  }
   if (const int32_t block = absl::GetFlag(FLAGS_block_size); block != 0) {
     config.mutable_weight_params()->set_block_size(block);
   }

@@ -3,13 +3,16 @@
 // fidelity -> serialize (+ re-check).
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <new>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/engine/accuracy_search.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
@@ -67,6 +70,17 @@ class QuantizeJob {
   // else makes fidelity "skipped" with the reason.
   absl::Status Fidelity();
   void SkipFidelity(std::string reason);
+  // Runs `evaluator` (built on the float model) against model_ over the kept
+  // batches, freeing each batch after use when `free_batches`. An error
+  // message says why the comparison could not run (the caller checks
+  // cancel_ first).
+  absl::StatusOr<quantd::v1::FidelityReport> CompareWithFloat(
+      FidelityEvaluator* evaluator, bool free_batches);
+  // What the report's note says about batches that were not compared.
+  std::string FidelityNote() const;
+  // config.target_sqnr_db: Quantize and compare, keeping more nodes in
+  // float each round until the goal is met (accuracy_search.h).
+  absl::Status SearchForTarget();
   // Keeps a calibration batch for Fidelity, within the memory budget.
   void KeepForFidelity(quantd::v1::TensorBatch batch);
   absl::Status Serialize();
@@ -153,6 +167,22 @@ void QuantizeJob::FillOptionWords() {
 }
 
 absl::Status QuantizeJob::ResolvePassOptions() {
+  if (config_.has_target_sqnr_db()) {
+    absl::Status s = CheckTargetSqnr(config_);
+    if (!s.ok()) return s;
+    if (resolved_.method == Method::kDynamicRange) {
+      return absl::UnimplementedError(
+          "target_sqnr_db is not implemented for DYNAMIC_RANGE: the search "
+          "measures each candidate on calibration batches, which "
+          "DYNAMIC_RANGE does not take; use STATIC_RANGE with calibration "
+          "batches");
+    }
+    if (resolved_.method != Method::kStaticRange) {
+      return absl::InvalidArgumentError(
+          "target_sqnr_db needs quantization_method STATIC_RANGE: there is "
+          "nothing to search without quantizing");
+    }
+  }
   if (PassThrough()) return absl::OkStatus();
   if (resolved_.method == Method::kStaticRange) {
     absl::StatusOr<passes::StaticRangeOptions> o =
@@ -449,30 +479,48 @@ absl::Status QuantizeJob::Fidelity() {
   stage_start_ -=
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(fidelity_setup_seconds_));
-  absl::Status s = fidelity_->SetQuantizedModel(model_);
-  if (!s.ok()) {
-    SkipFidelity(absl::StrCat("the executor cannot run the quantized model: ",
-                              s.message()));
+  absl::StatusOr<quantd::v1::FidelityReport> report =
+      CompareWithFloat(fidelity_.get(), /*free_batches=*/true);
+  if (!report.ok()) {
+    absl::Status cancelled = cancel_.Check("fidelity");
+    if (!cancelled.ok()) return cancelled;
+    SkipFidelity(std::string(report.status().message()));
     EndStage();
-    return cancel_.Check("fidelity");
+    return absl::OkStatus();
   }
+  report->set_batches_received(batches_received_);
+  report->set_note(FidelityNote());
+  *result_.summary.mutable_fidelity() = std::move(*report);
+  fidelity_.reset();
+  std::vector<quantd::v1::TensorBatch>().swap(fidelity_batches_);
+  EndStage();
+  return cancel_.Check("fidelity");
+}
+
+absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
+    FidelityEvaluator* evaluator, bool free_batches) {
+  absl::Status s = evaluator->SetQuantizedModel(model_);
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the executor cannot run the quantized model: ", s.message()));
+  }
+  const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
   for (int64_t i = 0; i < total; ++i) {
     s = cancel_.Check("fidelity");
     if (!s.ok()) return s;
-    s = fidelity_->AddBatch(fidelity_batches_[i], pool_, cancel_);
+    s = evaluator->AddBatch(fidelity_batches_[i], pool_, cancel_);
     if (!s.ok()) {
-      if (cancel_.IsCancelled()) return cancel_.Check("fidelity");
-      SkipFidelity(
+      return absl::FailedPreconditionError(
           absl::StrCat("calibration batch ", i + 1, ": ", s.message()));
-      EndStage();
-      return cancel_.Check("fidelity");
     }
     // Done with it: free its data now rather than at the end.
-    quantd::v1::TensorBatch().Swap(&fidelity_batches_[i]);
+    if (free_batches) quantd::v1::TensorBatch().Swap(&fidelity_batches_[i]);
     Progress(i + 1, total, "");
   }
-  quantd::v1::FidelityReport report = fidelity_->Report();
-  report.set_batches_received(batches_received_);
+  return evaluator->Report();
+}
+
+std::string QuantizeJob::FidelityNote() const {
   std::vector<std::string> notes;
   if (activation_batches_ > 0) {
     notes.push_back(absl::StrCat(activation_batches_,
@@ -485,11 +533,137 @@ absl::Status QuantizeJob::Fidelity() {
         kFidelityBatchBudgetBytes >> 20,
         " MiB of calibration data were calibrated with but not compared"));
   }
-  report.set_note(absl::StrJoin(notes, "; "));
-  *result_.summary.mutable_fidelity() = std::move(report);
-  fidelity_.reset();
+  return absl::StrJoin(notes, "; ");
+}
+
+absl::Status QuantizeJob::SearchForTarget() {
+  const double target = config_.target_sqnr_db();
+  if (fidelity_ == nullptr || fidelity_batches_.empty()) {
+    std::string why = fidelity_skipped_;
+    if (why.empty()) {
+      why = batches_received_ == 0
+                ? "the ranges came from config.calibration and the call "
+                  "carried no calibration batches"
+                : "no calibration batch fed the graph inputs";
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "target_sqnr_db needs the quantized model compared with the float "
+        "one on calibration batches of graph inputs sent in this call, "
+        "but ",
+        why));
+  }
+  using Entry = tensorflow::quantization::UnitWiseQuantizationPrecision;
+  const onnx::ModelProto float_model = model_;
+  const quantd::v1::QuantizeSummary base = result_.summary;
+  const passes::UnitPrecisionEntries user_units = static_options_.units;
+  absl::flat_hash_set<std::string> excluded;
+  for (const Entry& e : user_units) {
+    if (e.unit_type() == Entry::UNIT_NODE) excluded.insert(e.unit_name());
+  }
+  auto units_with = [&](const std::vector<std::string>& float_nodes) {
+    passes::UnitPrecisionEntries units = user_units;
+    for (const std::string& name : float_nodes) {
+      Entry e;
+      e.set_unit_type(Entry::UNIT_NODE);
+      e.set_unit_name(name);
+      e.set_quantization_precision(tensorflow::quantization::PRECISION_FULL);
+      units.push_back(std::move(e));
+    }
+    return units;
+  };
+
+  quantd::v1::AccuracySearch search;
+  search.set_target_sqnr_db(target);
+  std::vector<std::string> float_nodes;
+  absl::flat_hash_set<std::string> float_set;
+  onnx::ModelProto best_model;
+  quantd::v1::QuantizeSummary best_summary;
+  double best = -std::numeric_limits<double>::infinity();
+  int best_round = -1;
+  quantd::v1::FidelityReport last;
+  std::string stop = absl::StrCat("stopped after ", kAccuracySearchRounds + 1,
+                                  " rounds without meeting the target");
+  for (int round = 0; round <= kAccuracySearchRounds; ++round) {
+    std::vector<std::string> added;
+    std::unique_ptr<FidelityEvaluator> evaluator;
+    if (round == 0) {
+      evaluator = std::move(fidelity_);
+    } else {
+      added = PickFloatNodes(float_model.graph(), last, float_set, excluded,
+                             FloatNodesToAdd(round));
+      if (added.empty()) {
+        stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
+        break;
+      }
+      for (const std::string& n : added) {
+        float_nodes.push_back(n);
+        float_set.insert(n);
+      }
+      model_ = float_model;
+      result_.summary = base;
+      static_options_.units = units_with(float_nodes);
+      absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
+          FidelityEvaluator::Create(float_model);
+      if (!e.ok()) return e.status();
+      evaluator = std::move(*e);
+    }
+    absl::Status s = Quantize();
+    if (!s.ok()) return s;
+    const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
+    StartStage(quantd::v1::STAGE_FIDELITY, total,
+               absl::StrCat("accuracy search round ", round + 1, ": ",
+                            float_nodes.size(), " nodes in float"));
+    absl::StatusOr<quantd::v1::FidelityReport> report =
+        CompareWithFloat(evaluator.get(), /*free_batches=*/false);
+    EndStage();
+    if (!report.ok()) {
+      absl::Status cancelled = cancel_.Check("fidelity");
+      if (!cancelled.ok()) return cancelled;
+      if (round == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("target_sqnr_db: cannot measure the quantized "
+                         "model: ",
+                         report.status().message()));
+      }
+      stop =
+          absl::StrCat("round ", round + 1,
+                       " could not be measured: ", report.status().message());
+      break;
+    }
+    const double worst = WorstOutputSqnr(*report);
+    quantd::v1::AccuracySearchRound* r = search.add_rounds();
+    r->set_float_nodes(static_cast<int32_t>(float_nodes.size()));
+    for (const std::string& n : added) r->add_added_float_nodes(n);
+    r->set_output_sqnr_db(worst);
+    r->set_weight_bytes_after(result_.summary.weight_bytes_after());
+    if (worst > best || best_round < 0) {
+      best = worst;
+      best_round = static_cast<int>(search.rounds_size()) - 1;
+      best_model = std::move(model_);
+      best_summary = result_.summary;
+      report->set_batches_received(batches_received_);
+      report->set_note(FidelityNote());
+      *best_summary.mutable_fidelity() = *report;
+      *search.mutable_unit_wise_quantization_precision() = {
+          static_options_.units.begin(), static_options_.units.end()};
+    }
+    if (worst >= target) {
+      stop = absl::StrCat("met in round ", round + 1, " with ",
+                          float_nodes.size(), " nodes in float");
+      break;
+    }
+    last = std::move(*report);
+  }
+  model_ = std::move(best_model);
+  result_.summary = std::move(best_summary);
+  search.set_met(best >= target);
+  search.set_chosen_round(best_round);
+  search.set_note(search.met()
+                      ? stop
+                      : absl::StrCat(stop, "; returning round ", best_round + 1,
+                                     " (", best, " dB, the best tried)"));
+  *result_.summary.mutable_accuracy_search() = std::move(search);
   std::vector<quantd::v1::TensorBatch>().swap(fidelity_batches_);
-  EndStage();
   return cancel_.Check("fidelity");
 }
 
@@ -542,8 +716,12 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
     return std::move(result_);
   }
   s = Calibrate();
-  if (s.ok()) s = Quantize();
-  if (s.ok()) s = Fidelity();
+  if (config_.has_target_sqnr_db()) {
+    if (s.ok()) s = SearchForTarget();
+  } else {
+    if (s.ok()) s = Quantize();
+    if (s.ok()) s = Fidelity();
+  }
   if (s.ok()) s = Serialize();
   if (!s.ok()) return s;
   return std::move(result_);

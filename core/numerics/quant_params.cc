@@ -354,8 +354,7 @@ std::vector<float> DequantizeTensor(const QuantizedTensor& q,
     absl::StatusOr<ChannelLayout> l = LayoutFor(shape, q.axis);
     if (!l.ok()) return {};
     const int64_t blocks = BlockCount(l->channels, q.block_size);
-    if (static_cast<int64_t>(q.params.size()) !=
-        l->outer * blocks * l->inner) {
+    if (static_cast<int64_t>(q.params.size()) != l->outer * blocks * l->inner) {
       return {};
     }
     std::vector<float> out(q.values.size());
@@ -366,8 +365,8 @@ std::vector<float> DequantizeTensor(const QuantizedTensor& q,
         const QuantParams* p =
             q.params.data() + (o * blocks + c / q.block_size) * l->inner;
         for (int64_t i = 0; i < l->inner; ++i) {
-          out[at + i] =
-              DequantizeValue(FromByte(q.values[at + i], q.spec.is_signed), p[i]);
+          out[at + i] = DequantizeValue(
+              FromByte(q.values[at + i], q.spec.is_signed), p[i]);
         }
       }
     }

@@ -101,8 +101,10 @@ absl::Status ResolveBlockSize(const QuantOpParams& w,
   const int32_t b = w.block_size();
   if (b < kMinWeightBlockSize || b > kMaxWeightBlockSize || (b & (b - 1))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "weight_params.block_size is ", b, "; it must be 0 (per channel) or a "
-        "power of two from ", kMinWeightBlockSize, " to ", kMaxWeightBlockSize,
+        "weight_params.block_size is ", b,
+        "; it must be 0 (per channel) or a "
+        "power of two from ",
+        kMinWeightBlockSize, " to ", kMaxWeightBlockSize,
         " (ONNX Runtime's blocked DequantizeLinear takes no other size)"));
   }
   if (w.has_per_channel() && !w.per_channel()) {

@@ -60,6 +60,14 @@ const CONFIGS = {
   // STATIC shortfall the ranges' fault?" for one model at a time.
   static_tf_w8a8_percentile: { label: 'STATIC TF W8A8 percentile', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=percentile'] },
   static_tf_w8a8_mse: { label: 'STATIC TF W8A8 mse', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=mse'] },
+  // An accuracy goal: nodes that add the most error stay float until the
+  // fidelity comparison on the calibration batches reaches 25 dB.
+  static_tf_w8a8_t25: { label: 'STATIC TF W8A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--target_sqnr_db=25'] },
+  static_tf_w8a8_mse_t25: { label: 'STATIC TF W8A8 mse target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=mse', '--target_sqnr_db=25'] },
+  // 7-bit weights (ONNX Runtime's reduce_range): no int16 saturation in
+  // ORT's u8 x s8 kernels on CPUs without VNNI.
+  static_tf_w8a8_wb7: { label: 'STATIC TF W8A8 7-bit weights', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_bits=7'] },
+  static_tf_w8a8_wb7_t25: { label: 'STATIC TF W8A8 7-bit weights target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_bits=7', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
 };
 const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean)

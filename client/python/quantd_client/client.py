@@ -380,6 +380,7 @@ class QuantdClient:
                  weight_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  block_size: Optional[int] = None,
+                 target_sqnr_db: Optional[float] = None,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
@@ -394,6 +395,10 @@ class QuantdClient:
         block_size: weight_params.block_size (quantctl --block_size): one
             weight scale per block of this many values along the input axis
             of MatMul / Gemm weights; 0 or None: per output channel.
+        target_sqnr_db: STATIC_RANGE with calibration_batches: the worst
+            output SQNR to reach (quantctl --target_sqnr_db); the nodes that
+            add the most error stay float until it is met. The summary's
+            accuracy_search says what was tried and chosen.
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
@@ -412,6 +417,8 @@ class QuantdClient:
                 getattr(config, name).CopyFrom(_to_message(value, kind, name))
         if block_size:
             config.weight_params.block_size = int(block_size)
+        if target_sqnr_db is not None:
+            config.target_sqnr_db = float(target_sqnr_db)
 
         batches = _Batches(calibration_batches)
 

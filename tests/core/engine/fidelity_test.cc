@@ -458,4 +458,103 @@ TEST(RunQuantizeFidelityTest, UnchangedModelHasNoFidelity) {
 }
 
 }  // namespace
+// ------------------------------------------------------------------------
+// config.target_sqnr_db: the accuracy search.
+
+TEST(AccuracySearchJobTest, ReachableTargetIsMetInTheFirstRound) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.set_target_sqnr_db(10);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::QuantizeSummary& s = run.result->summary;
+  ASSERT_TRUE(s.has_accuracy_search());
+  const quantd::v1::AccuracySearch& a = s.accuracy_search();
+  EXPECT_TRUE(a.met());
+  ASSERT_EQ(a.rounds_size(), 1);
+  EXPECT_EQ(a.chosen_round(), 0);
+  EXPECT_EQ(a.rounds(0).float_nodes(), 0);
+  EXPECT_EQ(a.rounds(0).output_sqnr_db(), s.fidelity().outputs(0).sqnr_db());
+  EXPECT_EQ(a.unit_wise_quantization_precision_size(), 0);
+  EXPECT_TRUE(s.fidelity().evaluated());
+  EXPECT_EQ(s.fidelity().batches_evaluated(), 4);
+}
+
+// A target only float reaches: the search keeps nodes in float until the
+// output is exact, returns the unit entries it chose, and the same request
+// replayed with those entries (and no target) gives the same bytes.
+TEST(AccuracySearchJobTest, UnitEntriesReplayToTheSameModel) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.set_target_sqnr_db(150);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::AccuracySearch& a = run.result->summary.accuracy_search();
+  ASSERT_GE(a.rounds_size(), 2);
+  EXPECT_LT(a.rounds(0).output_sqnr_db(), 150);
+  EXPECT_TRUE(a.met()) << a.note();
+  EXPECT_EQ(a.chosen_round(), a.rounds_size() - 1);
+  EXPECT_GE(a.rounds(a.chosen_round()).output_sqnr_db(), 150);
+  ASSERT_GE(a.unit_wise_quantization_precision_size(), 1);
+  for (const auto& u : a.unit_wise_quantization_precision()) {
+    EXPECT_EQ(u.unit_type(), tfq::UnitWiseQuantizationPrecision::UNIT_NODE);
+    EXPECT_THAT(u.unit_name(), ::testing::AnyOf("mm1", "mm2"));
+    EXPECT_EQ(u.quantization_precision(), tfq::PRECISION_FULL);
+  }
+  std::printf("measured: %s\n", a.note().c_str());
+  // Rounds only ever add float nodes.
+  for (int i = 1; i < a.rounds_size(); ++i) {
+    EXPECT_GT(a.rounds(i).float_nodes(), a.rounds(i - 1).float_nodes());
+    EXPECT_FALSE(a.rounds(i).added_float_nodes().empty());
+  }
+
+  quantd::v1::QuantizeConfig replay = StaticRange();
+  *replay.mutable_options()->mutable_unit_wise_quantization_precision() =
+      a.unit_wise_quantization_precision();
+  JobRun again = RunWithBatches(replay, model, 4);
+  ASSERT_TRUE(again.result.ok()) << again.result.status();
+  EXPECT_FALSE(again.result->summary.has_accuracy_search());
+  EXPECT_EQ(again.result->model, run.result->model);
+}
+
+TEST(AccuracySearchJobTest, RefusedWhereItCannotMeasure) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig dynamic = StaticRange();
+  dynamic.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  dynamic.set_target_sqnr_db(30);
+  JobRun run = RunWithBatches(dynamic, model, 0);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(run.result.status().message(), HasSubstr("target_sqnr_db"));
+
+  quantd::v1::QuantizeConfig none;
+  none.set_target_sqnr_db(30);
+  run = RunWithBatches(none, model, 0);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kInvalidArgument);
+
+  quantd::v1::QuantizeConfig bad = StaticRange();
+  bad.set_target_sqnr_db(-1);
+  run = RunWithBatches(bad, model, 2);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kInvalidArgument);
+
+  quantd::v1::QuantizeConfig ranges_only = StaticRange();
+  ranges_only.set_target_sqnr_db(30);
+  for (const char* name : {"x", "h", "r", "logits"}) {
+    quantd::v1::TensorRange* r =
+        ranges_only.mutable_calibration()->add_ranges();
+    r->set_tensor_name(name);
+    r->set_min(-4);
+    r->set_max(4);
+  }
+  run = RunWithBatches(ranges_only, model, 0);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(run.result.status().message(), HasSubstr("config.calibration"));
+}
+
 }  // namespace quantd

@@ -1021,8 +1021,7 @@ TEST(QuantizeTensorBlockedTest, MatchesPerBlockReference) {
             const int32_t stored =
                 spec.is_signed
                     ? static_cast<int32_t>(static_cast<int8_t>(q->values[at]))
-                    : static_cast<int32_t>(
-                          static_cast<uint8_t>(q->values[at]));
+                    : static_cast<int32_t>(static_cast<uint8_t>(q->values[at]));
             EXPECT_EQ(stored, v) << "at " << at;
           }
         }

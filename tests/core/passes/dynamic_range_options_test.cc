@@ -177,9 +177,8 @@ TEST(DynamicRangeOptionsTest, BlockSize) {
   });
   EXPECT_EQ(per_tensor.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(per_tensor), HasSubstr("per_channel is false"));
-  for (auto op_set :
-       {tensorflow::quantization::XLA,
-        tensorflow::quantization::UNIFORM_QUANTIZED}) {
+  for (auto op_set : {tensorflow::quantization::XLA,
+                      tensorflow::quantization::UNIFORM_QUANTIZED}) {
     auto o = ResolveWith([op_set](auto* c) {
       c->mutable_weight_params()->set_block_size(32);
       c->mutable_options()->set_op_set(op_set);

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "core/base/thread_pool.h"
+#include "core/executor/npy.h"
+#include "core/executor/tensor.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/graph/validate.h"
-#include "core/executor/npy.h"
-#include "core/executor/tensor.h"
 #include "core/numerics/int4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -527,7 +527,8 @@ TEST_F(PassTest, BlockwiseWeightsAlongTheInputAxis) {
     EXPECT_EQ(graph::Dims(*Init(m, dq->input(2))), want.scale_dims);
   }
   const onnx::NodeProto* dq = DequantizerOf(m, "W1");
-  const std::vector<float> scales = *graph::ReadFloatTensor(*Init(m, dq->input(1)));
+  const std::vector<float> scales =
+      *graph::ReadFloatTensor(*Init(m, dq->input(1)));
   absl::StatusOr<std::vector<int8_t>> q =
       numerics::UnpackInt4(Init(m, dq->input(0))->raw_data(), 72 * 40, true);
   ASSERT_TRUE(q.ok());

@@ -1,0 +1,114 @@
+#include "core/engine/accuracy_search.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/graph/test_models.h"
+
+namespace quantd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+quantd::v1::FidelityReport Report(
+    const std::vector<std::pair<std::string, double>>& layers,
+    const std::vector<double>& outputs = {}) {
+  quantd::v1::FidelityReport r;
+  for (const auto& [name, db] : layers) {
+    auto* l = r.add_layers();
+    l->set_tensor_name(name);
+    l->set_sqnr_db(db);
+  }
+  for (double db : outputs) r.add_outputs()->set_sqnr_db(db);
+  return r;
+}
+
+// x -> conv_a -> a -> relu -> r -> conv_b -> b -> MatMul(mm) -> y, plus an
+// Add that is not a quantized op.
+onnx::GraphProto Chain() {
+  testing::ModelBuilder m(13);
+  m.Input("x", {1, 2, 4, 4})
+      .Weight("Wa", {2, 2, 1, 1})
+      .Weight("Wb", {2, 2, 1, 1})
+      .Weight("Wm", {4, 4});
+  m.Node("Conv", {"x", "Wa"}, {"a"}, "conv_a");
+  m.Node("Relu", {"a"}, {"r"}, "relu");
+  m.Node("Conv", {"r", "Wb"}, {"b"}, "conv_b");
+  m.Node("MatMul", {"b", "Wm"}, {"y0"}, "mm");
+  m.Node("Add", {"y0", "y0"}, {"y"}, "add");
+  m.Output("y");
+  return m.Build().graph();
+}
+
+// In noise power: conv_a adds 10^-4 (exact -> 40 dB), conv_b adds
+// 10^-1 - 10^-3.9 (relu's 39 dB -> 10 dB), mm adds 10^-0.9 - 10^-1. The dB
+// drop would rank conv_a first (exact input); the noise ranks conv_b.
+TEST(PickFloatNodesTest, RanksByNoiseAddedNotByDbDrop) {
+  const auto report =
+      Report({{"a", 40}, {"r", 39}, {"b", 10}, {"y0", 9}, {"y", 9}});
+  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 3),
+              ElementsAre("conv_b", "mm", "conv_a"));
+  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 1),
+              ElementsAre("conv_b"));
+  // Already float or named by the request: not picked again.
+  EXPECT_THAT(PickFloatNodes(Chain(), report, {"conv_b"}, {"mm"}, 3),
+              ElementsAre("conv_a"));
+}
+
+TEST(PickFloatNodesTest, SkipsNodesThatAddNoNoiseOrAreUnnamed) {
+  // conv_b's output is as good as its input: nothing to gain there.
+  auto report = Report({{"a", 30}, {"r", 30}, {"b", 30}, {"y0", 20}});
+  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 5),
+              ElementsAre("mm", "conv_a"));
+  onnx::GraphProto g = Chain();
+  g.mutable_node(3)->clear_name();        // mm
+  g.mutable_node(2)->set_name("conv_a");  // conv_b: a duplicate
+  EXPECT_THAT(PickFloatNodes(g, report, {}, {}, 5), IsEmpty());
+}
+
+TEST(PickFloatNodesTest, NanOutputIsTheWorst) {
+  const auto report =
+      Report({{"a", 20}, {"r", 20}, {"b", std::nan("")}, {"y0", 5}});
+  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 1),
+              ElementsAre("conv_b"));
+}
+
+TEST(WorstOutputSqnrTest, MinimumWithNanAsMinusInfinity) {
+  EXPECT_EQ(WorstOutputSqnr(Report({}, {30, 12.5, 40})), 12.5);
+  EXPECT_EQ(WorstOutputSqnr(Report({}, {30, std::nan("")})),
+            -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(WorstOutputSqnr(Report({}, {})),
+            std::numeric_limits<double>::infinity());
+}
+
+TEST(AccuracySearchTest, RoundsDouble) {
+  EXPECT_EQ(FloatNodesToAdd(1), 1);
+  EXPECT_EQ(FloatNodesToAdd(2), 2);
+  EXPECT_EQ(FloatNodesToAdd(3), 4);
+  int total = 0;
+  for (int r = 1; r <= kAccuracySearchRounds; ++r) total += FloatNodesToAdd(r);
+  EXPECT_EQ(total, 63);
+}
+
+TEST(CheckTargetSqnrTest, RangeIsChecked) {
+  quantd::v1::QuantizeConfig c;
+  EXPECT_TRUE(CheckTargetSqnr(c).ok());
+  for (double ok : {0.5, 30.0, 200.0}) {
+    c.set_target_sqnr_db(ok);
+    EXPECT_TRUE(CheckTargetSqnr(c).ok()) << ok;
+  }
+  for (double bad : {0.0, -3.0, 201.0, std::nan(""),
+                     std::numeric_limits<double>::infinity()}) {
+    c.set_target_sqnr_db(bad);
+    EXPECT_EQ(CheckTargetSqnr(c).code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace quantd
