@@ -105,6 +105,10 @@ ABSL_FLAG(int32_t, weight_bits, 0,
           "for w4a8 / w4a4). 7 is ONNX Runtime's reduce_range: on x86 CPUs "
           "without VNNI its u8 x s8 kernels add pairs of products in int16, "
           "which 8-bit weights can saturate.");
+ABSL_FLAG(int32_t, holdout_batches, 0,
+          "quantize (static_range with --calibration_data): the first N "
+          "batches are kept back from calibration and the fidelity report "
+          "(and --target_sqnr_db) is measured on them alone.");
 ABSL_FLAG(double, target_sqnr_db, 0,
           "quantize (static_range with --calibration_data): the worst output "
           "SQNR to reach; nodes that add the most error stay float until it "
@@ -128,7 +132,7 @@ constexpr char kUsage[] =
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
-    "                    [--weight_bits=N]\n"
+    "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
@@ -167,7 +171,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
        {"server", "model", "output", "options", "method", "precision", "op_set",
         "json", "timeout", "calibration", "calibration_data",
         "calibration_method", "batch_size", "sample_axis", "report",
-        "block_size", "target_sqnr_db", "weight_bits"}},
+        "block_size", "target_sqnr_db", "weight_bits", "holdout_batches"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -602,6 +606,9 @@ int RunQuantize() {
   *config.mutable_options() = std::move(*options);
   if (const double target = absl::GetFlag(FLAGS_target_sqnr_db); target != 0) {
     config.set_target_sqnr_db(target);
+  }
+  if (const int32_t n = absl::GetFlag(FLAGS_holdout_batches); n != 0) {
+    config.set_holdout_batches(n);
   }
   if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
     config.mutable_weight_params()->set_bits(bits);

@@ -34,16 +34,24 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     CalibrationSession* session, BatchQueue* batches,
     const std::function<void(int64_t)>& on_batch,
     const CancellationToken& cancel, ThreadPool* pool,
-    const std::function<void(quantd::v1::TensorBatch)>& keep) {
+    const std::function<void(quantd::v1::TensorBatch)>& keep, int64_t holdout,
+    const std::function<void(quantd::v1::TensorBatch)>& hold) {
+  int64_t held = 0;
   while (std::optional<quantd::v1::TensorBatch> batch = batches->Pop()) {
     absl::Status s = cancel.Check("calibration");
+    if (s.ok() && held < holdout) {
+      ++held;
+      if (hold) hold(*std::move(batch));
+      continue;
+    }
     if (s.ok()) s = session->AddBatch(*batch, pool, cancel);
     if (!s.ok()) {
       // Nobody will read the rest: let the producer's Push calls fail fast.
       batches->Abort();
-      return absl::Status(s.code(), absl::StrCat("calibration batch ",
-                                                 session->batch_count() + 1,
-                                                 ": ", s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat("calibration batch ", held + session->batch_count() + 1,
+                       ": ", s.message()));
     }
     if (on_batch) on_batch(session->batch_count());
     if (keep) keep(*std::move(batch));

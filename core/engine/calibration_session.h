@@ -137,12 +137,16 @@ class CalibrationSession {
 // means); CANCELLED when cancelled.
 // `on_batch` (may be empty) gets the number of batches observed so far;
 // `keep` (may be empty) then gets each observed batch, moved (a Quantize call
-// keeps some to measure fidelity after the pass).
+// keeps some to measure fidelity after the pass). The first `holdout` batches
+// are not observed: they go to `hold` (moved) instead, to judge the result
+// on data the ranges were not fitted to.
 absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     CalibrationSession* session, BatchQueue* batches,
     const std::function<void(int64_t)>& on_batch,
     const CancellationToken& cancel, ThreadPool* pool,
-    const std::function<void(quantd::v1::TensorBatch)>& keep = {});
+    const std::function<void(quantd::v1::TensorBatch)>& keep = {},
+    int64_t holdout = 0,
+    const std::function<void(quantd::v1::TensorBatch)>& hold = {});
 
 // A NamedTensor as an executor Tensor: INVALID_ARGUMENT naming the tensor for
 // unknown dtypes, negative or overflowing shapes, or a data size that does

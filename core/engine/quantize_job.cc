@@ -112,6 +112,7 @@ class QuantizeJob {
   int64_t batches_received_ = 0;
   int64_t batches_over_budget_ = 0;
   int64_t activation_batches_ = 0;
+  int64_t held_out_ = 0;  // Batches kept back from calibration.
   double fidelity_setup_seconds_ = 0;
 
   onnx::ModelProto model_;
@@ -182,6 +183,16 @@ absl::Status QuantizeJob::ResolvePassOptions() {
           "target_sqnr_db needs quantization_method STATIC_RANGE: there is "
           "nothing to search without quantizing");
     }
+  }
+  if (config_.holdout_batches() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "holdout_batches is ", config_.holdout_batches(), "; it must be >= 0"));
+  }
+  if (config_.holdout_batches() > 0 &&
+      resolved_.method != Method::kStaticRange) {
+    return absl::InvalidArgumentError(
+        "holdout_batches needs quantization_method STATIC_RANGE with "
+        "calibration batches: it keeps batches back from calibration");
   }
   if (PassThrough()) return absl::OkStatus();
   if (resolved_.method == Method::kStaticRange) {
@@ -349,10 +360,29 @@ absl::Status QuantizeJob::Calibrate() {
       [this](int64_t n) { Progress(n, 0, absl::StrCat(n, " batches")); },
       cancel_, pool_,
       [this](quantd::v1::TensorBatch batch) {
+        // With held-out batches, fidelity is measured on those alone.
+        if (config_.holdout_batches() > 0) {
+          ++batches_received_;
+        } else {
+          KeepForFidelity(std::move(batch));
+        }
+      },
+      config_.holdout_batches(),
+      [this](quantd::v1::TensorBatch batch) {
+        ++held_out_;
         KeepForFidelity(std::move(batch));
       });
   if (!result.ok()) return result.status();
   if (result->batch_count() == 0) {
+    if (held_out_ > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("holdout_batches is ", config_.holdout_batches(),
+                       " but the call "
+                       "sent only ",
+                       held_out_,
+                       " calibration batches: none was left to "
+                       "calibrate with; send more batches or hold fewer back"));
+    }
     return absl::FailedPreconditionError(
         "STATIC_RANGE needs activation ranges, and the call sent no "
         "calibration batches and no config.calibration");
@@ -522,6 +552,11 @@ absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
 
 std::string QuantizeJob::FidelityNote() const {
   std::vector<std::string> notes;
+  if (held_out_ > 0) {
+    notes.push_back(
+        absl::StrCat("measured on the first ", held_out_,
+                     " batches of the stream, held out from calibration"));
+  }
   if (activation_batches_ > 0) {
     notes.push_back(absl::StrCat(activation_batches_,
                                  " batches of observed activations were not "

@@ -381,6 +381,7 @@ class QuantdClient:
                  activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  block_size: Optional[int] = None,
                  target_sqnr_db: Optional[float] = None,
+                 holdout_batches: Optional[int] = None,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
@@ -399,6 +400,8 @@ class QuantdClient:
             output SQNR to reach (quantctl --target_sqnr_db); the nodes that
             add the most error stay float until it is met. The summary's
             accuracy_search says what was tried and chosen.
+        holdout_batches: the first N calibration_batches are kept back from
+            calibration; fidelity (and target_sqnr_db) is measured on them.
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
@@ -419,6 +422,8 @@ class QuantdClient:
             config.weight_params.block_size = int(block_size)
         if target_sqnr_db is not None:
             config.target_sqnr_db = float(target_sqnr_db)
+        if holdout_batches:
+            config.holdout_batches = int(holdout_batches)
 
         batches = _Batches(calibration_batches)
 

@@ -557,4 +557,41 @@ TEST(AccuracySearchJobTest, RefusedWhereItCannotMeasure) {
   EXPECT_THAT(run.result.status().message(), HasSubstr("config.calibration"));
 }
 
+TEST(HoldoutJobTest, FidelityIsMeasuredOnHeldOutBatchesOnly) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.set_holdout_batches(1);
+  config.set_target_sqnr_db(10);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::FidelityReport& f = run.result->summary.fidelity();
+  ASSERT_TRUE(f.evaluated()) << f.skipped_reason();
+  EXPECT_EQ(f.batches_received(), 4);
+  EXPECT_EQ(f.batches_evaluated(), 1);
+  EXPECT_EQ(f.outputs(0).top1_rows(), kBatch);
+  EXPECT_THAT(f.note(), HasSubstr("held out from calibration"));
+  EXPECT_TRUE(run.result->summary.accuracy_search().met());
+
+  // Every batch held back: nothing to calibrate with.
+  config.set_holdout_batches(4);
+  run = RunWithBatches(config, model, 4);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(run.result.status().message(), HasSubstr("none was left"));
+
+  config.set_holdout_batches(-1);
+  run = RunWithBatches(config, model, 4);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kInvalidArgument);
+
+  quantd::v1::QuantizeConfig dynamic = StaticRange();
+  dynamic.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  dynamic.set_holdout_batches(1);
+  run = RunWithBatches(dynamic, model, 0);
+  EXPECT_EQ(run.result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(run.result.status().message(), HasSubstr("holdout_batches"));
+}
+
 }  // namespace quantd
