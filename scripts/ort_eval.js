@@ -20,6 +20,9 @@
 //   --opt LEVEL     graph optimization: disabled|basic|extended|all (default all)
 //   --ort_dir DIR   node_modules dir holding onnxruntime-node. Default: plain
 //                   require (honours NODE_PATH), then <repo>/build/ort/node_modules.
+//   --x64quantprecision 0|1  ORT's session.x64quantprecision (default 1 here;
+//                   0 is ORT's own default, what a deployment on an AVX2 CPU
+//                   without VNNI runs).
 //
 // The first model input is fed from X (float32/float64/int64/int32 .npy, C
 // order, little-endian; float64 is converted to the input's type if needed).
@@ -74,7 +77,7 @@ function posInt(opts, key, dflt) {
 }
 
 function checkKnown(opts, allowed) {
-  const common = ['threads', 'batch', 'opt', 'ort_dir'];
+  const common = ['threads', 'batch', 'opt', 'ort_dir', 'x64quantprecision'];
   for (const k of Object.keys(opts)) {
     if (!allowed.includes(k) && !common.includes(k)) throw new UsageError(`unknown option --${k}`);
   }
@@ -395,7 +398,7 @@ const USAGE = `usage:
   node scripts/ort_eval.js run      --model M.onnx --x X.npy --out OUT.npy
 options: --threads N (default 1)  --batch B (default 64)  --opt disabled|basic|extended|all
          --ort_dir DIR (node_modules holding onnxruntime-node; default NODE_PATH, then
-         <repo>/build/ort/node_modules)`;
+         <repo>/build/ort/node_modules)  --x64quantprecision 0|1 (default 1)`;
 
 async function main() {
   const argv = process.argv.slice(2);
