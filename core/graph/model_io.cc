@@ -10,7 +10,6 @@
 #include "core/base/onnx_names.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message_lite.h"
 
 namespace quantd::graph {
@@ -19,6 +18,14 @@ namespace {
 bool Cancelled(const CancellationToken* cancel) {
   return cancel != nullptr && cancel->IsCancelled();
 }
+
+// How a parse is cut up: `cancel` is polled every `piece_bytes` or so, and
+// only fields over `piece_bytes` are walked or copied here rather than by
+// protobuf. kModelIoChunkBytes, except in internal::ParseModelInPieces.
+struct Pieces {
+  const CancellationToken* cancel;
+  size_t piece_bytes;
+};
 
 // One field of a serialized message, as found on the wire.
 struct WireField {
@@ -30,9 +37,16 @@ struct WireField {
 
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 
-bool ReadVarint(absl::string_view* in, uint64_t* value) {
+// Protobuf reads a varint value in up to 10 bytes, but a tag or a length in
+// at most 5 (ReadTag, ReadSize) and rejects longer, zero-padded encodings of
+// them: so must the walker, or it would accept such a field that protobuf's
+// parse fails on.
+constexpr int kMaxVarintBytes = 10, kMaxTagOrSizeBytes = 5;
+
+bool ReadVarint(absl::string_view* in, uint64_t* value,
+                int max_bytes = kMaxVarintBytes) {
   uint64_t result = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
+  for (int shift = 0; shift < 7 * max_bytes && !in->empty(); shift += 7) {
     const uint8_t byte = static_cast<uint8_t>(in->front());
     in->remove_prefix(1);
     result |= uint64_t{byte & 0x7fu} << shift;
@@ -51,8 +65,8 @@ bool ReadVarint(absl::string_view* in, uint64_t* value) {
 bool FrontField(absl::string_view bytes, WireField* field) {
   absl::string_view rest = bytes;
   uint64_t tag = 0;
-  if (!ReadVarint(&rest, &tag) || tag > std::numeric_limits<uint32_t>::max() ||
-      (tag >> 3) == 0) {
+  if (!ReadVarint(&rest, &tag, kMaxTagOrSizeBytes) ||
+      tag > std::numeric_limits<uint32_t>::max() || (tag >> 3) == 0) {
     return false;
   }
   field->number = static_cast<int>(tag >> 3);
@@ -71,7 +85,10 @@ bool FrontField(absl::string_view bytes, WireField* field) {
       break;
     }
     case kLengthDelimited:
-      if (!ReadVarint(&rest, &value) || value > rest.size()) return false;
+      if (!ReadVarint(&rest, &value, kMaxTagOrSizeBytes) ||
+          value > rest.size()) {
+        return false;
+      }
       field->payload = rest.substr(0, value);
       rest.remove_prefix(value);
       break;
@@ -84,32 +101,38 @@ bool FrontField(absl::string_view bytes, WireField* field) {
 
 // Parses `bytes` into `message` from one flat buffer, so protobuf allocates
 // each string at its final size (reading a stream in pieces, it grows a
-// string over 50 MB by doubling: up to 2x the tensor).
-bool MergeFlat(absl::string_view bytes,
+// string over 50 MB by doubling: up to 2x the tensor). `message` is `depth`
+// messages deep in the model (graph 1, initializer 2): a whole-model parse
+// would have spent that much of protobuf's recursion limit on reaching it,
+// so this parse gets only the rest, and rejects the same too-deep nesting.
+bool MergeFlat(absl::string_view bytes, int depth,
                google::protobuf::MessageLite* message) {
   if (bytes.empty()) return true;
-  google::protobuf::io::ArrayInputStream input(bytes.data(),
-                                               static_cast<int>(bytes.size()));
-  return message->MergeFromBoundedZeroCopyStream(
-      &input, static_cast<int>(bytes.size()));
+  using google::protobuf::io::CodedInputStream;
+  CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
+                         static_cast<int>(bytes.size()));
+  input.SetRecursionLimit(CodedInputStream::GetDefaultRecursionLimit() - depth);
+  // Not consumed: stopped early at a 0 or end-group tag, which a
+  // whole-message parse rejects.
+  return message->MergeFromCodedStream(&input) && input.ConsumedEntireMessage();
 }
 
 // Merges the serialized `bytes` into `message` as one protobuf parse would
 // (merging serialized fields in order is what parsing their concatenation
 // means), but with cancellation checks between pieces: the fields
 // `claims(field)` accepts go to `take(field)`; the others are parsed by
-// protobuf in runs of about kModelIoChunkBytes. False when the bytes are
+// protobuf in runs of about `pieces.piece_bytes`. False when the bytes are
 // invalid or the parse was cancelled.
 template <typename Claims, typename Take>
-bool MergeInPieces(absl::string_view bytes,
-                   google::protobuf::MessageLite* message,
-                   const CancellationToken* cancel, const Claims& claims,
-                   const Take& take) {
+bool MergeInPieces(absl::string_view bytes, int depth,
+                   google::protobuf::MessageLite* message, const Pieces& pieces,
+                   const Claims& claims, const Take& take) {
   size_t run_begin = 0;
   size_t at = 0;
   auto flush_run = [&]() {
-    if (Cancelled(cancel)) return false;
-    const bool ok = MergeFlat(bytes.substr(run_begin, at - run_begin), message);
+    if (Cancelled(pieces.cancel)) return false;
+    const bool ok =
+        MergeFlat(bytes.substr(run_begin, at - run_begin), depth, message);
     run_begin = at;
     return ok;
   };
@@ -121,8 +144,7 @@ bool MergeInPieces(absl::string_view bytes,
       run_begin = at;
     } else {
       at += field.size;
-      if (at - run_begin >= static_cast<size_t>(kModelIoChunkBytes) &&
-          !flush_run()) {
+      if (at - run_begin >= pieces.piece_bytes && !flush_run()) {
         return false;
       }
     }
@@ -131,47 +153,49 @@ bool MergeInPieces(absl::string_view bytes,
   return flush_run();
 }
 
-// Copies `from` into `to` (sized once) in kModelIoChunkBytes pieces: even a
+// Copies `from` into `to` (sized once) in `pieces.piece_bytes` pieces: even a
 // 1 GiB tensor stops within a piece once cancelled.
 bool CopyInPieces(absl::string_view from, std::string* to,
-                  const CancellationToken* cancel) {
+                  const Pieces& pieces) {
   to->clear();
   to->reserve(from.size());
-  for (size_t at = 0; at < from.size(); at += kModelIoChunkBytes) {
-    if (Cancelled(cancel)) return false;
+  for (size_t at = 0; at < from.size(); at += pieces.piece_bytes) {
+    if (Cancelled(pieces.cancel)) return false;
     to->append(from.data() + at,
-               std::min<size_t>(kModelIoChunkBytes, from.size() - at));
+               std::min(pieces.piece_bytes, from.size() - at));
   }
   return true;
 }
 
-bool IsLargeField(const WireField& field, int number) {
+bool IsLargeField(const WireField& field, int number, const Pieces& pieces) {
   return field.number == number && field.wire_type == kLengthDelimited &&
-         field.payload.size() > static_cast<size_t>(kModelIoChunkBytes);
+         field.payload.size() > pieces.piece_bytes;
 }
 
 // A tensor's raw_data is where nearly all of a model's bytes are.
 bool MergeTensor(absl::string_view bytes, onnx::TensorProto* tensor,
-                 const CancellationToken* cancel) {
+                 const Pieces& pieces) {
   return MergeInPieces(
-      bytes, tensor, cancel,
-      [](const WireField& field) {
-        return IsLargeField(field, onnx::TensorProto::kRawDataFieldNumber);
+      bytes, /*depth=*/2, tensor, pieces,
+      [&](const WireField& field) {
+        return IsLargeField(field, onnx::TensorProto::kRawDataFieldNumber,
+                            pieces);
       },
       [&](const WireField& field) {
-        return CopyInPieces(field.payload, tensor->mutable_raw_data(), cancel);
+        return CopyInPieces(field.payload, tensor->mutable_raw_data(), pieces);
       });
 }
 
 bool MergeGraph(absl::string_view bytes, onnx::GraphProto* graph,
-                const CancellationToken* cancel) {
+                const Pieces& pieces) {
   return MergeInPieces(
-      bytes, graph, cancel,
-      [](const WireField& field) {
-        return IsLargeField(field, onnx::GraphProto::kInitializerFieldNumber);
+      bytes, /*depth=*/1, graph, pieces,
+      [&](const WireField& field) {
+        return IsLargeField(field, onnx::GraphProto::kInitializerFieldNumber,
+                            pieces);
       },
       [&](const WireField& field) {
-        return MergeTensor(field.payload, graph->add_initializer(), cancel);
+        return MergeTensor(field.payload, graph->add_initializer(), pieces);
       });
 }
 
@@ -227,6 +251,16 @@ class CancellableOutput final
 
 absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes,
                                             const CancellationToken* cancel) {
+  return internal::ParseModelInPieces(bytes, kModelIoChunkBytes, cancel);
+}
+
+namespace internal {
+
+absl::StatusOr<onnx::ModelProto> ParseModelInPieces(
+    absl::string_view bytes, size_t piece_bytes,
+    const CancellationToken* cancel) {
+  // A zero piece would never advance CopyInPieces.
+  const Pieces pieces{cancel, std::max<size_t>(piece_bytes, 1)};
   if (bytes.empty()) {
     return absl::InvalidArgumentError(
         "model is empty (0 bytes); expected a serialized ONNX ModelProto");
@@ -237,17 +271,17 @@ absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes,
         " bytes; protobuf cannot parse messages of 2 GiB or more"));
   }
   // The model's own fields, its graph's and its large initializers' are
-  // walked here so that cancellation is checked every kModelIoChunkBytes or
-  // so; everything else is parsed by protobuf straight from `bytes`.
+  // walked here so that cancellation is checked every piece or so;
+  // everything else is parsed by protobuf straight from `bytes`.
   onnx::ModelProto model;
   const bool parsed = MergeInPieces(
-      bytes, &model, cancel,
+      bytes, /*depth=*/0, &model, pieces,
       [](const WireField& field) {
         return field.number == onnx::ModelProto::kGraphFieldNumber &&
                field.wire_type == kLengthDelimited;
       },
       [&](const WireField& field) {
-        return MergeGraph(field.payload, model.mutable_graph(), cancel);
+        return MergeGraph(field.payload, model.mutable_graph(), pieces);
       });
   if (Cancelled(cancel)) return cancel->Check("parse");
   if (!parsed) {
@@ -263,6 +297,8 @@ absl::StatusOr<onnx::ModelProto> ParseModel(absl::string_view bytes,
   }
   return model;
 }
+
+}  // namespace internal
 
 absl::StatusOr<std::string> SerializeModel(const onnx::ModelProto& model,
                                            const CancellationToken* cancel) {

@@ -3,6 +3,7 @@
 #ifndef QUANTD_CORE_GRAPH_MODEL_IO_H_
 #define QUANTD_CORE_GRAPH_MODEL_IO_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -41,6 +42,18 @@ int64_t DefaultOpset(const onnx::ModelProto& model);
 
 // Sets the default-domain opset import (adding one when missing).
 void SetDefaultOpset(onnx::ModelProto* model, int64_t version);
+
+namespace internal {
+
+// ParseModel with the piece size as a parameter (ParseModel passes
+// kModelIoChunkBytes; 0 counts as 1). Only fields over a piece take the
+// hand-walked paths, so tests and the fuzzer (fuzz/parse_model_fuzzer.cc)
+// pass a few bytes to reach them with small inputs. Not for production use.
+absl::StatusOr<onnx::ModelProto> ParseModelInPieces(
+    absl::string_view bytes, size_t piece_bytes,
+    const CancellationToken* cancel = nullptr);
+
+}  // namespace internal
 
 }  // namespace quantd::graph
 
