@@ -467,14 +467,15 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
   absl::PrintF("accuracy search: target %s, %s; %s\n",
                quantd::client::FormatDb(a.target_sqnr_db()),
                a.met() ? "met" : "NOT met", a.note());
-  std::vector<std::vector<std::string>> rows = {
-      {"round", "float nodes", "output SQNR", "weight bytes", "added", ""}};
+  std::vector<std::vector<std::string>> rows = {{"round", "raised",
+                                                 "output SQNR", "model bytes",
+                                                 "raised this round", ""}};
   for (int i = 0; i < a.rounds_size(); ++i) {
     const quantd::v1::AccuracySearchRound& r = a.rounds(i);
-    rows.push_back({absl::StrCat(i + 1), absl::StrCat(r.float_nodes()),
+    rows.push_back({absl::StrCat(i + 1), absl::StrCat(r.raised_nodes()),
                     quantd::client::FormatDb(r.output_sqnr_db()),
-                    absl::StrCat(r.weight_bytes_after()),
-                    absl::StrJoin(r.added_float_nodes(), ","),
+                    absl::StrCat(r.model_bytes()),
+                    absl::StrJoin(r.raised_this_round(), ", "),
                     i == a.chosen_round() ? "<- returned" : ""});
   }
   PrintTable(rows);

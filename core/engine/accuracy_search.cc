@@ -21,7 +21,19 @@ double NoiseRatio(double sqnr_db) {
 
 }  // namespace
 
-int FloatNodesToAdd(int round) { return round <= 1 ? 1 : 1 << (round - 1); }
+int NodesToRaise(int round) { return round <= 1 ? 1 : 1 << (round - 1); }
+
+tensorflow::quantization::QuantizationPrecision RaisedPrecision(
+    tensorflow::quantization::QuantizationPrecision p) {
+  switch (p) {
+    case tensorflow::quantization::PRECISION_W4A4:
+      return tensorflow::quantization::PRECISION_W4A8;
+    case tensorflow::quantization::PRECISION_W4A8:
+      return tensorflow::quantization::PRECISION_W8A8;
+    default:
+      return tensorflow::quantization::PRECISION_FULL;
+  }
+}
 
 absl::Status CheckTargetSqnr(const quantd::v1::QuantizeConfig& config) {
   if (!config.has_target_sqnr_db()) return absl::OkStatus();
@@ -45,10 +57,10 @@ double WorstOutputSqnr(const quantd::v1::FidelityReport& report) {
   return worst;
 }
 
-std::vector<std::string> PickFloatNodes(
+std::vector<std::string> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
-    const absl::flat_hash_set<std::string>& already_float,
+    const absl::flat_hash_set<std::string>& at_full,
     const absl::flat_hash_set<std::string>& excluded, int count) {
   absl::flat_hash_map<std::string, double> sqnr;
   for (const auto& l : report.layers()) sqnr[l.tensor_name()] = l.sqnr_db();
@@ -58,7 +70,7 @@ std::vector<std::string> PickFloatNodes(
   std::vector<std::pair<double, std::string>> drops;
   for (const auto& n : float_graph.node()) {
     if (!passes::IsQuantizableOp(n) || n.name().empty() ||
-        name_count[n.name()] != 1 || already_float.contains(n.name()) ||
+        name_count[n.name()] != 1 || at_full.contains(n.name()) ||
         excluded.contains(n.name()) || n.output_size() == 0) {
       continue;
     }

@@ -1,6 +1,6 @@
 // The choices of a target_sqnr_db search: how far a fidelity report is from
-// the goal, and which quantized nodes add the most error and should run in
-// float next.
+// the goal, and which quantized nodes add the most error and should get a
+// finer precision next.
 #ifndef QUANTD_CORE_ENGINE_ACCURACY_SEARCH_H_
 #define QUANTD_CORE_ENGINE_ACCURACY_SEARCH_H_
 
@@ -11,14 +11,19 @@
 #include "absl/status/status.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
+#include "tensorflow/quantization/quantization_options.pb.h"
 
 namespace quantd {
 
-// Rounds after the first (all quantized) one, and the float nodes each adds:
-// 1, 2, 4, 8, 16, 32 (63 at most). Doubling keeps the number of pass and
-// fidelity runs logarithmic in the nodes the goal needs.
+// Rounds after the first one, and the nodes each raises: 1, 2, 4, 8, 16, 32
+// (63 raises at most). Doubling keeps the number of pass and fidelity runs
+// logarithmic in the raises the goal needs.
 inline constexpr int kAccuracySearchRounds = 6;
-int FloatNodesToAdd(int round);
+int NodesToRaise(int round);
+
+// One step up: W4A4 -> W4A8 -> W8A8 -> FULL (UNSPECIFIED is W8A8; FULL stays).
+tensorflow::quantization::QuantizationPrecision RaisedPrecision(
+    tensorflow::quantization::QuantizationPrecision p);
 
 // INVALID_ARGUMENT unless config.target_sqnr_db is finite and in (0, 200]
 // (an SQNR above 200 dB asks for float32 rounding noise).
@@ -29,19 +34,18 @@ absl::Status CheckTargetSqnr(const quantd::v1::QuantizeConfig& config);
 double WorstOutputSqnr(const quantd::v1::FidelityReport& report);
 
 // Up to `count` main-graph Conv / Gemm / MatMul nodes of `float_graph` to
-// keep in float next, the ones that add the most error first: for each node
-// the noise-to-signal power ratio (10^(-SQNR/10)) of its output in `report`
+// raise next, the ones that add the most error first: for each node the
+// noise-to-signal power ratio (10^(-SQNR/10)) of its output in `report`
 // minus the largest ratio among its inputs (a graph input or constant is
 // exact: 0). In linear power, not dB: a first layer going from exact to
 // 40 dB adds 1e-4, far less than a layer going from 20 to 10 dB (0.09).
 // Only nodes that add noise, have a name no other main-graph node has, and
-// are in neither
-// `already_float` nor `excluded` (e.g. named by the request's own unit
-// entries).
-std::vector<std::string> PickFloatNodes(
+// are in neither `at_full` (nothing left to raise) nor `excluded` (e.g.
+// named by the request's own unit entries).
+std::vector<std::string> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
-    const absl::flat_hash_set<std::string>& already_float,
+    const absl::flat_hash_set<std::string>& at_full,
     const absl::flat_hash_set<std::string>& excluded, int count);
 
 }  // namespace quantd

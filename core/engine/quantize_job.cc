@@ -7,6 +7,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -595,13 +596,19 @@ absl::Status QuantizeJob::SearchForTarget() {
   for (const Entry& e : user_units) {
     if (e.unit_type() == Entry::UNIT_NODE) excluded.insert(e.unit_name());
   }
-  auto units_with = [&](const std::vector<std::string>& float_nodes) {
+  using tensorflow::quantization::QuantizationPrecision;
+  // Nodes the search raised, in the order it first raised them, and where
+  // each stands now; the others are at the model-wide precision.
+  std::vector<std::string> raised;
+  absl::flat_hash_map<std::string, QuantizationPrecision> level;
+  absl::flat_hash_set<std::string> at_full;
+  auto units_now = [&] {
     passes::UnitPrecisionEntries units = user_units;
-    for (const std::string& name : float_nodes) {
+    for (const std::string& name : raised) {
       Entry e;
       e.set_unit_type(Entry::UNIT_NODE);
       e.set_unit_name(name);
-      e.set_quantization_precision(tensorflow::quantization::PRECISION_FULL);
+      e.set_quantization_precision(level[name]);
       units.push_back(std::move(e));
     }
     return units;
@@ -609,8 +616,6 @@ absl::Status QuantizeJob::SearchForTarget() {
 
   quantd::v1::AccuracySearch search;
   search.set_target_sqnr_db(target);
-  std::vector<std::string> float_nodes;
-  absl::flat_hash_set<std::string> float_set;
   onnx::ModelProto best_model;
   quantd::v1::QuantizeSummary best_summary;
   double best = -std::numeric_limits<double>::infinity();
@@ -619,24 +624,31 @@ absl::Status QuantizeJob::SearchForTarget() {
   std::string stop = absl::StrCat("stopped after ", kAccuracySearchRounds + 1,
                                   " rounds without meeting the target");
   for (int round = 0; round <= kAccuracySearchRounds; ++round) {
-    std::vector<std::string> added;
+    std::vector<std::string> this_round;
     std::unique_ptr<FidelityEvaluator> evaluator;
     if (round == 0) {
       evaluator = std::move(fidelity_);
     } else {
-      added = PickFloatNodes(float_model.graph(), last, float_set, excluded,
-                             FloatNodesToAdd(round));
-      if (added.empty()) {
+      const std::vector<std::string> picks = PickNodesToRaise(
+          float_model.graph(), last, at_full, excluded, NodesToRaise(round));
+      if (picks.empty()) {
         stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
         break;
       }
-      for (const std::string& n : added) {
-        float_nodes.push_back(n);
-        float_set.insert(n);
+      for (const std::string& n : picks) {
+        auto [it, first] = level.try_emplace(n, static_options_.precision);
+        if (first) raised.push_back(n);
+        it->second = RaisedPrecision(it->second);
+        if (it->second == tensorflow::quantization::PRECISION_FULL) {
+          at_full.insert(n);
+        }
+        this_round.push_back(absl::StrCat(
+            n, ": ",
+            tensorflow::quantization::QuantizationPrecision_Name(it->second)));
       }
       model_ = float_model;
       result_.summary = base;
-      static_options_.units = units_with(float_nodes);
+      static_options_.units = units_now();
       absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
           FidelityEvaluator::Create(float_model);
       if (!e.ok()) return e.status();
@@ -647,7 +659,7 @@ absl::Status QuantizeJob::SearchForTarget() {
     const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
     StartStage(quantd::v1::STAGE_FIDELITY, total,
                absl::StrCat("accuracy search round ", round + 1, ": ",
-                            float_nodes.size(), " nodes in float"));
+                            raised.size(), " nodes raised"));
     absl::StatusOr<quantd::v1::FidelityReport> report =
         CompareWithFloat(evaluator.get(), /*free_batches=*/false);
     EndStage();
@@ -667,10 +679,10 @@ absl::Status QuantizeJob::SearchForTarget() {
     }
     const double worst = WorstOutputSqnr(*report);
     quantd::v1::AccuracySearchRound* r = search.add_rounds();
-    r->set_float_nodes(static_cast<int32_t>(float_nodes.size()));
-    for (const std::string& n : added) r->add_added_float_nodes(n);
+    r->set_raised_nodes(static_cast<int32_t>(raised.size()));
+    for (std::string& n : this_round) r->add_raised_this_round(std::move(n));
     r->set_output_sqnr_db(worst);
-    r->set_weight_bytes_after(result_.summary.weight_bytes_after());
+    r->set_model_bytes(model_.ByteSizeLong());
     if (worst > best || best_round < 0) {
       best = worst;
       best_round = static_cast<int>(search.rounds_size()) - 1;
@@ -683,8 +695,8 @@ absl::Status QuantizeJob::SearchForTarget() {
           static_options_.units.begin(), static_options_.units.end()};
     }
     if (worst >= target) {
-      stop = absl::StrCat("met in round ", round + 1, " with ",
-                          float_nodes.size(), " nodes in float");
+      stop = absl::StrCat("met in round ", round + 1, " with ", raised.size(),
+                          " nodes raised (", at_full.size(), " to FULL)");
       break;
     }
     last = std::move(*report);

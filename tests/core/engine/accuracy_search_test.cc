@@ -48,33 +48,33 @@ onnx::GraphProto Chain() {
 // In noise power: conv_a adds 10^-4 (exact -> 40 dB), conv_b adds
 // 10^-1 - 10^-3.9 (relu's 39 dB -> 10 dB), mm adds 10^-0.9 - 10^-1. The dB
 // drop would rank conv_a first (exact input); the noise ranks conv_b.
-TEST(PickFloatNodesTest, RanksByNoiseAddedNotByDbDrop) {
+TEST(PickNodesToRaiseTest, RanksByNoiseAddedNotByDbDrop) {
   const auto report =
       Report({{"a", 40}, {"r", 39}, {"b", 10}, {"y0", 9}, {"y", 9}});
-  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 3),
+  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 3),
               ElementsAre("conv_b", "mm", "conv_a"));
-  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 1),
+  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 1),
               ElementsAre("conv_b"));
   // Already float or named by the request: not picked again.
-  EXPECT_THAT(PickFloatNodes(Chain(), report, {"conv_b"}, {"mm"}, 3),
+  EXPECT_THAT(PickNodesToRaise(Chain(), report, {"conv_b"}, {"mm"}, 3),
               ElementsAre("conv_a"));
 }
 
-TEST(PickFloatNodesTest, SkipsNodesThatAddNoNoiseOrAreUnnamed) {
+TEST(PickNodesToRaiseTest, SkipsNodesThatAddNoNoiseOrAreUnnamed) {
   // conv_b's output is as good as its input: nothing to gain there.
   auto report = Report({{"a", 30}, {"r", 30}, {"b", 30}, {"y0", 20}});
-  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 5),
+  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 5),
               ElementsAre("mm", "conv_a"));
   onnx::GraphProto g = Chain();
   g.mutable_node(3)->clear_name();        // mm
   g.mutable_node(2)->set_name("conv_a");  // conv_b: a duplicate
-  EXPECT_THAT(PickFloatNodes(g, report, {}, {}, 5), IsEmpty());
+  EXPECT_THAT(PickNodesToRaise(g, report, {}, {}, 5), IsEmpty());
 }
 
-TEST(PickFloatNodesTest, NanOutputIsTheWorst) {
+TEST(PickNodesToRaiseTest, NanOutputIsTheWorst) {
   const auto report =
       Report({{"a", 20}, {"r", 20}, {"b", std::nan("")}, {"y0", 5}});
-  EXPECT_THAT(PickFloatNodes(Chain(), report, {}, {}, 1),
+  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 1),
               ElementsAre("conv_b"));
 }
 
@@ -87,12 +87,21 @@ TEST(WorstOutputSqnrTest, MinimumWithNanAsMinusInfinity) {
 }
 
 TEST(AccuracySearchTest, RoundsDouble) {
-  EXPECT_EQ(FloatNodesToAdd(1), 1);
-  EXPECT_EQ(FloatNodesToAdd(2), 2);
-  EXPECT_EQ(FloatNodesToAdd(3), 4);
+  EXPECT_EQ(NodesToRaise(1), 1);
+  EXPECT_EQ(NodesToRaise(2), 2);
+  EXPECT_EQ(NodesToRaise(3), 4);
   int total = 0;
-  for (int r = 1; r <= kAccuracySearchRounds; ++r) total += FloatNodesToAdd(r);
+  for (int r = 1; r <= kAccuracySearchRounds; ++r) total += NodesToRaise(r);
   EXPECT_EQ(total, 63);
+}
+
+TEST(AccuracySearchTest, PrecisionLadder) {
+  namespace tfq = tensorflow::quantization;
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A4), tfq::PRECISION_W4A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A8), tfq::PRECISION_W8A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W8A8), tfq::PRECISION_FULL);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_UNSPECIFIED), tfq::PRECISION_FULL);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_FULL), tfq::PRECISION_FULL);
 }
 
 TEST(CheckTargetSqnrTest, RangeIsChecked) {

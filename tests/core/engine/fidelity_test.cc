@@ -475,7 +475,7 @@ TEST(AccuracySearchJobTest, ReachableTargetIsMetInTheFirstRound) {
   EXPECT_TRUE(a.met());
   ASSERT_EQ(a.rounds_size(), 1);
   EXPECT_EQ(a.chosen_round(), 0);
-  EXPECT_EQ(a.rounds(0).float_nodes(), 0);
+  EXPECT_EQ(a.rounds(0).raised_nodes(), 0);
   EXPECT_EQ(a.rounds(0).output_sqnr_db(), s.fidelity().outputs(0).sqnr_db());
   EXPECT_EQ(a.unit_wise_quantization_precision_size(), 0);
   EXPECT_TRUE(s.fidelity().evaluated());
@@ -508,8 +508,8 @@ TEST(AccuracySearchJobTest, UnitEntriesReplayToTheSameModel) {
   std::printf("measured: %s\n", a.note().c_str());
   // Rounds only ever add float nodes.
   for (int i = 1; i < a.rounds_size(); ++i) {
-    EXPECT_GT(a.rounds(i).float_nodes(), a.rounds(i - 1).float_nodes());
-    EXPECT_FALSE(a.rounds(i).added_float_nodes().empty());
+    EXPECT_GT(a.rounds(i).raised_nodes(), a.rounds(i - 1).raised_nodes());
+    EXPECT_FALSE(a.rounds(i).raised_this_round().empty());
   }
 
   quantd::v1::QuantizeConfig replay = StaticRange();
@@ -518,6 +518,40 @@ TEST(AccuracySearchJobTest, UnitEntriesReplayToTheSameModel) {
   JobRun again = RunWithBatches(replay, model, 4);
   ASSERT_TRUE(again.result.ok()) << again.result.status();
   EXPECT_FALSE(again.result->summary.has_accuracy_search());
+  EXPECT_EQ(again.result->model, run.result->model);
+}
+
+// From W4A8 a node goes to W8A8 first, and to FULL only if it is picked
+// again; the entries replay to the same bytes.
+TEST(AccuracySearchJobTest, FourBitNodesGoToEightBitsBeforeFloat) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  config.set_target_sqnr_db(150);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::AccuracySearch& a = run.result->summary.accuracy_search();
+  std::printf("measured: W4A8 search: %s\n", a.note().c_str());
+  ASSERT_GE(a.rounds_size(), 2);
+  EXPECT_THAT(a.rounds(1).raised_this_round(0), HasSubstr("PRECISION_W8A8"));
+  std::map<std::string, int> raises;
+  for (const auto& r : a.rounds()) {
+    for (const std::string& n : r.raised_this_round()) {
+      const std::string node = n.substr(0, n.find(':'));
+      if (++raises[node] == 2) EXPECT_THAT(n, HasSubstr("PRECISION_FULL"));
+    }
+  }
+  // (Sizes need not grow here: on a model this small the QDQ nodes and
+  // scales outweigh the weights they shrink.)
+  for (const auto& r : a.rounds()) EXPECT_GT(r.model_bytes(), 0u);
+  quantd::v1::QuantizeConfig replay = StaticRange();
+  replay.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  *replay.mutable_options()->mutable_unit_wise_quantization_precision() =
+      a.unit_wise_quantization_precision();
+  JobRun again = RunWithBatches(replay, model, 4);
+  ASSERT_TRUE(again.result.ok()) << again.result.status();
   EXPECT_EQ(again.result->model, run.result->model);
 }
 
