@@ -226,6 +226,26 @@ absl::StatusOr<ChannelLayout> LayoutFor(absl::Span<const int64_t> shape,
   return layout;
 }
 
+namespace {
+
+// One QuantParams per range, in order. An empty range keeps the infinite
+// sentinels; it is treated as all zeros.
+absl::Status ChooseAllParams(const std::vector<Range>& ranges,
+                             const QuantSpec& spec,
+                             std::vector<QuantParams>* params) {
+  params->reserve(ranges.size());
+  for (const Range& r : ranges) {
+    const bool empty = r.min > r.max;
+    absl::StatusOr<QuantParams> p =
+        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec);
+    if (!p.ok()) return p.status();
+    params->push_back(*p);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
                                                absl::Span<const int64_t> shape,
                                                bool per_channel, int axis,
@@ -253,15 +273,8 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
   if (!CollectRanges(data, layout, ranges)) {
     return absl::InvalidArgumentError("tensor holds NaN");
   }
-  out.params.reserve(ranges.size());
-  for (const Range& r : ranges) {
-    // An empty channel keeps the infinite sentinels; treat it as all zeros.
-    const bool empty = r.min > r.max;
-    absl::StatusOr<QuantParams> p =
-        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec);
-    if (!p.ok()) return p.status();
-    out.params.push_back(*p);
-  }
+  absl::Status chosen = ChooseAllParams(ranges, spec, &out.params);
+  if (!chosen.ok()) return chosen;
 
   out.values.resize(data.size());
   const float* src = data.data();
@@ -318,19 +331,12 @@ absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
         if (std::isnan(src[i])) {
           return absl::InvalidArgumentError("tensor holds NaN");
         }
-        r[i].min = std::min(r[i].min, src[i]);
-        r[i].max = std::max(r[i].max, src[i]);
+        r[i].Add(src[i]);
       }
     }
   }
-  out.params.reserve(ranges.size());
-  for (const Range& r : ranges) {
-    const bool empty = r.min > r.max;
-    absl::StatusOr<QuantParams> p =
-        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec);
-    if (!p.ok()) return p.status();
-    out.params.push_back(*p);
-  }
+  absl::Status chosen = ChooseAllParams(ranges, spec, &out.params);
+  if (!chosen.ok()) return chosen;
   out.values.resize(data.size());
   for (int64_t o = 0; o < layout.outer; ++o) {
     for (int64_t c = 0; c < layout.channels; ++c) {
