@@ -203,6 +203,114 @@ std::vector<std::string> FreeNames(const onnx::GraphProto& g) {
   return out;
 }
 
+bool HasSubgraph(const onnx::NodeProto& n) {
+  for (const auto& a : n.attribute()) {
+    if (IsSubgraphAttr(a)) return true;
+  }
+  return false;
+}
+
+// The outer-scope names the bodies of `n` read, in order of first use.
+std::vector<std::string> BodyFreeNames(const onnx::NodeProto& n) {
+  std::vector<std::string> names;
+  absl::flat_hash_set<std::string> seen;
+  for (const auto& a : n.attribute()) {
+    if (a.has_g()) {
+      for (const std::string& f : FreeNames(a.g())) {
+        AddUnique(f, &names, &seen);
+      }
+    }
+    for (const auto& sub : a.graphs()) {
+      for (const std::string& f : FreeNames(sub)) {
+        AddUnique(f, &names, &seen);
+      }
+    }
+  }
+  return names;
+}
+
+// UNIMPLEMENTED for a graph output that is declared, but not as a tensor.
+absl::Status CheckOutputsAreTensors(const onnx::GraphProto& g) {
+  for (const onnx::ValueInfoProto& vi : g.output()) {
+    if (vi.type().value_case() != onnx::TypeProto::VALUE_NOT_SET &&
+        !vi.type().has_tensor_type()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "graph output '", vi.name(), "' is ", TypeKind(vi.type()),
+          ", not a tensor; only tensor values are supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Element types the graph declares for its values (outputs, value_info):
+// what a HalfAdapter narrows to.
+absl::flat_hash_map<std::string, int32_t> DeclaredTypes(
+    const onnx::GraphProto& g) {
+  absl::flat_hash_map<std::string, int32_t> declared;
+  for (const auto* list : {&g.value_info(), &g.output()}) {
+    for (const onnx::ValueInfoProto& vi : *list) {
+      if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type()) {
+        declared[vi.name()] = vi.type().tensor_type().elem_type();
+      }
+    }
+  }
+  return declared;
+}
+
+// A node that may see 16-bit floats and does not take them itself gets a
+// kernel built for FLOAT inside a HalfAdapter: returns the adapter (null
+// when the node needs none), with `types` and `constants` (of `inputs`, by
+// position) made what the FLOAT kernel sees, and `half_in` the 16-bit type
+// of the inputs when known (else left 0).
+std::unique_ptr<HalfAdapter> MaybeHalfAdapter(
+    const std::string& op, const std::vector<int>& inputs,
+    std::vector<int32_t>* types, std::vector<const Tensor*>* constants,
+    int32_t* half_in) {
+  if (TakesHalfItself(op)) return nullptr;
+  bool may_see_half = false;
+  for (size_t i = 0; i < types->size(); ++i) {
+    const int32_t t = (*types)[i];
+    const bool unknown = t == 0 && inputs[i] >= 0;
+    may_see_half |= unknown || IsHalfFloat(t);
+    if (IsHalfFloat(t) && *half_in == 0) *half_in = t;
+  }
+  if (!may_see_half) return nullptr;
+  auto adapter = std::make_unique<HalfAdapter>(*constants);
+  for (size_t i = 0; i < types->size(); ++i) {
+    if (IsHalfFloat((*types)[i])) (*types)[i] = onnx::TensorProto::FLOAT;
+    if (const Tensor* w = adapter->widened(i)) (*constants)[i] = w;
+  }
+  return adapter;
+}
+
+// What a HalfAdapter narrows each FLOAT output of `n` to (see Finish), with
+// `out_types` updated to match: the declared type when the graph gives one,
+// else the inputs' type `half_in`; outputs the op keeps in float or that
+// the graph declares FLOAT stay.
+std::vector<int32_t> NarrowTargets(
+    const onnx::NodeProto& n,
+    const absl::flat_hash_map<std::string, int32_t>& declared, int32_t half_in,
+    std::vector<int32_t>* out_types) {
+  std::vector<int32_t> narrow_to(n.output_size(), 0);
+  for (int o = 0; o < n.output_size(); ++o) {
+    auto d = declared.find(n.output(o));
+    const int32_t want = d == declared.end() ? 0 : d->second;
+    if (KeepsFloat(n.op_type(), o) || (want != 0 && !IsHalfFloat(want))) {
+      narrow_to[o] = -1;
+      continue;
+    }
+    narrow_to[o] = want;
+    if ((*out_types)[o] == onnx::TensorProto::FLOAT) {
+      if (want != 0) {
+        (*out_types)[o] = want;
+      } else if (half_in != 0) {
+        (*out_types)[o] = half_in;
+      }
+    }
+  }
+  return narrow_to;
+}
+
 }  // namespace
 
 std::vector<std::string> Executor::SupportedOps() {
@@ -232,8 +340,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     opset = kMinOpset;
   }
   std::unique_ptr<Executor> e(new Executor);
-  absl::Status s = e->Build(model.graph(), opset, nullptr);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(e->Build(model.graph(), opset, nullptr));
   return e;
 }
 
@@ -241,50 +348,74 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::CreateBody(
     const onnx::GraphProto& body, int64_t opset,
     const std::vector<ScopeValue>& scope) {
   std::unique_ptr<Executor> e(new Executor);
-  absl::Status s = e->Build(body, opset, &scope);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(e->Build(body, opset, &scope));
   return e;
 }
 
+struct Executor::BuildState {
+  std::vector<int32_t> types;  // By value id; 0 when unknown.
+  std::vector<int> ranks;      // By value id; -1 when unknown.
+  std::vector<bool> defined;   // By value id.
+  // Graph inputs that are not tensors (sequences, optionals), by value id.
+  absl::flat_hash_map<int, std::string> non_tensor;
+
+  // Makes room for the value ids ValueId has handed out so far.
+  void Grow(size_t num_values) {
+    types.resize(num_values, 0);
+    ranks.resize(num_values, -1);
+    defined.resize(num_values, false);
+  }
+};
+
 absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
                              const std::vector<ScopeValue>* scope) {
+  const bool is_body = scope != nullptr;
+  BuildState state;
+  if (is_body) BindScope(g, *scope, &state);
+  QUANTD_RETURN_IF_ERROR(BindInitializers(g, &state));
+  QUANTD_RETURN_IF_ERROR(BindInputs(g, is_body, &state));
+  // A body's non-tensor outputs are refused before its ops (whose owner's
+  // message then names the attribute); a main graph's after its nodes, so
+  // the node making the value (e.g. an If) is the one named.
+  if (is_body) QUANTD_RETURN_IF_ERROR(CheckOutputsAreTensors(g));
+  QUANTD_RETURN_IF_ERROR(CreateKernels(g, opset, &state));
+  if (!is_body) QUANTD_RETURN_IF_ERROR(CheckOutputsAreTensors(g));
+  QUANTD_RETURN_IF_ERROR(RefuseNonTensorInputs(state));
+  QUANTD_RETURN_IF_ERROR(BindOutputs(g, state));
+  PlanReleases();
+  return absl::OkStatus();
+}
+
+// A body sees the outer values it reads: constants stay constants (kernels
+// may pre-pack them), the rest arrive at run time as implicit inputs.
+void Executor::BindScope(const onnx::GraphProto& g,
+                         const std::vector<ScopeValue>& scope,
+                         BuildState* state) {
+  const std::vector<std::string> free = FreeNames(g);
+  const absl::flat_hash_set<std::string> reads(free.begin(), free.end());
+  int implicit_index = 0;
+  for (const ScopeValue& sv : scope) {
+    const int index = sv.constant == nullptr ? implicit_index++ : -1;
+    if (!reads.contains(sv.name)) continue;
+    const int id = ValueId(sv.name);
+    state->Grow(value_names_.size());
+    state->types[id] = sv.type;
+    state->ranks[id] = sv.rank;
+    state->defined[id] = true;
+    if (sv.constant != nullptr) {
+      constants_[id] = *sv.constant;
+    } else {
+      implicit_.emplace_back(index, id);
+    }
+  }
+}
+
+absl::Status Executor::BindInitializers(const onnx::GraphProto& g,
+                                        BuildState* state) {
   if (g.sparse_initializer_size() > 0) {
     return absl::UnimplementedError(
         "sparse initializers are not supported by the executor");
   }
-  std::vector<int32_t> types;  // By value id; 0 when unknown.
-  std::vector<int> ranks;      // By value id; -1 when unknown.
-  std::vector<bool> defined;
-  // Graph inputs that are not tensors (sequences, optionals), by value id.
-  absl::flat_hash_map<int, std::string> non_tensor;
-  auto grow = [&] {
-    types.resize(value_names_.size(), 0);
-    ranks.resize(value_names_.size(), -1);
-    defined.resize(value_names_.size(), false);
-  };
-
-  // A body sees the outer values it reads: constants stay constants (kernels
-  // may pre-pack them), the rest arrive at run time as implicit inputs.
-  if (scope != nullptr) {
-    const std::vector<std::string> free = FreeNames(g);
-    const absl::flat_hash_set<std::string> reads(free.begin(), free.end());
-    int implicit_index = 0;
-    for (const ScopeValue& sv : *scope) {
-      const int index = sv.constant == nullptr ? implicit_index++ : -1;
-      if (!reads.contains(sv.name)) continue;
-      const int id = ValueId(sv.name);
-      grow();
-      types[id] = sv.type;
-      ranks[id] = sv.rank;
-      defined[id] = true;
-      if (sv.constant != nullptr) {
-        constants_[id] = *sv.constant;
-      } else {
-        implicit_.emplace_back(index, id);
-      }
-    }
-  }
-
   for (const onnx::TensorProto& init : g.initializer()) {
     const int id = ValueId(init.name());
     absl::StatusOr<Tensor> t = Tensor::FromProto(init);
@@ -294,30 +425,34 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
                                        "': ", t.status().message()));
     }
     constants_[id] = *std::move(t);
-    grow();
-    types[id] = constants_[id].dtype();
-    ranks[id] = constants_[id].rank();
-    defined[id] = true;
+    state->Grow(value_names_.size());
+    state->types[id] = constants_[id].dtype();
+    state->ranks[id] = constants_[id].rank();
+    state->defined[id] = true;
   }
+  return absl::OkStatus();
+}
 
+absl::Status Executor::BindInputs(const onnx::GraphProto& g, bool is_body,
+                                  BuildState* state) {
   for (const onnx::ValueInfoProto& vi : g.input()) {
     Input in;
     in.value = ValueId(vi.name());
-    grow();
-    in.has_default = defined[in.value];
+    state->Grow(value_names_.size());
+    in.has_default = state->defined[in.value];
     // A body input may leave its type to inference (UNDEFINED: not checked).
-    const bool untyped = scope != nullptr && vi.type().value_case() ==
-                                                 onnx::TypeProto::VALUE_NOT_SET;
+    const bool untyped =
+        is_body && vi.type().value_case() == onnx::TypeProto::VALUE_NOT_SET;
     if (!vi.type().has_tensor_type() && !untyped) {
-      // Refused below by the node that reads it (naming the node), or at
-      // the end when nothing does.
-      non_tensor.emplace(in.value, TypeKind(vi.type()));
-      defined[in.value] = true;
+      // Refused by the node that reads it (naming the node), or by
+      // RefuseNonTensorInputs when nothing does.
+      state->non_tensor.emplace(in.value, TypeKind(vi.type()));
+      state->defined[in.value] = true;
       continue;
     }
     const auto& tt = vi.type().tensor_type();
     in.type = tt.elem_type();
-    if (ElementSize(in.type) == 0 && (scope == nullptr || in.type != 0)) {
+    if (ElementSize(in.type) == 0 && (!is_body || in.type != 0)) {
       return absl::UnimplementedError(
           absl::StrCat("graph input '", vi.name(), "' has element type ",
                        DataTypeName(in.type), ", not supported"));
@@ -326,260 +461,231 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
     for (const auto& d : tt.shape().dim()) {
       in.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
     }
-    types[in.value] = in.type;
-    ranks[in.value] = in.has_shape ? static_cast<int>(in.dims.size()) : -1;
-    defined[in.value] = true;
+    state->types[in.value] = in.type;
+    state->ranks[in.value] =
+        in.has_shape ? static_cast<int>(in.dims.size()) : -1;
+    state->defined[in.value] = true;
     inputs_.push_back(in);
     input_names_.push_back(vi.name());
     input_types_.push_back(in.type);
   }
-  auto check_outputs = [&]() -> absl::Status {
-    for (const onnx::ValueInfoProto& vi : g.output()) {
-      if (vi.type().value_case() != onnx::TypeProto::VALUE_NOT_SET &&
-          !vi.type().has_tensor_type()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "graph output '", vi.name(), "' is ", TypeKind(vi.type()),
-            ", not a tensor; only tensor values are supported"));
-      }
-    }
-    return absl::OkStatus();
-  };
-  // A body's non-tensor outputs are refused before its ops (whose owner's
-  // message then names the attribute); a main graph's after its nodes, so
-  // the node making the value (e.g. an If) is the one named.
-  if (scope != nullptr) {
-    absl::Status s = check_outputs();
-    if (!s.ok()) return s;
-  }
+  return absl::OkStatus();
+}
 
-  // Element types the graph declares for its values (outputs, value_info):
-  // what a HalfAdapter narrows to.
-  absl::flat_hash_map<std::string, int32_t> declared;
-  for (const auto* list : {&g.value_info(), &g.output()}) {
-    for (const onnx::ValueInfoProto& vi : *list) {
-      if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type()) {
-        declared[vi.name()] = vi.type().tensor_type().elem_type();
-      }
-    }
-  }
-
-  const OpRegistry& registry = GlobalOpRegistry();
-  static const Tensor* const kNoConstant = nullptr;
+absl::Status Executor::CreateKernels(const onnx::GraphProto& g, int64_t opset,
+                                     BuildState* state) {
+  const absl::flat_hash_map<std::string, int32_t> declared = DeclaredTypes(g);
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& n = g.node(i);
-    const std::string label = NodeLabel(n, i);
-    if (!IsDefaultDomain(n.domain())) {
-      return absl::UnimplementedError(absl::StrCat(
-          "op '", n.op_type(), "' of domain '", n.domain(), "' (node '", label,
-          "') is not supported by the executor"));
-    }
-    bool has_subgraph = false;
-    for (const auto& a : n.attribute()) has_subgraph |= IsSubgraphAttr(a);
-    KernelFactory factory = registry.Find(n.op_type());
-    if (factory == nullptr) {
-      return absl::UnimplementedError(
-          absl::StrCat("op '", n.op_type(), "' (node '", label,
-                       "') is not supported by the executor"));
-    }
-    Node node;
-    node.name = label;
-    node.op = n.op_type();
-    std::vector<int32_t> in_types;
-    std::vector<const Tensor*> in_consts;
-    for (const std::string& name : n.input()) {
-      if (name.empty()) {
-        node.inputs.push_back(-1);
-        in_types.push_back(0);
-        continue;
-      }
-      auto it = value_ids_.find(name);
-      if (it == value_ids_.end() || !defined[it->second]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "node '", label, "' (op ", n.op_type(), ") reads '", name,
-            "', which no earlier node, initializer or graph input defines"));
-      }
-      if (auto nt = non_tensor.find(it->second); nt != non_tensor.end()) {
-        return absl::UnimplementedError(
-            absl::StrCat("node '", label, "' (op ", n.op_type(), ") reads '",
-                         name, "', which is ", nt->second,
-                         "; only tensor values are supported by the executor"));
-      }
-      node.inputs.push_back(it->second);
-      in_types.push_back(types[it->second]);
-    }
-    // constants_ may grow below (outputs get ids), which would invalidate
-    // the pointers: reserve the ids first.
-    for (const std::string& name : n.output()) {
-      if (!name.empty()) ValueId(name);
-    }
-    grow();
-    for (int id : node.inputs) {
-      // A graph input with a default may be overridden by a feed, so its
-      // value is not a constant.
-      bool overridable = false;
-      for (const Input& in : inputs_) overridable |= in.value == id;
-      in_consts.push_back(id < 0 || constants_[id].empty() || overridable
-                              ? kNoConstant
-                              : &constants_[id]);
-    }
-    // A node that may see 16-bit floats and does not take them itself gets
-    // a kernel built for FLOAT inside a HalfAdapter.
-    std::unique_ptr<HalfAdapter> adapter;
-    int32_t half_in = 0;  // The 16-bit type of its inputs, when known.
-    if (!TakesHalfItself(n.op_type())) {
-      bool may_see_half = false;
-      for (size_t i = 0; i < in_types.size(); ++i) {
-        const bool unknown = in_types[i] == 0 && node.inputs[i] >= 0;
-        may_see_half |= unknown || IsHalfFloat(in_types[i]);
-        if (IsHalfFloat(in_types[i]) && half_in == 0) half_in = in_types[i];
-      }
-      if (may_see_half) {
-        adapter = std::make_unique<HalfAdapter>(in_consts);
-        for (size_t i = 0; i < in_types.size(); ++i) {
-          if (IsHalfFloat(in_types[i])) in_types[i] = onnx::TensorProto::FLOAT;
-          if (const Tensor* w = adapter->widened(i)) in_consts[i] = w;
-        }
-      }
-    }
-    NodeInfo info(n, opset, in_types, in_consts);
-    info.set_label(label);
-    std::vector<int> in_ranks;
-    for (int id : node.inputs) in_ranks.push_back(id < 0 ? -1 : ranks[id]);
-    info.set_input_ranks(std::move(in_ranks));
-    // The outer values the node's bodies read become its implicit inputs,
-    // so they live until the node has run.
-    std::vector<int> implicit;
-    if (has_subgraph) {
-      std::vector<std::string> names;
-      absl::flat_hash_set<std::string> seen;
-      for (const auto& a : n.attribute()) {
-        if (a.has_g()) {
-          for (const std::string& f : FreeNames(a.g())) {
-            AddUnique(f, &names, &seen);
-          }
-        }
-        for (const auto& sub : a.graphs()) {
-          for (const std::string& f : FreeNames(sub)) {
-            AddUnique(f, &names, &seen);
-          }
-        }
-      }
-      std::vector<ScopeValue> node_scope;
-      for (const std::string& name : names) {
-        auto it = value_ids_.find(name);
-        if (it == value_ids_.end() || !defined[it->second]) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "node '", label, "' (op ", n.op_type(), "): a subgraph reads '",
-              name,
-              "', which no earlier node, initializer or graph input (of this "
-              "or an enclosing graph) defines"));
-        }
-        const int id = it->second;
-        if (auto nt = non_tensor.find(id); nt != non_tensor.end()) {
-          return absl::UnimplementedError(absl::StrCat(
-              "node '", label, "' (op ", n.op_type(), "): a subgraph reads '",
-              name, "', which is ", nt->second,
-              "; only tensor values are supported by the executor"));
-        }
-        bool overridable = false;
-        for (const Input& in : inputs_) overridable |= in.value == id;
-        ScopeValue sv;
-        sv.name = name;
-        sv.type = types[id];
-        sv.rank = ranks[id];
-        if (!constants_[id].empty() && !overridable) {
-          sv.constant = &constants_[id];
-        } else {
-          implicit.push_back(id);
-        }
-        node_scope.push_back(std::move(sv));
-      }
-      info.set_scope(std::move(node_scope));
-    }
-    absl::StatusOr<std::unique_ptr<Kernel>> kernel = factory(info);
-    if (!kernel.ok()) return kernel.status();
-    absl::Status fin = info.Finish();
-    if (!fin.ok()) return fin;
-    std::vector<int32_t> out_types = info.output_types();
-    if (adapter != nullptr) {
-      // FLOAT outputs become 16-bit again: the declared type when the graph
-      // gives one, else the inputs' type; outputs the op keeps in float or
-      // that the graph declares FLOAT stay.
-      std::vector<int32_t> narrow_to(n.output_size(), 0);
-      for (int o = 0; o < n.output_size(); ++o) {
-        auto d = declared.find(n.output(o));
-        const int32_t want = d == declared.end() ? 0 : d->second;
-        if (KeepsFloat(n.op_type(), o) || (want != 0 && !IsHalfFloat(want))) {
-          narrow_to[o] = -1;
-          continue;
-        }
-        narrow_to[o] = want;
-        if (out_types[o] == onnx::TensorProto::FLOAT) {
-          if (want != 0) {
-            out_types[o] = want;
-          } else if (half_in != 0) {
-            out_types[o] = half_in;
-          }
-        }
-      }
-      adapter->Finish(*std::move(kernel), std::move(narrow_to));
-      node.kernel = std::move(adapter);
-    } else {
-      node.kernel = *std::move(kernel);
-    }
-    node.inputs.insert(node.inputs.end(), implicit.begin(), implicit.end());
-    for (int o = 0; o < n.output_size(); ++o) {
-      if (n.output(o).empty()) {
-        node.outputs.push_back(-1);
-        continue;
-      }
-      const int id = value_ids_.at(n.output(o));
-      if (defined[id]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("node '", label, "' (op ", n.op_type(), ") writes '",
-                         n.output(o), "', which is already defined"));
-      }
-      defined[id] = true;
-      types[id] = out_types[o];
-      node.outputs.push_back(id);
-    }
-    // A Constant's value is known now: later kernels may look at it.
-    if (n.op_type() == "Constant" && node.outputs.size() == 1) {
-      std::vector<Tensor> out(1);
-      KernelContext ctx{{}, &out, nullptr};
-      absl::Status cs = node.kernel->Compute(ctx);
-      if (!cs.ok()) return WithNode(cs, label, n.op_type());
-      constants_[node.outputs[0]] = std::move(out[0]);
-      ranks[node.outputs[0]] = constants_[node.outputs[0]].rank();
-    }
+    QUANTD_ASSIGN_OR_RETURN(
+        Node node, CreateNode(n, NodeLabel(n, i), opset, declared, state));
     nodes_.push_back(std::move(node));
   }
+  return absl::OkStatus();
+}
 
-  if (scope == nullptr) {
-    absl::Status s = check_outputs();
-    if (!s.ok()) return s;
+absl::StatusOr<Executor::Node> Executor::CreateNode(
+    const onnx::NodeProto& n, const std::string& label, int64_t opset,
+    const absl::flat_hash_map<std::string, int32_t>& declared,
+    BuildState* state) {
+  if (!IsDefaultDomain(n.domain())) {
+    return absl::UnimplementedError(absl::StrCat(
+        "op '", n.op_type(), "' of domain '", n.domain(), "' (node '", label,
+        "') is not supported by the executor"));
   }
-  if (!non_tensor.empty()) {
-    const auto& [id, kind] = *non_tensor.begin();
+  KernelFactory factory = GlobalOpRegistry().Find(n.op_type());
+  if (factory == nullptr) {
     return absl::UnimplementedError(
-        absl::StrCat("graph input '", value_names_[id], "' is ", kind,
-                     ", not a tensor; only tensor values are supported"));
+        absl::StrCat("op '", n.op_type(), "' (node '", label,
+                     "') is not supported by the executor"));
   }
+  Node node;
+  node.name = label;
+  node.op = n.op_type();
+  std::vector<int32_t> in_types;
+  QUANTD_RETURN_IF_ERROR(BindNodeInputs(n, label, *state, &node, &in_types));
+  // constants_ may grow below (outputs get ids), which would invalidate
+  // the pointers: reserve the ids first.
+  for (const std::string& name : n.output()) {
+    if (!name.empty()) ValueId(name);
+  }
+  state->Grow(value_names_.size());
+  std::vector<const Tensor*> in_consts = ConstantInputs(node.inputs);
+  int32_t half_in = 0;  // The 16-bit type of its inputs, when known.
+  std::unique_ptr<HalfAdapter> adapter = MaybeHalfAdapter(
+      n.op_type(), node.inputs, &in_types, &in_consts, &half_in);
+  NodeInfo info(n, opset, in_types, in_consts);
+  info.set_label(label);
+  std::vector<int> in_ranks;
+  for (int id : node.inputs) {
+    in_ranks.push_back(id < 0 ? -1 : state->ranks[id]);
+  }
+  info.set_input_ranks(std::move(in_ranks));
+  // The outer values the node's bodies read become its implicit inputs,
+  // so they live until the node has run.
+  std::vector<int> implicit;
+  if (HasSubgraph(n)) {
+    QUANTD_ASSIGN_OR_RETURN(std::vector<ScopeValue> body_scope,
+                            BodyScope(n, label, *state, &implicit));
+    info.set_scope(std::move(body_scope));
+  }
+  QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, factory(info));
+  QUANTD_RETURN_IF_ERROR(info.Finish());
+  std::vector<int32_t> out_types = info.output_types();
+  if (adapter != nullptr) {
+    adapter->Finish(std::move(kernel),
+                    NarrowTargets(n, declared, half_in, &out_types));
+    node.kernel = std::move(adapter);
+  } else {
+    node.kernel = std::move(kernel);
+  }
+  node.inputs.insert(node.inputs.end(), implicit.begin(), implicit.end());
+  QUANTD_RETURN_IF_ERROR(BindNodeOutputs(n, label, out_types, state, &node));
+  // A Constant's value is known now: later kernels may look at it.
+  if (n.op_type() == "Constant" && node.outputs.size() == 1) {
+    std::vector<Tensor> out(1);
+    KernelContext ctx{{}, &out, nullptr};
+    absl::Status cs = node.kernel->Compute(ctx);
+    if (!cs.ok()) return WithNode(cs, label, n.op_type());
+    constants_[node.outputs[0]] = std::move(out[0]);
+    state->ranks[node.outputs[0]] = constants_[node.outputs[0]].rank();
+  }
+  return node;
+}
 
-  std::vector<bool> is_output(value_names_.size(), false);
+absl::Status Executor::BindNodeInputs(const onnx::NodeProto& n,
+                                      const std::string& label,
+                                      const BuildState& state, Node* node,
+                                      std::vector<int32_t>* types) const {
+  for (const std::string& name : n.input()) {
+    if (name.empty()) {
+      node->inputs.push_back(-1);
+      types->push_back(0);
+      continue;
+    }
+    auto it = value_ids_.find(name);
+    if (it == value_ids_.end() || !state.defined[it->second]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", label, "' (op ", n.op_type(), ") reads '", name,
+          "', which no earlier node, initializer or graph input defines"));
+    }
+    if (auto nt = state.non_tensor.find(it->second);
+        nt != state.non_tensor.end()) {
+      return absl::UnimplementedError(
+          absl::StrCat("node '", label, "' (op ", n.op_type(), ") reads '",
+                       name, "', which is ", nt->second,
+                       "; only tensor values are supported by the executor"));
+    }
+    node->inputs.push_back(it->second);
+    types->push_back(state.types[it->second]);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<const Tensor*> Executor::ConstantInputs(
+    const std::vector<int>& ids) const {
+  std::vector<const Tensor*> out;
+  for (int id : ids) {
+    if (id < 0 || constants_[id].empty() || IsInput(id)) {
+      out.push_back(nullptr);
+    } else {
+      out.push_back(&constants_[id]);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ScopeValue>> Executor::BodyScope(
+    const onnx::NodeProto& n, const std::string& label, const BuildState& state,
+    std::vector<int>* implicit) const {
+  std::vector<ScopeValue> scope;
+  for (const std::string& name : BodyFreeNames(n)) {
+    auto it = value_ids_.find(name);
+    if (it == value_ids_.end() || !state.defined[it->second]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", label, "' (op ", n.op_type(), "): a subgraph reads '", name,
+          "', which no earlier node, initializer or graph input (of this "
+          "or an enclosing graph) defines"));
+    }
+    const int id = it->second;
+    if (auto nt = state.non_tensor.find(id); nt != state.non_tensor.end()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", label, "' (op ", n.op_type(), "): a subgraph reads '", name,
+          "', which is ", nt->second,
+          "; only tensor values are supported by the executor"));
+    }
+    ScopeValue sv;
+    sv.name = name;
+    sv.type = state.types[id];
+    sv.rank = state.ranks[id];
+    if (!constants_[id].empty() && !IsInput(id)) {
+      sv.constant = &constants_[id];
+    } else {
+      implicit->push_back(id);
+    }
+    scope.push_back(std::move(sv));
+  }
+  return scope;
+}
+
+absl::Status Executor::BindNodeOutputs(const onnx::NodeProto& n,
+                                       const std::string& label,
+                                       const std::vector<int32_t>& out_types,
+                                       BuildState* state, Node* node) {
+  for (int o = 0; o < n.output_size(); ++o) {
+    if (n.output(o).empty()) {
+      node->outputs.push_back(-1);
+      continue;
+    }
+    const int id = value_ids_.at(n.output(o));
+    if (state->defined[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", label, "' (op ", n.op_type(), ") writes '",
+                       n.output(o), "', which is already defined"));
+    }
+    state->defined[id] = true;
+    state->types[id] = out_types[o];
+    node->outputs.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+bool Executor::IsInput(int id) const {
+  for (const Input& in : inputs_) {
+    if (in.value == id) return true;
+  }
+  return false;
+}
+
+// Non-tensor graph inputs a node reads are refused by that node; these are
+// the ones no node reads.
+absl::Status Executor::RefuseNonTensorInputs(const BuildState& state) const {
+  if (state.non_tensor.empty()) return absl::OkStatus();
+  const auto& [id, kind] = *state.non_tensor.begin();
+  return absl::UnimplementedError(
+      absl::StrCat("graph input '", value_names_[id], "' is ", kind,
+                   ", not a tensor; only tensor values are supported"));
+}
+
+absl::Status Executor::BindOutputs(const onnx::GraphProto& g,
+                                   const BuildState& state) {
   for (const onnx::ValueInfoProto& vi : g.output()) {
     auto it = value_ids_.find(vi.name());
-    if (it == value_ids_.end() || !defined[it->second]) {
+    if (it == value_ids_.end() || !state.defined[it->second]) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph output '", vi.name(), "' is never defined"));
     }
     output_names_.push_back(vi.name());
     output_values_.push_back(it->second);
-    output_types_.push_back(types[it->second]);
-    is_output[it->second] = true;
+    output_types_.push_back(state.types[it->second]);
   }
+  return absl::OkStatus();
+}
 
-  // Free every run-time value right after its last reader.
+// Frees every run-time value right after its last reader.
+void Executor::PlanReleases() {
+  std::vector<bool> is_output(value_names_.size(), false);
+  for (int v : output_values_) is_output[v] = true;
   std::vector<int> last_reader(value_names_.size(), -1);
   for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
     for (int v : nodes_[i].inputs) {
@@ -602,7 +708,6 @@ absl::Status Executor::Build(const onnx::GraphProto& g, int64_t opset,
       if (v >= 0) plan_release(v, i);
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status Executor::CheckInput(size_t i, const Tensor& t) const {

@@ -113,10 +113,47 @@ class Executor {
     bool has_default = false;  // Also an initializer (IR < 4 style).
   };
 
+  // What Build knows of each value while it walks the graph (executor.cc).
+  struct BuildState;
+
   Executor() = default;
   // `scope` is null for a main graph, else the owning node's scope.
   absl::Status Build(const onnx::GraphProto& g, int64_t opset,
                      const std::vector<ScopeValue>* scope);
+  // The steps of Build, in order.
+  void BindScope(const onnx::GraphProto& g,
+                 const std::vector<ScopeValue>& scope, BuildState* state);
+  absl::Status BindInitializers(const onnx::GraphProto& g, BuildState* state);
+  absl::Status BindInputs(const onnx::GraphProto& g, bool is_body,
+                          BuildState* state);
+  absl::Status CreateKernels(const onnx::GraphProto& g, int64_t opset,
+                             BuildState* state);
+  absl::Status RefuseNonTensorInputs(const BuildState& state) const;
+  absl::Status BindOutputs(const onnx::GraphProto& g, const BuildState& state);
+  void PlanReleases();
+  // CreateKernels, one node at a time. `declared`: the element types the
+  // graph declares for its values.
+  absl::StatusOr<Node> CreateNode(
+      const onnx::NodeProto& n, const std::string& label, int64_t opset,
+      const absl::flat_hash_map<std::string, int32_t>& declared,
+      BuildState* state);
+  absl::Status BindNodeInputs(const onnx::NodeProto& n,
+                              const std::string& label, const BuildState& state,
+                              Node* node, std::vector<int32_t>* types) const;
+  // The constant value of each of `ids` (nullptr when not a constant).
+  std::vector<const Tensor*> ConstantInputs(const std::vector<int>& ids) const;
+  // The outer values the bodies of `n` read; appends to `implicit` the ids of
+  // those that arrive at run time.
+  absl::StatusOr<std::vector<ScopeValue>> BodyScope(
+      const onnx::NodeProto& n, const std::string& label,
+      const BuildState& state, std::vector<int>* implicit) const;
+  absl::Status BindNodeOutputs(const onnx::NodeProto& n,
+                               const std::string& label,
+                               const std::vector<int32_t>& out_types,
+                               BuildState* state, Node* node);
+  // True when value `id` is a graph input, which a feed may override even
+  // when it has a default.
+  bool IsInput(int id) const;
   int ValueId(const std::string& name);
   // INVALID_ARGUMENT unless t fits graph input i's declared type and shape.
   absl::Status CheckInput(size_t i, const Tensor& t) const;
