@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 #include "core/calibration/histogram.h"
 #include "core/numerics/quant_params.h"
 
@@ -302,9 +303,7 @@ Observer::~Observer() {
 
 absl::Status Observer::Observe(absl::Span<const float> data,
                                absl::Span<const int64_t> shape) {
-  absl::StatusOr<int64_t> count = CheckedElementCount(shape);
-  if (!count.ok()) return count.status();
-  const int64_t size = *count;
+  QUANTD_ASSIGN_OR_RETURN(const int64_t size, CheckedElementCount(shape));
   if (size != static_cast<int64_t>(data.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] holds ", size,
@@ -348,7 +347,7 @@ absl::Status Observer::Observe(absl::Span<const float> data,
       const bool histogram = config_.method == "percentile" ||
                              config_.method == "mse" ||
                              config_.method == "entropy";
-      absl::Status s = budget_->Charge(
+      QUANTD_RETURN_IF_ERROR(budget_->Charge(
           bytes,
           absl::StrCat(
               "the ", config_.method, " observer",
@@ -358,8 +357,7 @@ absl::Status Observer::Observe(absl::Span<const float> data,
                   : std::string(),
               histogram ? absl::StrCat(" with ", slots, " histograms of ",
                                        config_.num_bins, " bins")
-                        : std::string()));
-      if (!s.ok()) return s;
+                        : std::string())));
       charged_ = bytes;
     }
   }
@@ -492,7 +490,7 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
 
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
     const ObserverConfig& config, MemoryBudget* budget) {
-  if (absl::Status s = ValidateObserverConfig(config); !s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(ValidateObserverConfig(config));
   using Kind = HistogramObserver::Kind;
   const std::string& m = config.method;
   std::unique_ptr<Observer> o;

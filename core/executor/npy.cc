@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::executor {
 namespace {
@@ -88,17 +89,15 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes) {
     return absl::InvalidArgumentError("truncated .npy header");
   }
   const absl::string_view header = bytes.substr(header_at, header_len);
-  absl::StatusOr<std::string> descr = DictValue(header, "descr");
-  if (!descr.ok()) return descr.status();
-  absl::StatusOr<std::string> fortran = DictValue(header, "fortran_order");
-  if (!fortran.ok()) return fortran.status();
-  absl::StatusOr<std::string> shape_text = DictValue(header, "shape");
-  if (!shape_text.ok()) return shape_text.status();
-  if (*fortran != "False") {
+  QUANTD_ASSIGN_OR_RETURN(std::string descr, DictValue(header, "descr"));
+  QUANTD_ASSIGN_OR_RETURN(std::string fortran,
+                          DictValue(header, "fortran_order"));
+  QUANTD_ASSIGN_OR_RETURN(std::string shape_text, DictValue(header, "shape"));
+  if (fortran != "False") {
     return absl::UnimplementedError(
         "Fortran-order .npy files are not supported");
   }
-  std::string d = *descr;
+  std::string d = descr;
   // A byte-sized type may be written with '<' or '=' too.
   if (d.size() == 3 && d[2] == '1' && d[0] != '>') d[0] = '|';
   if (d.size() == 3 && d[0] == '=') d[0] = '<';
@@ -108,15 +107,15 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes) {
   }
   if (type == TP::UNDEFINED) {
     return absl::UnimplementedError(
-        absl::StrCat(".npy element type '", *descr, "' is not supported"));
+        absl::StrCat(".npy element type '", descr, "' is not supported"));
   }
   std::vector<int64_t> shape;
   for (absl::string_view part :
-       absl::StrSplit(*shape_text, ',', absl::SkipWhitespace())) {
+       absl::StrSplit(shape_text, ',', absl::SkipWhitespace())) {
     int64_t v;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v) || v < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(".npy shape '(", *shape_text, ")' is malformed"));
+          absl::StrCat(".npy shape '(", shape_text, ")' is malformed"));
     }
     shape.push_back(v);
   }

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/cast.h"
 #include "core/executor/elementwise.h"
@@ -90,8 +91,7 @@ class ActivationKernel : public Kernel {
       k->act_ = Act::kThresholdedRelu;
       k->alpha_ = info.Float("alpha", 1.0f);
     }
-    absl::Status s = RequireTypes(info, 0, FloatTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, FloatTypes{}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -173,8 +173,7 @@ class ShrinkKernel : public Kernel {
     auto k = std::unique_ptr<ShrinkKernel>(new ShrinkKernel);
     k->bias_ = info.Float("bias", 0.0f);
     k->lambd_ = info.Float("lambd", 0.5f);
-    absl::Status s = RequireTypes(info, 0, NumberTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, NumberTypes{}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -237,9 +236,8 @@ class PReluKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     if (info.num_inputs() != 2) return info.Invalid("needs 2 inputs");
-    absl::Status s = RequireTypes(info, 0, PReluTypes{});
-    if (s.ok()) s = RequireTypes(info, 1, PReluTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, PReluTypes{}));
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 1, PReluTypes{}));
     return std::unique_ptr<Kernel>(new PReluKernel);
   }
 
@@ -288,23 +286,22 @@ class AxisKernel : public Kernel {
       absl::StatusOr<int> axis = NormalizeAxis(k->axis_, std::max(rank, 1));
       if (!axis.ok()) return info.Invalid(std::string(axis.status().message()));
     }
-    absl::Status s = RequireTypes(info, 0, FloatTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, FloatTypes{}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, std::max(x.rank(), 1));
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis,
+                            NormalizeAxis(axis_, std::max(x.rank(), 1)));
     const auto& sh = x.shape();
     int64_t outer = 1, len = 1, inner = 1;
-    for (int i = 0; i < *axis && i < x.rank(); ++i) outer *= sh[i];
+    for (int i = 0; i < axis && i < x.rank(); ++i) outer *= sh[i];
     if (coerce_2d_) {
-      for (int i = *axis; i < x.rank(); ++i) len *= sh[i];
+      for (int i = axis; i < x.rank(); ++i) len *= sh[i];
     } else {
-      len = x.rank() == 0 ? 1 : sh[*axis];
-      for (int i = *axis + 1; i < x.rank(); ++i) inner *= sh[i];
+      len = x.rank() == 0 ? 1 : sh[axis];
+      for (int i = axis + 1; i < x.rank(); ++i) inner *= sh[i];
     }
     return DispatchImpl(
         x.dtype(),
@@ -380,10 +377,8 @@ class CastLikeKernel : public Kernel {
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
-    absl::StatusOr<Tensor> y =
-        CastTensor(ctx.in(0), ctx.in(1).dtype(), ctx.pool);
-    if (!y.ok()) return y.status();
-    (*ctx.outputs)[0] = *std::move(y);
+    QUANTD_ASSIGN_OR_RETURN((*ctx.outputs)[0],
+                            CastTensor(ctx.in(0), ctx.in(1).dtype(), ctx.pool));
     return absl::OkStatus();
   }
 };

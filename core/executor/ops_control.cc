@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/executor/executor.h"
 #include "core/executor/kernel.h"
 
@@ -193,19 +194,18 @@ class IfKernel : public Kernel {
     auto k = std::make_unique<IfKernel>();
     k->num_inputs_ = info.num_inputs();
     for (const char* attr : {"then_branch", "else_branch"}) {
-      absl::StatusOr<std::unique_ptr<Executor>> b = BuildBody(info, attr);
-      if (!b.ok()) return b.status();
-      if (!(*b)->input_names().empty()) {
-        return info.Invalid(absl::StrCat(attr, " has ",
-                                         (*b)->input_names().size(),
+      QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> b,
+                              BuildBody(info, attr));
+      if (!b->input_names().empty()) {
+        return info.Invalid(absl::StrCat(attr, " has ", b->input_names().size(),
                                          " inputs; If branches take none"));
       }
-      if (static_cast<int>((*b)->output_names().size()) != info.num_outputs()) {
+      if (static_cast<int>(b->output_names().size()) != info.num_outputs()) {
         return info.Invalid(
-            absl::StrCat(attr, " has ", (*b)->output_names().size(),
+            absl::StrCat(attr, " has ", b->output_names().size(),
                          " outputs; the node has ", info.num_outputs()));
       }
-      (attr[0] == 't' ? k->then_ : k->else_) = *std::move(b);
+      (attr[0] == 't' ? k->then_ : k->else_) = std::move(b);
     }
     for (int i = 0; i < info.num_outputs(); ++i) {
       const int32_t t = k->then_->output_types()[i];
@@ -221,13 +221,12 @@ class IfKernel : public Kernel {
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
-    absl::StatusOr<bool> cond = BoolScalar(ctx.in(0), "the condition");
-    if (!cond.ok()) return cond.status();
-    const Executor& body = *cond ? *then_ : *else_;
+    QUANTD_ASSIGN_OR_RETURN(bool cond, BoolScalar(ctx.in(0), "the condition"));
+    const Executor& body = cond ? *then_ : *else_;
     absl::StatusOr<std::vector<Tensor>> out =
         body.RunBody({}, ctx.inputs.subspan(num_inputs_), RunOptionsOf(ctx));
     if (!out.ok()) {
-      return Prefixed(out.status(), *cond ? "then_branch: " : "else_branch: ");
+      return Prefixed(out.status(), cond ? "then_branch: " : "else_branch: ");
     }
     for (size_t i = 0; i < out->size(); ++i) {
       (*ctx.outputs)[i] = std::move((*out)[i]);
@@ -264,9 +263,7 @@ class LoopKernel : public Kernel {
                          DataTypeName(want)));
       }
     }
-    absl::StatusOr<std::unique_ptr<Executor>> b = BuildBody(info, "body");
-    if (!b.ok()) return b.status();
-    k->body_ = *std::move(b);
+    QUANTD_ASSIGN_OR_RETURN(k->body_, BuildBody(info, "body"));
     const Executor& body = *k->body_;
     const int body_in = static_cast<int>(body.input_names().size());
     const int body_out = static_cast<int>(body.output_names().size());
@@ -328,16 +325,14 @@ class LoopKernel : public Kernel {
     bool bounded = false;
     int64_t trip = 0;
     if (ctx.has(0)) {
-      absl::StatusOr<int64_t> m = Int64Scalar(ctx.in(0), "the trip count M");
-      if (!m.ok()) return m.status();
+      QUANTD_ASSIGN_OR_RETURN(int64_t m,
+                              Int64Scalar(ctx.in(0), "the trip count M"));
       bounded = true;
-      trip = *m;
+      trip = m;
     }
     bool cond = true;
     if (ctx.has(1)) {
-      absl::StatusOr<bool> c = BoolScalar(ctx.in(1), "the condition");
-      if (!c.ok()) return c.status();
-      cond = *c;
+      QUANTD_ASSIGN_OR_RETURN(cond, BoolScalar(ctx.in(1), "the condition"));
     }
     const int n = num_carried_;
     std::vector<Tensor> carried(n);
@@ -355,8 +350,7 @@ class LoopKernel : public Kernel {
     for (int64_t i = 0; (!bounded || i < trip) && cond; ++i) {
       // The body checks between its nodes; this covers empty bodies too.
       if (options.cancel != nullptr) {
-        absl::Status s = options.cancel->Check("Loop");
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(options.cancel->Check("Loop"));
       }
       const Tensor iter = Tensor::Scalar<int64_t>(i);
       const Tensor cond_in = Tensor::Scalar<bool>(cond);
@@ -369,25 +363,23 @@ class LoopKernel : public Kernel {
         return Prefixed(out.status(),
                         absl::StrCat("body, iteration ", i, ": "));
       }
-      absl::StatusOr<bool> c = BoolScalar(
-          (*out)[0],
-          absl::StrCat("the body's condition output (iteration ", i, ")"));
-      if (!c.ok()) return c.status();
-      cond = *c;
+      QUANTD_ASSIGN_OR_RETURN(
+          cond,
+          BoolScalar(
+              (*out)[0],
+              absl::StrCat("the body's condition output (iteration ", i, ")")));
       for (int j = 0; j < n; ++j) carried[j] = std::move((*out)[1 + j]);
       for (int k = 0; k < num_scan_; ++k) {
-        absl::Status s = scans[k].Add(std::move((*out)[1 + n + k]), i,
-                                      absl::StrCat("scan output ", k));
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(scans[k].Add(std::move((*out)[1 + n + k]), i,
+                                            absl::StrCat("scan output ", k)));
       }
     }
     for (int j = 0; j < n; ++j) (*ctx.outputs)[j] = std::move(carried[j]);
     for (int k = 0; k < num_scan_; ++k) {
-      absl::StatusOr<Tensor> t =
+      QUANTD_ASSIGN_OR_RETURN(
+          (*ctx.outputs)[n + k],
           scans[k].Finish(0, false, scan_types_[k], scan_shapes_[k],
-                          absl::StrCat("scan output ", k));
-      if (!t.ok()) return t.status();
-      (*ctx.outputs)[n + k] = *std::move(t);
+                          absl::StrCat("scan output ", k)));
     }
     return absl::OkStatus();
   }
@@ -432,9 +424,7 @@ class ScanKernel : public Kernel {
     }
     k->num_scan_in_ = static_cast<int>(m);
     k->num_state_ = info.num_inputs() - first - k->num_scan_in_;
-    absl::StatusOr<std::unique_ptr<Executor>> b = BuildBody(info, "body");
-    if (!b.ok()) return b.status();
-    k->body_ = *std::move(b);
+    QUANTD_ASSIGN_OR_RETURN(k->body_, BuildBody(info, "body"));
     const Executor& body = *k->body_;
     const int n = k->num_state_;
     const int body_in = static_cast<int>(body.input_names().size());
@@ -536,8 +526,8 @@ class ScanKernel : public Kernel {
         ctx.inputs.subspan(num_inputs_);
     std::vector<Tensor> outs;
     if (!batched_) {
-      absl::Status s = RunSequence(states, scan_in, implicit, ctx, &outs);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          RunSequence(states, scan_in, implicit, ctx, &outs));
     } else {
       // Scan-8: every input and output has a batch axis 0; each batch entry
       // is one Scan-9 style sequence (its axis 0 = the old axis 1).
@@ -618,8 +608,7 @@ class ScanKernel : public Kernel {
     std::vector<const Tensor*> in(n + num_scan_in_);
     for (int64_t t = 0; t < len; ++t) {
       if (options.cancel != nullptr) {
-        absl::Status s = options.cancel->Check("Scan");
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(options.cancel->Check("Scan"));
       }
       for (int j = 0; j < num_scan_in_; ++j) {
         slices[j] =
@@ -635,19 +624,18 @@ class ScanKernel : public Kernel {
       }
       for (int j = 0; j < n; ++j) states[j] = std::move((*out)[j]);
       for (int q = 0; q < num_scan_out_; ++q) {
-        absl::Status s = scans[q].Add(std::move((*out)[n + q]), t,
-                                      absl::StrCat("scan output ", q));
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(scans[q].Add(std::move((*out)[n + q]), t,
+                                            absl::StrCat("scan output ", q)));
       }
     }
     outs->clear();
     for (int j = 0; j < n; ++j) outs->push_back(std::move(states[j]));
     for (int q = 0; q < num_scan_out_; ++q) {
-      absl::StatusOr<Tensor> o =
+      QUANTD_ASSIGN_OR_RETURN(
+          Tensor o,
           scans[q].Finish(out_axes_[q], out_dirs_[q] == 1, scan_types_[q],
-                          scan_shapes_[q], absl::StrCat("scan output ", q));
-      if (!o.ok()) return o.status();
-      outs->push_back(*std::move(o));
+                          scan_shapes_[q], absl::StrCat("scan output ", q)));
+      outs->push_back(std::move(o));
     }
     return absl::OkStatus();
   }

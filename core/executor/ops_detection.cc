@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/checked_count.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/kernel.h"
 
 namespace quantd::executor {
@@ -58,12 +59,11 @@ class NmsKernel : public Kernel {
     }
     k->center_ = cpb == 1;
     if (info.num_inputs() < 2) return info.Invalid("needs boxes and scores");
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (s.ok()) s = info.RequireType(1, {TP::FLOAT});
-    if (s.ok()) s = info.RequireType(2, {TP::INT64});
-    if (s.ok()) s = info.RequireType(3, {TP::FLOAT});
-    if (s.ok()) s = info.RequireType(4, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(2, {TP::INT64}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(3, {TP::FLOAT}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(4, {TP::FLOAT}));
     info.set_output_type(0, TP::INT64);
     return std::unique_ptr<Kernel>(std::move(k));
   }
@@ -95,18 +95,17 @@ class NmsKernel : public Kernel {
       // ONNX Runtime reads a negative count as 0.
       max_out = std::max<int64_t>(0, m.IntAt(0));
     }
-    absl::StatusOr<double> iou = ScalarInput(ctx, 3, "iou_threshold", 0.0);
-    if (!iou.ok()) return iou.status();
-    if (!(*iou >= 0 && *iou <= 1)) {
+    QUANTD_ASSIGN_OR_RETURN(double iou,
+                            ScalarInput(ctx, 3, "iou_threshold", 0.0));
+    if (!(iou >= 0 && iou <= 1)) {
       return Invalid(
-          absl::StrCat("iou_threshold must be in [0, 1], got ", *iou));
+          absl::StrCat("iou_threshold must be in [0, 1], got ", iou));
     }
-    absl::StatusOr<double> score_thr =
-        ScalarInput(ctx, 4, "score_threshold", 0.0);
-    if (!score_thr.ok()) return score_thr.status();
+    QUANTD_ASSIGN_OR_RETURN(double score_thr,
+                            ScalarInput(ctx, 4, "score_threshold", 0.0));
     const bool has_score_thr = ctx.has(4);
-    const float iou_thr = static_cast<float>(*iou);
-    const float s_thr = static_cast<float>(*score_thr);
+    const float iou_thr = static_cast<float>(iou);
+    const float s_thr = static_cast<float>(score_thr);
 
     const int64_t batches = boxes.dim(0), nboxes = boxes.dim(1),
                   classes = scores.dim(1);
@@ -241,10 +240,9 @@ class RoiAlignKernel : public Kernel {
     if (info.input_rank(0) >= 0 && info.input_rank(0) != 4) {
       return info.Invalid("X must be 4-D");
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (s.ok()) s = info.RequireType(1, {TP::FLOAT, TP::DOUBLE});
-    if (s.ok()) s = info.RequireType(2, {TP::INT64, TP::INT32});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT, TP::DOUBLE}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(2, {TP::INT64, TP::INT32}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -287,8 +285,7 @@ class RoiAlignKernel : public Kernel {
     }
     const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
     const std::vector<int64_t> y_shape = {nr, c, out_h_, out_w_};
-    absl::StatusOr<int64_t> count = CheckedElementCount(y_shape);
-    if (!count.ok()) return count.status();
+    QUANTD_RETURN_IF_ERROR(CheckedElementCount(y_shape));
 
     // Per RoI: its batch and the sampling grid, checked before any work.
     const T* r = rois.data<T>();
@@ -514,9 +511,8 @@ class GridSampleKernel : public Kernel {
         return info.Invalid("X and grid must be 4-D");
       }
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (s.ok()) s = info.RequireType(1, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT, TP::DOUBLE}));
     k->v20_ = v20;
     return std::unique_ptr<Kernel>(std::move(k));
   }
@@ -754,10 +750,9 @@ class MaxUnpoolKernel : public Kernel {
       if (v < 0) return info.Invalid("pads must not be negative");
     }
     if (info.num_inputs() < 2) return info.Invalid("needs X and I");
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (s.ok()) s = info.RequireType(1, {TP::INT64});
-    if (s.ok()) s = info.RequireType(2, {TP::INT64});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::INT64}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(2, {TP::INT64}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -801,8 +796,8 @@ class MaxUnpoolKernel : public Kernel {
       }
       inferred.push_back(d);
     }
-    absl::StatusOr<int64_t> inferred_total = CheckedElementCount(inferred);
-    if (!inferred_total.ok()) return inferred_total.status();
+    QUANTD_ASSIGN_OR_RETURN(int64_t inferred_total,
+                            CheckedElementCount(inferred));
     std::vector<int64_t> y_shape = inferred;
     if (ctx.has(2)) {
       const Tensor& os = ctx.in(2);
@@ -823,16 +818,14 @@ class MaxUnpoolKernel : public Kernel {
             " and not be smaller than the inferred ", ShapeString(inferred)));
       }
     }
-    absl::StatusOr<int64_t> total = CheckedElementCount(y_shape);
-    if (!total.ok()) return total.status();
-    absl::StatusOr<int64_t> bytes = CheckedByteSize(*total, sizeof(T));
-    if (!bytes.ok()) return bytes.status();
+    QUANTD_ASSIGN_OR_RETURN(int64_t total, CheckedElementCount(y_shape));
+    QUANTD_RETURN_IF_ERROR(CheckedByteSize(total, sizeof(T)));
     const int64_t* id = idx.data<int64_t>();
     for (int64_t i = 0; i < idx.size(); ++i) {
-      if (id[i] < 0 || id[i] >= *inferred_total) {
+      if (id[i] < 0 || id[i] >= inferred_total) {
         return Invalid(absl::StrCat(
             "I[", i, "] = ", id[i], " is out of range for an output of ",
-            *inferred_total, " elements ", ShapeString(inferred)));
+            inferred_total, " elements ", ShapeString(inferred)));
       }
     }
     Tensor y(x.dtype(), y_shape);
@@ -877,8 +870,7 @@ class LrnKernel : public Kernel {
     if (info.input_rank(0) >= 0 && info.input_rank(0) < 3) {
       return info.Invalid("X must be [N, C, D1, ...]");
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/cast.h"
 #include "core/executor/elementwise.h"
@@ -333,9 +334,7 @@ class BinaryKernel : public Kernel {
       // integer base, the result then cast back like astype).
       const int32_t compute = a.dtype() == TP::FLOAT ? TP::FLOAT : TP::DOUBLE;
       for (Tensor* t : {&a, &b}) {
-        absl::StatusOr<Tensor> c = CastTensor(*t, compute, ctx.pool);
-        if (!c.ok()) return c.status();
-        *t = *std::move(c);
+        QUANTD_ASSIGN_OR_RETURN(*t, CastTensor(*t, compute, ctx.pool));
       }
     } else if (a.dtype() != b.dtype()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -343,24 +342,22 @@ class BinaryKernel : public Kernel {
           " and ", DataTypeName(b.dtype())));
     }
     const std::vector<int64_t> shapes[2] = {a.shape(), b.shape()};
-    absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
-    if (!shape.ok()) return shape.status();
+    QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                            BroadcastShapes(shapes));
     Tensor out;
     absl::Status s = DispatchImpl(
         a.dtype(),
         [&](auto tag) {
           using T = decltype(tag);
           using O = typename Op::template Out<T>;
-          out = Tensor(TypeOf<O>::value, *shape);
+          out = Tensor(TypeOf<O>::value, shape);
           BinaryBroadcast<Op, T>(a, b, &out, ctx.pool);
           return absl::OkStatus();
         },
         typename Op::Types{});
     if (!s.ok()) return s;
     if constexpr (kPow) {
-      absl::StatusOr<Tensor> c = CastTensor(out, result_type, ctx.pool);
-      if (!c.ok()) return c.status();
-      out = *std::move(c);
+      QUANTD_ASSIGN_OR_RETURN(out, CastTensor(out, result_type, ctx.pool));
     }
     (*ctx.outputs)[0] = std::move(out);
     return absl::OkStatus();
@@ -409,8 +406,7 @@ class VariadicKernel : public Kernel {
       if (!info.has_input(i)) {
         return info.Invalid(absl::StrCat("input ", i, " is empty"));
       }
-      absl::Status s = RequireTypes(info, i, typename Op::Types{});
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RequireTypes(info, i, typename Op::Types{}));
     }
     auto k = std::unique_ptr<VariadicKernel<Op>>(new VariadicKernel<Op>);
     k->op_ = info.op();
@@ -434,13 +430,13 @@ class VariadicKernel : public Kernel {
             ShapeString(acc.shape()), " and ", ShapeString(b.shape())));
       }
       const std::vector<int64_t> shapes[2] = {acc.shape(), b.shape()};
-      absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
-      if (!shape.ok()) return shape.status();
+      QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                              BroadcastShapes(shapes));
       absl::Status s = DispatchImpl(
           acc.dtype(),
           [&](auto tag) {
             using T = decltype(tag);
-            Tensor out(acc.dtype(), *shape);
+            Tensor out(acc.dtype(), shape);
             BinaryBroadcast<Op, T>(acc, b, &out, ctx.pool);
             acc = std::move(out);
             return absl::OkStatus();
@@ -774,8 +770,7 @@ class ClipKernel : public Kernel {
       k->min_attr_ = info.Float("min", -std::numeric_limits<float>::infinity());
       k->max_attr_ = info.Float("max", std::numeric_limits<float>::infinity());
     }
-    absl::Status s = RequireTypes(info, 0, NumberTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, NumberTypes{}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -844,14 +839,14 @@ class WhereKernel : public Kernel {
           "Where needs a BOOL condition and two values of one type");
     }
     const std::vector<int64_t> shapes[3] = {c.shape(), a.shape(), b.shape()};
-    absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
-    if (!shape.ok()) return shape.status();
+    QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                            BroadcastShapes(shapes));
     return DispatchImpl(
         a.dtype(),
         [&](auto tag) {
           using T = decltype(tag);
-          Tensor out(a.dtype(), *shape);
-          BroadcastWalk walk(*shape, shapes);
+          Tensor out(a.dtype(), shape);
+          BroadcastWalk walk(shape, shapes);
           const int64_t n = walk.inner();
           const int64_t s0 = walk.inner_stride(0), s1 = walk.inner_stride(1),
                         s2 = walk.inner_stride(2);

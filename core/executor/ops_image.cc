@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
 
@@ -269,8 +270,7 @@ class ResizeKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<ResizeKernel>(new ResizeKernel);
-    absl::Status s = k->Init(info);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(k->Init(info));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -415,12 +415,11 @@ absl::Status ResizeKernel::Plan(const KernelContext& ctx,
     for (int d = 0; d < rank; ++d) axes.push_back(d);
   } else {
     for (int64_t a : axes_) {
-      absl::StatusOr<int> ax = NormalizeAxis(a, rank);
-      if (!ax.ok()) return ax.status();
-      if (std::find(axes.begin(), axes.end(), *ax) != axes.end()) {
+      QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a, rank));
+      if (std::find(axes.begin(), axes.end(), ax) != axes.end()) {
         return absl::InvalidArgumentError("axes repeats an axis");
       }
-      axes.push_back(*ax);
+      axes.push_back(ax);
     }
   }
   const size_t na = axes.size();
@@ -527,8 +526,7 @@ absl::Status ResizeKernel::Run(const KernelContext& ctx) const {
   const int rank = x.rank();
   std::vector<int64_t> out_shape;
   std::vector<double> scales, roi;
-  absl::Status st = Plan(ctx, x.shape(), &out_shape, &scales, &roi);
-  if (!st.ok()) return st;
+  QUANTD_RETURN_IF_ERROR(Plan(ctx, x.shape(), &out_shape, &scales, &roi));
   if (p_.mode != Mode::kNearest) {
     for (int d = 0; d < rank; ++d) {
       if (out_shape[d] > 0 && x.dim(d) == 0) {
@@ -564,8 +562,7 @@ class ConvTransposeKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<ConvTransposeKernel>(new ConvTransposeKernel);
-    absl::Status s = k->Init(info);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(k->Init(info));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -1074,8 +1071,7 @@ class LpNormKernel : public Kernel {
     if (k->p_ != 1 && k->p_ != 2) {
       return info.UnsupportedAttr("p", absl::StrCat(k->p_));
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -1083,9 +1079,8 @@ class LpNormKernel : public Kernel {
     return Dispatch<float, double>(ctx.in(0).dtype(), [&](auto tag) {
       using T = decltype(tag);
       const Tensor& x = ctx.in(0);
-      absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-      if (!axis.ok()) return axis.status();
-      const AxisView v = ViewAround(x.shape(), *axis);
+      QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
+      const AxisView v = ViewAround(x.shape(), axis);
       Tensor y(x.dtype(), x.shape());
       const T* in = x.data<T>();
       T* out = y.mutable_data<T>();
@@ -1125,8 +1120,7 @@ class MvnKernel : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<MvnKernel>(new MvnKernel);
     k->axes_ = info.Ints("axes", {0, 2, 3});
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -1137,9 +1131,8 @@ class MvnKernel : public Kernel {
       const int rank = x.rank();
       std::vector<bool> reduced(rank, false);
       for (int64_t a : axes_) {
-        absl::StatusOr<int> ax = NormalizeAxis(a, rank);
-        if (!ax.ok()) return ax.status();
-        reduced[*ax] = true;
+        QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a, rank));
+        reduced[ax] = true;
       }
       // Each element's statistics slot: its index over the kept axes.
       std::vector<int64_t> slot_stride(rank, 0);
@@ -1199,8 +1192,7 @@ class GlobalPoolKernel : public Kernel {
       k->p_ = info.Int("p", 2);
       if (k->p_ < 1) return info.UnsupportedAttr("p", absl::StrCat(k->p_));
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -1300,8 +1292,7 @@ class LpPoolKernel : public Kernel {
     for (int64_t v : k->dilations_) {
       if (v < 1) return info.Invalid("dilations must be positive");
     }
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::DOUBLE}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
@@ -60,8 +61,7 @@ absl::StatusOr<int64_t> NormalizeIndex(int64_t i, int64_t dim,
 
 // The one element of a scalar (or one-element) integer input.
 absl::StatusOr<int64_t> ScalarInt(const Tensor& t, const char* what) {
-  absl::Status s = RequireIndexType(t, what);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(RequireIndexType(t, what));
   if (t.size() != 1 || t.rank() > 1) {
     return Invalid(absl::StrCat(what, " must hold one value, got shape ",
                                 ShapeString(t.shape())));
@@ -114,8 +114,7 @@ bool IsNan(T v) {
 #define QUANTD_INDEX_FACTORY(K)                                           \
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) { \
     auto k = std::unique_ptr<K>(new K);                                   \
-    absl::Status s = k->Init(info);                                       \
-    if (!s.ok()) return s;                                                \
+    QUANTD_RETURN_IF_ERROR(k->Init(info));                                \
     return std::unique_ptr<Kernel>(std::move(k));                         \
   }
 
@@ -144,8 +143,7 @@ class TileKernel : public Kernel {
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::Status s = RequireIndexType(ctx.in(1), "repeats");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(ctx.in(1), "repeats"));
     const std::vector<int64_t> repeats = ctx.in(1).ToInt64Vector();
     if (ctx.in(1).rank() != 1 || static_cast<int>(repeats.size()) != x.rank()) {
       return Invalid(absl::StrCat("repeats ", Join(repeats),
@@ -159,8 +157,7 @@ class TileKernel : public Kernel {
       }
       out_shape[d] = SaturatingMul(x.dim(d), repeats[d]);
     }
-    s = CheckOutputShape(out_shape);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckOutputShape(out_shape));
     // One dim at a time, outermost first: each pass repeats the blocks of
     // dims [d, rank) `repeats[d]` times within every outer index.
     const int64_t esize = ElementSize(x.dtype());
@@ -195,19 +192,16 @@ class CumSumKernel : public Kernel {
   absl::Status Init(NodeInfo& info) {
     exclusive_ = info.Int("exclusive", 0) != 0;
     reverse_ = info.Int("reverse", 0) != 0;
-    absl::Status s = info.RequireType(1, {TP::INT64, TP::INT32});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::INT64, TP::INT32}));
     return info.RequireType(0, {TP::FLOAT, TP::DOUBLE, TP::INT64, TP::INT32,
                                 TP::UINT32, TP::UINT64});
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::StatusOr<int64_t> a = ScalarInt(ctx.in(1), "axis");
-    if (!a.ok()) return a.status();
-    absl::StatusOr<int> axis = NormalizeAxis(*a, x.rank());
-    if (!axis.ok()) return axis.status();
-    const int64_t outer = Prod(x.shape(), 0, *axis), len = x.dim(*axis);
-    const int64_t inner = Prod(x.shape(), *axis + 1, x.rank());
+    QUANTD_ASSIGN_OR_RETURN(int64_t a, ScalarInt(ctx.in(1), "axis"));
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(a, x.rank()));
+    const int64_t outer = Prod(x.shape(), 0, axis), len = x.dim(axis);
+    const int64_t inner = Prod(x.shape(), axis + 1, x.rank());
     Tensor y(x.dtype(), x.shape());
     absl::Status s =
         Dispatch<float, double, int64_t, int32_t, uint32_t, uint64_t>(
@@ -278,21 +272,18 @@ class TopKKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     int64_t k = k_;
     if (k < 0) {
-      absl::StatusOr<int64_t> kv = ScalarInt(ctx.in(1), "K");
-      if (!kv.ok()) return kv.status();
-      k = *kv;
+      QUANTD_ASSIGN_OR_RETURN(k, ScalarInt(ctx.in(1), "K"));
     }
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
-    const int64_t len = x.dim(*axis);
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
+    const int64_t len = x.dim(axis);
     if (k < 0 || k > len) {
-      return Invalid(absl::StrCat("K ", k, " is out of range for axis ", *axis,
+      return Invalid(absl::StrCat("K ", k, " is out of range for axis ", axis,
                                   " of shape ", ShapeString(x.shape())));
     }
-    const int64_t outer = Prod(x.shape(), 0, *axis);
-    const int64_t inner = Prod(x.shape(), *axis + 1, x.rank());
+    const int64_t outer = Prod(x.shape(), 0, axis);
+    const int64_t inner = Prod(x.shape(), axis + 1, x.rank());
     std::vector<int64_t> shape = x.shape();
-    shape[*axis] = k;
+    shape[axis] = k;
     Tensor values(x.dtype(), shape), indices(TP::INT64, shape);
     int64_t* out_i = indices.mutable_data<int64_t>();
     absl::Status s = Dispatch<QUANTD_NUMERIC_TYPES>(x.dtype(), [&](auto tag) {
@@ -393,17 +384,15 @@ class GatherElementsKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
-    absl::Status s = RequireIndexType(idx, "indices");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(idx, "indices"));
     if (idx.rank() != x.rank()) {
       return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
                                   " and data ", ShapeString(x.shape()),
                                   " differ in rank"));
     }
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
     for (int d = 0; d < x.rank(); ++d) {
-      if (d != *axis && idx.dim(d) > x.dim(d)) {
+      if (d != axis && idx.dim(d) > x.dim(d)) {
         return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
                                     " exceed data ", ShapeString(x.shape()),
                                     " on axis ", d));
@@ -418,11 +407,11 @@ class GatherElementsKernel : public Kernel {
       U* out = static_cast<U*>(y.raw());
       std::vector<int64_t> pos(rank, 0);
       for (int64_t i = 0; i < idx.size(); ++i) {
-        absl::StatusOr<int64_t> j = NormalizeIndex(idx.IntAt(i), x.dim(*axis));
-        if (!j.ok()) return j.status();
+        QUANTD_ASSIGN_OR_RETURN(int64_t j,
+                                NormalizeIndex(idx.IntAt(i), x.dim(axis)));
         int64_t off = 0;
         for (int d = 0; d < rank; ++d) {
-          off += (d == *axis ? *j : pos[d]) * strides[d];
+          off += (d == axis ? j : pos[d]) * strides[d];
         }
         out[i] = in[off];
         for (int d = rank - 1; d >= 0; --d) {
@@ -454,8 +443,7 @@ class GatherNDKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
-    absl::Status s = RequireIndexType(idx, "indices");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(idx, "indices"));
     const int b = static_cast<int>(batch_dims_);
     const int r = x.rank(), q = idx.rank();
     if (q < 1 || b >= std::min(r, q)) {
@@ -493,10 +481,10 @@ class GatherNDKernel : public Kernel {
         const int64_t tuple = bi * tuples + t;
         int64_t off = bi * batch_stride;
         for (int64_t j = 0; j < m; ++j) {
-          absl::StatusOr<int64_t> v =
-              NormalizeIndex(idx.IntAt(tuple * m + j), x.dim(b + j));
-          if (!v.ok()) return v.status();
-          off += *v * strides[b + j];
+          QUANTD_ASSIGN_OR_RETURN(
+              int64_t v,
+              NormalizeIndex(idx.IntAt(tuple * m + j), x.dim(b + j)));
+          off += v * strides[b + j];
         }
         if (slice > 0) {
           std::memcpy(out + tuple * slice, in + off * esize, slice);
@@ -568,17 +556,14 @@ class ScatterElementsKernel : public Kernel {
   QUANTD_INDEX_FACTORY(ScatterElementsKernel)
   absl::Status Init(NodeInfo& info) {
     axis_ = info.Int("axis", 0);
-    absl::StatusOr<Combine> c = ReadReduction(info);
-    if (!c.ok()) return c.status();
-    combine_ = *c;
+    QUANTD_ASSIGN_OR_RETURN(combine_, ReadReduction(info));
     return info.RequireType(1, {TP::INT64, TP::INT32});
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
     const Tensor& upd = ctx.in(2);
-    absl::Status s = RequireIndexType(idx, "indices");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(idx, "indices"));
     if (upd.dtype() != x.dtype() || upd.shape() != idx.shape() ||
         idx.rank() != x.rank()) {
       return Invalid(absl::StrCat(
@@ -587,10 +572,9 @@ class ScatterElementsKernel : public Kernel {
           " in shape and data (", DataTypeName(x.dtype()), " ",
           ShapeString(x.shape()), ") in type and rank"));
     }
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
     for (int d = 0; d < x.rank(); ++d) {
-      if (d != *axis && idx.dim(d) > x.dim(d)) {
+      if (d != axis && idx.dim(d) > x.dim(d)) {
         return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
                                     " exceed data ", ShapeString(x.shape()),
                                     " on axis ", d));
@@ -600,26 +584,27 @@ class ScatterElementsKernel : public Kernel {
     if (x.bytes() > 0) std::memcpy(y.raw(), x.raw(), x.bytes());
     const std::vector<int64_t> strides = RowMajorStrides(x.shape());
     const int rank = x.rank();
-    s = ScatterDispatch(combine_, x.dtype(), [&](auto tag) -> absl::Status {
-      using T = decltype(tag);
-      const T* u = static_cast<const T*>(upd.raw());
-      T* out = static_cast<T*>(y.raw());
-      std::vector<int64_t> pos(rank, 0);
-      for (int64_t i = 0; i < idx.size(); ++i) {
-        absl::StatusOr<int64_t> j = NormalizeIndex(idx.IntAt(i), x.dim(*axis));
-        if (!j.ok()) return j.status();
-        int64_t off = 0;
-        for (int d = 0; d < rank; ++d) {
-          off += (d == *axis ? *j : pos[d]) * strides[d];
-        }
-        Apply(combine_, out + off, u[i]);
-        for (int d = rank - 1; d >= 0; --d) {
-          if (++pos[d] < idx.dim(d)) break;
-          pos[d] = 0;
-        }
-      }
-      return absl::OkStatus();
-    });
+    absl::Status s =
+        ScatterDispatch(combine_, x.dtype(), [&](auto tag) -> absl::Status {
+          using T = decltype(tag);
+          const T* u = static_cast<const T*>(upd.raw());
+          T* out = static_cast<T*>(y.raw());
+          std::vector<int64_t> pos(rank, 0);
+          for (int64_t i = 0; i < idx.size(); ++i) {
+            QUANTD_ASSIGN_OR_RETURN(int64_t j,
+                                    NormalizeIndex(idx.IntAt(i), x.dim(axis)));
+            int64_t off = 0;
+            for (int d = 0; d < rank; ++d) {
+              off += (d == axis ? j : pos[d]) * strides[d];
+            }
+            Apply(combine_, out + off, u[i]);
+            for (int d = rank - 1; d >= 0; --d) {
+              if (++pos[d] < idx.dim(d)) break;
+              pos[d] = 0;
+            }
+          }
+          return absl::OkStatus();
+        });
     if (!s.ok()) return s;
     (*ctx.outputs)[0] = std::move(y);
     return absl::OkStatus();
@@ -636,17 +621,14 @@ class ScatterNDKernel : public Kernel {
  public:
   QUANTD_INDEX_FACTORY(ScatterNDKernel)
   absl::Status Init(NodeInfo& info) {
-    absl::StatusOr<Combine> c = ReadReduction(info);
-    if (!c.ok()) return c.status();
-    combine_ = *c;
+    QUANTD_ASSIGN_OR_RETURN(combine_, ReadReduction(info));
     return info.RequireType(1, {TP::INT64});
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
     const Tensor& upd = ctx.in(2);
-    absl::Status s = RequireIndexType(idx, "indices");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(idx, "indices"));
     const int r = x.rank(), q = idx.rank();
     const int64_t k = q > 0 ? idx.dim(q - 1) : -1;
     if (q < 1 || k < 1 || k > r) {
@@ -666,24 +648,25 @@ class ScatterNDKernel : public Kernel {
     const std::vector<int64_t> strides = RowMajorStrides(x.shape());
     const int64_t tuples = Prod(idx.shape(), 0, q - 1);
     const int64_t slice = Prod(x.shape(), static_cast<int>(k), r);
-    s = ScatterDispatch(combine_, x.dtype(), [&](auto tag) -> absl::Status {
-      using T = decltype(tag);
-      const T* u = static_cast<const T*>(upd.raw());
-      T* out = static_cast<T*>(y.raw());
-      for (int64_t t = 0; t < tuples; ++t) {
-        int64_t off = 0;
-        for (int64_t j = 0; j < k; ++j) {
-          absl::StatusOr<int64_t> v =
-              NormalizeIndex(idx.IntAt(t * k + j), x.dim(static_cast<int>(j)));
-          if (!v.ok()) return v.status();
-          off += *v * strides[j];
-        }
-        for (int64_t e = 0; e < slice; ++e) {
-          Apply(combine_, out + off + e, u[t * slice + e]);
-        }
-      }
-      return absl::OkStatus();
-    });
+    absl::Status s =
+        ScatterDispatch(combine_, x.dtype(), [&](auto tag) -> absl::Status {
+          using T = decltype(tag);
+          const T* u = static_cast<const T*>(upd.raw());
+          T* out = static_cast<T*>(y.raw());
+          for (int64_t t = 0; t < tuples; ++t) {
+            int64_t off = 0;
+            for (int64_t j = 0; j < k; ++j) {
+              QUANTD_ASSIGN_OR_RETURN(
+                  int64_t v, NormalizeIndex(idx.IntAt(t * k + j),
+                                            x.dim(static_cast<int>(j))));
+              off += v * strides[j];
+            }
+            for (int64_t e = 0; e < slice; ++e) {
+              Apply(combine_, out + off + e, u[t * slice + e]);
+            }
+          }
+          return absl::OkStatus();
+        });
     if (!s.ok()) return s;
     (*ctx.outputs)[0] = std::move(y);
     return absl::OkStatus();
@@ -725,15 +708,13 @@ class OneHotKernel : public Kernel {
           absl::StrCat("indices of type ", DataTypeName(idx.dtype())));
     }
     const int rank = idx.rank() + 1;
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, rank);
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, rank));
     std::vector<int64_t> shape = idx.shape();
-    shape.insert(shape.begin() + *axis, depth);
-    absl::Status s = CheckOutputShape(shape);
-    if (!s.ok()) return s;
+    shape.insert(shape.begin() + axis, depth);
+    QUANTD_RETURN_IF_ERROR(CheckOutputShape(shape));
     Tensor y(values.dtype(), shape);
-    const int64_t outer = Prod(idx.shape(), 0, *axis);
-    const int64_t inner = Prod(idx.shape(), *axis, idx.rank());
+    const int64_t outer = Prod(idx.shape(), 0, axis);
+    const int64_t inner = Prod(idx.shape(), axis, idx.rank());
     return BySize(ElementSize(values.dtype()), [&](auto tag) -> absl::Status {
       using U = decltype(tag);
       const U off = static_cast<const U*>(values.raw())[0];
@@ -794,9 +775,7 @@ class TriluKernel : public Kernel {
     }
     int64_t k = 0;
     if (ctx.has(1)) {
-      absl::StatusOr<int64_t> kv = ScalarInt(ctx.in(1), "k");
-      if (!kv.ok()) return kv.status();
-      k = *kv;
+      QUANTD_ASSIGN_OR_RETURN(k, ScalarInt(ctx.in(1), "k"));
     }
     const int64_t n = x.dim(x.rank() - 2), m = x.dim(x.rank() - 1);
     const int64_t mats = Prod(x.shape(), 0, x.rank() - 2);
@@ -846,9 +825,8 @@ class CompressKernel : public Kernel {
     }
     // Without an axis the input is read flattened.
     const Tensor x = has_axis_ ? input : input.Reshaped({input.size()});
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
-    const int64_t len = x.dim(*axis);
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
+    const int64_t len = x.dim(axis);
     std::vector<int64_t> keep;
     for (int64_t i = 0; i < cond.size(); ++i) {
       if (!cond.data<bool>()[i]) continue;
@@ -859,11 +837,11 @@ class CompressKernel : public Kernel {
       keep.push_back(i);
     }
     std::vector<int64_t> shape = x.shape();
-    shape[*axis] = static_cast<int64_t>(keep.size());
+    shape[axis] = static_cast<int64_t>(keep.size());
     Tensor y(x.dtype(), shape);
-    const int64_t outer = Prod(x.shape(), 0, *axis);
+    const int64_t outer = Prod(x.shape(), 0, axis);
     const int64_t block =
-        Prod(x.shape(), *axis + 1, x.rank()) * ElementSize(x.dtype());
+        Prod(x.shape(), axis + 1, x.rank()) * ElementSize(x.dtype());
     const char* in = static_cast<const char*>(x.raw());
     char* out = static_cast<char*>(y.raw());
     const int64_t n = static_cast<int64_t>(keep.size());
@@ -901,8 +879,7 @@ class ReverseSequenceKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& lens = ctx.in(1);
-    absl::Status s = RequireIndexType(lens, "sequence_lens");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(lens, "sequence_lens"));
     if (x.rank() < 2) {
       return Invalid(absl::StrCat("input ", ShapeString(x.shape()),
                                   " must have rank >= 2"));
@@ -1004,12 +981,11 @@ class UniqueKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& input = ctx.in(0);
     const Tensor x = has_axis_ ? input : input.Reshaped({input.size()});
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
     // Move the axis to the front so every item is one contiguous slice.
-    std::vector<int64_t> perm = {*axis};
+    std::vector<int64_t> perm = {axis};
     for (int d = 0; d < x.rank(); ++d) {
-      if (d != *axis) perm.push_back(d);
+      if (d != axis) perm.push_back(d);
     }
     const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
     std::vector<int64_t> front_shape, front_strides;
@@ -1154,8 +1130,7 @@ class CenterCropPadKernel : public Kernel {
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::Status s = RequireIndexType(ctx.in(1), "shape");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireIndexType(ctx.in(1), "shape"));
     const std::vector<int64_t> target = ctx.in(1).ToInt64Vector();
     std::vector<int64_t> axes = axes_;
     if (axes.empty()) {
@@ -1170,20 +1145,18 @@ class CenterCropPadKernel : public Kernel {
     std::vector<int64_t> in_start(rank, 0), out_start(rank, 0);
     std::vector<bool> seen(rank, false);
     for (size_t i = 0; i < axes.size(); ++i) {
-      absl::StatusOr<int> ax = NormalizeAxis(axes[i], rank);
-      if (!ax.ok()) return ax.status();
-      if (seen[*ax]) return Invalid(absl::StrCat("repeated axis ", axes[i]));
-      seen[*ax] = true;
-      const int64_t d = x.dim(*ax), t = target[i];
+      QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank));
+      if (seen[ax]) return Invalid(absl::StrCat("repeated axis ", axes[i]));
+      seen[ax] = true;
+      const int64_t d = x.dim(ax), t = target[i];
       if (t < 0) return Invalid(absl::StrCat("negative shape ", Join(target)));
-      out_shape[*ax] = t;
-      region[*ax] = std::min(d, t);
+      out_shape[ax] = t;
+      region[ax] = std::min(d, t);
       // Crop from (d - t) / 2, or pad (t - d) / 2 before (the rest after).
-      if (t < d) in_start[*ax] = (d - t) / 2;
-      if (t > d) out_start[*ax] = (t - d) / 2;
+      if (t < d) in_start[ax] = (d - t) / 2;
+      if (t > d) out_start[ax] = (t - d) / 2;
     }
-    s = CheckOutputShape(out_shape);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckOutputShape(out_shape));
     Tensor y(x.dtype(), out_shape);
     if (y.bytes() > 0) std::memset(y.raw(), 0, y.bytes());
     CopyBox(static_cast<const char*>(x.raw()), x.shape(), in_start,
@@ -1206,17 +1179,15 @@ class Col2ImKernel : public Kernel {
     dilations_ = info.Ints("dilations");
     pads_ = info.Ints("pads");
     strides_ = info.Ints("strides");
-    absl::Status s = info.RequireType(1, {TP::INT64});
-    if (!s.ok()) return s;
-    s = info.RequireType(2, {TP::INT64});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::INT64}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(2, {TP::INT64}));
     return info.RequireType(0, {TP::FLOAT, TP::DOUBLE});
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     for (int i = 1; i <= 2; ++i) {
-      absl::Status s = RequireIndexType(ctx.in(i), "image_shape/block_shape");
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          RequireIndexType(ctx.in(i), "image_shape/block_shape"));
     }
     const std::vector<int64_t> image = ctx.in(1).ToInt64Vector();
     const std::vector<int64_t> block = ctx.in(2).ToInt64Vector();
@@ -1262,8 +1233,7 @@ class Col2ImKernel : public Kernel {
     const int64_t batch = x.dim(0), channels = x.dim(1) / block_size;
     std::vector<int64_t> out_shape = {batch, channels};
     out_shape.insert(out_shape.end(), image.begin(), image.end());
-    absl::Status s = CheckOutputShape(out_shape);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckOutputShape(out_shape));
     Tensor y(x.dtype(), out_shape);
     const int64_t plane = NumElements(image);
     return Dispatch<float, double>(x.dtype(), [&](auto tag) {
@@ -1526,9 +1496,7 @@ class EinsumKernel : public Kernel {
     const std::vector<int> out_labels = expand(output_, ell);
     // (2) Diagonals.
     for (Labeled& op : ops) {
-      absl::StatusOr<Labeled> d = Diagonal(op);
-      if (!d.ok()) return d.status();
-      op = *std::move(d);
+      QUANTD_ASSIGN_OR_RETURN(op, Diagonal(op));
     }
     // Each label's size: equal across operands, or 1 (broadcast).
     std::vector<int64_t> size(kLetter + 128, -1);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/checked_count.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/cast.h"
 #include "core/executor/elementwise.h"
 #include "core/executor/kernel.h"
@@ -193,21 +194,20 @@ class LossKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     const Tensor& target = ctx.in(1);
     const Tensor* weight = ctx.has(2) ? &ctx.in(2) : nullptr;
-    absl::StatusOr<LossDims> dims = CheckLossShapes(x, target, weight);
-    if (!dims.ok()) return dims.status();
+    QUANTD_ASSIGN_OR_RETURN(LossDims dims, CheckLossShapes(x, target, weight));
     return Dispatch<float, double>(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* logp = x.data<T>();
       Tensor log_prob;
       if (softmax_) {
         log_prob = Tensor(x.dtype(), x.shape());
-        LogSoftmaxAlongC(x.data<T>(), *dims, log_prob.mutable_data<T>());
+        LogSoftmaxAlongC(x.data<T>(), dims, log_prob.mutable_data<T>());
         logp = log_prob.data<T>();
       }
       const T* w = weight != nullptr ? weight->data<T>() : nullptr;
       absl::Status s = Dispatch<int32_t, int64_t>(target.dtype(), [&](auto i) {
         using I = decltype(i);
-        return Nll<T, I>(logp, target.data<I>(), w, *dims, has_ignore_,
+        return Nll<T, I>(logp, target.data<I>(), w, dims, has_ignore_,
                          ignore_index_, reduction_, target.shape(),
                          &(*ctx.outputs)[0]);
       });
@@ -267,8 +267,7 @@ class WindowKernel : public Kernel {
     k->out_type_ = static_cast<int32_t>(out);
     info.set_output_type(0, k->out_type_);
     if (info.num_inputs() != 1) return info.Invalid("needs 1 input (size)");
-    absl::Status s = info.RequireType(0, {TP::INT32, TP::INT64});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::INT32, TP::INT64}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -315,9 +314,8 @@ class WindowKernel : public Kernel {
       const double phase = 2 * M_PI * static_cast<double>(k) / n;
       py[k] = a[0] - a[1] * std::cos(phase) + a[2] * std::cos(2 * phase);
     }
-    absl::StatusOr<Tensor> cast = CastTensor(y, out_type_, ctx.pool);
-    if (!cast.ok()) return cast.status();
-    (*ctx.outputs)[0] = *std::move(cast);
+    QUANTD_ASSIGN_OR_RETURN((*ctx.outputs)[0],
+                            CastTensor(y, out_type_, ctx.pool));
     return absl::OkStatus();
   }
 
@@ -376,8 +374,7 @@ class DetKernel : public Kernel {
       return info.Invalid(
           absl::StrCat("the input must be [..., M, M], got rank ", rank));
     }
-    absl::Status s = RequireTypes(info, 0, FloatTypes{});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireTypes(info, 0, FloatTypes{}));
     return std::unique_ptr<Kernel>(new DetKernel);
   }
 

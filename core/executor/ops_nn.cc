@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/conv.h"
 #include "core/executor/gemm.h"
@@ -181,8 +182,7 @@ class ConvKernel : public Kernel {
     if (x.dtype() != TP::FLOAT || w.dtype() != TP::FLOAT) {
       return absl::UnimplementedError("only FLOAT convolutions are supported");
     }
-    absl::Status st = CheckSpatialRank(x.rank());
-    if (!st.ok()) return st;
+    QUANTD_RETURN_IF_ERROR(CheckSpatialRank(x.rank()));
     if (w.rank() != x.rank()) {
       return absl::InvalidArgumentError("X and W ranks differ");
     }
@@ -198,12 +198,11 @@ class ConvKernel : public Kernel {
     if (!window_.kernel.empty() && window_.kernel != k) {
       return absl::InvalidArgumentError("kernel_shape does not match W");
     }
-    absl::StatusOr<Conv2DShape> s = ResolveWindow(window_, in, k);
-    if (!s.ok()) return s.status();
-    s->n = x.dim(0);
-    s->c = c;
-    s->m = m;
-    s->group = group_;
+    QUANTD_ASSIGN_OR_RETURN(Conv2DShape s, ResolveWindow(window_, in, k));
+    s.n = x.dim(0);
+    s.c = c;
+    s.m = m;
+    s.group = group_;
     const float* bias = nullptr;
     if (ctx.has(2)) {
       const Tensor& b = ctx.in(2);
@@ -212,8 +211,8 @@ class ConvKernel : public Kernel {
       }
       bias = b.data<float>();
     }
-    Tensor y(TP::FLOAT, OutShape(s->n, m, *s, spatial));
-    Conv2D(x.data<float>(), w.data<float>(), bias, y.mutable_data<float>(), *s,
+    Tensor y(TP::FLOAT, OutShape(s.n, m, s, spatial));
+    Conv2D(x.data<float>(), w.data<float>(), bias, y.mutable_data<float>(), s,
            ctx.pool);
     (*ctx.outputs)[0] = std::move(y);
     return absl::OkStatus();
@@ -231,9 +230,8 @@ class PoolKernel : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<PoolKernel>(new PoolKernel);
     k->max_ = info.op() == "MaxPool";
-    absl::Status s = ReadWindow(info, /*dilations=*/k->max_, /*ceil_mode=*/true,
-                                &k->window_);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(ReadWindow(info, /*dilations=*/k->max_,
+                                      /*ceil_mode=*/true, &k->window_));
     if (k->window_.kernel.empty()) return info.Invalid("needs kernel_shape");
     if (k->window_.kernel.size() > 2) {
       return info.UnsupportedAttr("kernel_shape", Join(k->window_.kernel));
@@ -256,8 +254,7 @@ class PoolKernel : public Kernel {
       }
       k->count_include_pad_ = cip == 1;
     }
-    s = info.RequireType(0, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -266,19 +263,18 @@ class PoolKernel : public Kernel {
     if (x.dtype() != TP::FLOAT) {
       return absl::UnimplementedError("only FLOAT pooling is supported");
     }
-    absl::Status st = CheckSpatialRank(x.rank());
-    if (!st.ok()) return st;
+    QUANTD_RETURN_IF_ERROR(CheckSpatialRank(x.rank()));
     const int spatial = x.rank() - 2;
     std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
-    absl::StatusOr<Conv2DShape> s = ResolveWindow(window_, in, window_.kernel);
-    if (!s.ok()) return s.status();
-    s->n = x.dim(0);
-    s->c = s->m = s->group = x.dim(1);
-    Tensor y(TP::FLOAT, OutShape(s->n, s->c, *s, spatial));
+    QUANTD_ASSIGN_OR_RETURN(Conv2DShape s,
+                            ResolveWindow(window_, in, window_.kernel));
+    s.n = x.dim(0);
+    s.c = s.m = s.group = x.dim(1);
+    Tensor y(TP::FLOAT, OutShape(s.n, s.c, s, spatial));
     if (max_) {
-      MaxPool2D(x.data<float>(), y.mutable_data<float>(), *s, ctx.pool);
+      MaxPool2D(x.data<float>(), y.mutable_data<float>(), s, ctx.pool);
     } else {
-      AveragePool2D(x.data<float>(), y.mutable_data<float>(), *s,
+      AveragePool2D(x.data<float>(), y.mutable_data<float>(), s,
                     count_include_pad_, ctx.pool);
     }
     (*ctx.outputs)[0] = std::move(y);
@@ -294,8 +290,7 @@ class PoolKernel : public Kernel {
 class GlobalAveragePoolKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
     return std::unique_ptr<Kernel>(new GlobalAveragePoolKernel);
   }
   absl::Status Compute(const KernelContext& ctx) const override {
@@ -381,9 +376,8 @@ class GemmKernel : public Kernel {
 class MatMulKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (s.ok()) s = info.RequireType(1, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT}));
     return std::unique_ptr<Kernel>(new MatMulKernel);
   }
 
@@ -410,16 +404,16 @@ class MatMulKernel : public Kernel {
     std::vector<int64_t> abatch(as.begin(), as.end() - 2);
     std::vector<int64_t> bbatch(bs.begin(), bs.end() - 2);
     const std::vector<int64_t> batches[2] = {abatch, bbatch};
-    absl::StatusOr<std::vector<int64_t>> batch = BroadcastShapes(batches);
-    if (!batch.ok()) return batch.status();
-    std::vector<int64_t> out_shape = *batch;
+    QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
+                            BroadcastShapes(batches));
+    std::vector<int64_t> out_shape = batch;
     if (a.rank() > 1) out_shape.push_back(m);
     if (b.rank() > 1) out_shape.push_back(n);
     Tensor y(TP::FLOAT, out_shape);
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     float* py = y.mutable_data<float>();
-    const int64_t nbatch = NumElements(*batch);
+    const int64_t nbatch = NumElements(batch);
     if (NumElements(bbatch) == 1 && NumElements(abatch) == nbatch) {
       // B is one matrix (a weight): fold A's batch into its rows, one GEMM.
       Gemm(false, false, nbatch * m, n, k, 1.0f, pa, k, pb, n, 0.0f, py, n,
@@ -427,7 +421,7 @@ class MatMulKernel : public Kernel {
     } else {
       // The batch walk gives each output matrix its A and B matrices.
       const std::vector<int64_t> shapes[2] = {abatch, bbatch};
-      BroadcastWalk walk(*batch, shapes);
+      BroadcastWalk walk(batch, shapes);
       std::vector<std::pair<int64_t, int64_t>> offs;
       offs.reserve(nbatch);
       walk.ForEachRun(0, walk.runs(), [&](int64_t, const int64_t* off) {
@@ -526,8 +520,7 @@ class SoftmaxKernel : public Kernel {
     // was flattened to 2-D at `axis` (default 1).
     k->coerce_2d_ = info.opset() < 13;
     k->axis_ = info.Int("axis", k->coerce_2d_ ? 1 : -1);
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -536,16 +529,16 @@ class SoftmaxKernel : public Kernel {
     if (x.dtype() != TP::FLOAT) {
       return absl::UnimplementedError("only FLOAT Softmax is supported");
     }
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, std::max(x.rank(), 1));
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis,
+                            NormalizeAxis(axis_, std::max(x.rank(), 1)));
     const auto& sh = x.shape();
     int64_t outer = 1, len = 1, inner = 1;
-    for (int i = 0; i < *axis && i < x.rank(); ++i) outer *= sh[i];
+    for (int i = 0; i < axis && i < x.rank(); ++i) outer *= sh[i];
     if (coerce_2d_) {
       len = x.size() / std::max<int64_t>(outer, 1);
     } else {
-      len = x.rank() == 0 ? 1 : sh[*axis];
-      for (int i = *axis + 1; i < x.rank(); ++i) inner *= sh[i];
+      len = x.rank() == 0 ? 1 : sh[axis];
+      for (int i = axis + 1; i < x.rank(); ++i) inner *= sh[i];
     }
     Tensor y(TP::FLOAT, sh);
     const float* in = x.data<float>();
@@ -608,9 +601,8 @@ class LayerNormKernel : public Kernel {
     if (x.dtype() != TP::FLOAT) {
       return absl::UnimplementedError("only FLOAT LayerNormalization");
     }
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
-    std::vector<int64_t> norm_shape(x.shape().begin() + *axis, x.shape().end());
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
+    std::vector<int64_t> norm_shape(x.shape().begin() + axis, x.shape().end());
     const int64_t cols = NumElements(norm_shape);
     const int64_t rows = x.size() / std::max<int64_t>(cols, 1);
     // Scale and B broadcast to the normalized shape; make them flat [cols].
@@ -629,7 +621,7 @@ class LayerNormKernel : public Kernel {
     }
     if (scale.empty()) return absl::InvalidArgumentError("needs Scale");
     std::vector<int64_t> stat_shape = x.shape();
-    for (size_t i = *axis; i < stat_shape.size(); ++i) stat_shape[i] = 1;
+    for (size_t i = axis; i < stat_shape.size(); ++i) stat_shape[i] = 1;
     Tensor y(TP::FLOAT, x.shape());
     Tensor mean_t(TP::FLOAT, stat_shape), inv_t(TP::FLOAT, stat_shape);
     const float* in = x.data<float>();

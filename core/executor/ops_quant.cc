@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
@@ -155,22 +156,21 @@ absl::StatusOr<ParamMap> MapParams(const Tensor& x, const Tensor& scale,
     return absl::InvalidArgumentError(
         "a scalar input needs a per-tensor (one-element) scale");
   }
-  absl::StatusOr<int> a = NormalizeAxis(axis, x.rank());
-  if (!a.ok()) return a.status();
+  QUANTD_ASSIGN_OR_RETURN(int a, NormalizeAxis(axis, x.rank()));
   for (int d = 0; d < x.rank(); ++d) {
-    if (d < *a) m.outer *= x.dim(d);
-    if (d > *a) m.inner *= x.dim(d);
+    if (d < a) m.outer *= x.dim(d);
+    if (d > a) m.inner *= x.dim(d);
   }
-  m.axis_dim = x.dim(*a);
+  m.axis_dim = x.dim(a);
   if (block_size > 0) {
     m.kind = ParamMap::Kind::kBlocked;
     m.block = block_size;
     m.blocks = (m.axis_dim + block_size - 1) / block_size;
     std::vector<int64_t> want = x.shape();
-    want[*a] = m.blocks;
+    want[a] = m.blocks;
     if (scale.shape() != want) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "blocked quantization of x ", ShapeString(x.shape()), " on axis ", *a,
+          "blocked quantization of x ", ShapeString(x.shape()), " on axis ", a,
           " with block_size ", block_size, " needs a scale of shape ",
           ShapeString(want), ", got ", ShapeString(scale.shape())));
     }
@@ -179,8 +179,8 @@ absl::StatusOr<ParamMap> MapParams(const Tensor& x, const Tensor& scale,
   if (scale.rank() != 1 || scale.dim(0) != m.axis_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the scale has shape ", ShapeString(scale.shape()),
-        "; per-axis quantization of x ", ShapeString(x.shape()), " on axis ",
-        *a, " needs [", m.axis_dim, "] (or one element for per-tensor)"));
+        "; per-axis quantization of x ", ShapeString(x.shape()), " on axis ", a,
+        " needs [", m.axis_dim, "] (or one element for per-tensor)"));
   }
   m.kind = ParamMap::Kind::kAxis;
   return m;
@@ -256,9 +256,8 @@ class QuantizeLinearKernel : public Kernel {
       output_dtype = info.Int("output_dtype", 0);
     }
     if (k->block_size_ < 0) return info.Invalid("block_size must be >= 0");
-    absl::Status s = info.RequireType(0, {TP::FLOAT, TP::INT32});
-    if (s.ok()) s = info.RequireType(1, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT, TP::INT32}));
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT}));
     const int32_t zp_type = info.has_input(2) ? info.input_type(2) : 0;
     if (output_dtype != 0) {
       if (QuantTypeOpset(static_cast<int32_t>(output_dtype)) == 0) {
@@ -274,14 +273,11 @@ class QuantizeLinearKernel : public Kernel {
     k->out_type_ = zp_type != 0        ? zp_type
                    : output_dtype != 0 ? static_cast<int32_t>(output_dtype)
                                        : TP::UINT8;
-    s = CheckQuantType(info, "output y", k->out_type_);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckQuantType(info, "output y", k->out_type_));
     k->output_dtype_ = static_cast<int32_t>(output_dtype);
     k->opset_ = info.opset();
     info.set_output_type(0, k->out_type_);
-    absl::StatusOr<Tensor> folded = FoldConstant(*k, info);
-    if (!folded.ok()) return folded.status();
-    k->folded_ = *std::move(folded);
+    QUANTD_ASSIGN_OR_RETURN(k->folded_, FoldConstant(*k, info));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -314,14 +310,14 @@ class QuantizeLinearKernel : public Kernel {
           "output_dtype ", DataTypeName(output_dtype_),
           " differs from the zero point's type ", DataTypeName(zp->dtype())));
     }
-    absl::StatusOr<ParamMap> map = MapParams(x, scale, zp, axis_, block_size_);
-    if (!map.ok()) return map.status();
+    QUANTD_ASSIGN_OR_RETURN(ParamMap map,
+                            MapParams(x, scale, zp, axis_, block_size_));
     Tensor y(static_cast<DataType>(out_type), x.shape());
     const float* sc = scale.data<float>();
     const std::vector<int32_t> zps = ZeroPoints(zp, scale.size());
     auto run = [&](const auto* in, auto* out) {
       using Out = std::remove_pointer_t<decltype(out)>;
-      ForEachParamRun(*map, x.size(), ctx.pool,
+      ForEachParamRun(map, x.size(), ctx.pool,
                       [&](int64_t xo, int64_t n, int64_t po, int64_t ps) {
                         for (int64_t j = 0; j < n; ++j) {
                           const int64_t p = po + j * ps;
@@ -385,16 +381,12 @@ class DequantizeLinearKernel : public Kernel {
     for (int i : {0, 2}) {
       const int32_t t = info.has_input(i) ? info.input_type(i) : 0;
       if (t == 0 || t == TP::INT32) continue;
-      absl::Status s =
-          CheckQuantType(info, i == 0 ? "input x" : "x_zero_point", t);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          CheckQuantType(info, i == 0 ? "input x" : "x_zero_point", t));
     }
-    absl::Status s = info.RequireType(1, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::FLOAT}));
     info.set_output_type(0, TP::FLOAT);
-    absl::StatusOr<Tensor> folded = FoldConstant(*k, info);
-    if (!folded.ok()) return folded.status();
-    k->folded_ = *std::move(folded);
+    QUANTD_ASSIGN_OR_RETURN(k->folded_, FoldConstant(*k, info));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -424,14 +416,14 @@ class DequantizeLinearKernel : public Kernel {
           absl::StrCat("x_scale has element type ", DataTypeName(scale.dtype()),
                        "; only FLOAT is supported"));
     }
-    absl::StatusOr<ParamMap> map = MapParams(x, scale, zp, axis_, block_size_);
-    if (!map.ok()) return map.status();
+    QUANTD_ASSIGN_OR_RETURN(ParamMap map,
+                            MapParams(x, scale, zp, axis_, block_size_));
     Tensor y(TP::FLOAT, x.shape());
     float* out = y.mutable_data<float>();
     const float* sc = scale.data<float>();
     const std::vector<int32_t> zps = ZeroPoints(zp, scale.size());
     auto run = [&](const auto* in) {
-      ForEachParamRun(*map, x.size(), ctx.pool,
+      ForEachParamRun(map, x.size(), ctx.pool,
                       [&](int64_t xo, int64_t n, int64_t po, int64_t ps) {
                         for (int64_t j = 0; j < n; ++j) {
                           const int64_t p = po + j * ps;
@@ -464,8 +456,7 @@ class DequantizeLinearKernel : public Kernel {
 class DynamicQuantizeLinearKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
-    absl::Status s = info.RequireType(0, {TP::FLOAT});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(0, {TP::FLOAT}));
     info.set_output_type(0, TP::UINT8);
     info.set_output_type(1, TP::FLOAT);
     info.set_output_type(2, TP::UINT8);
@@ -656,9 +647,8 @@ absl::StatusOr<MatMulDims> MatMulShape(const Tensor& a, const Tensor& b) {
   d.abatch.assign(as.begin(), as.end() - 2);
   d.bbatch.assign(bs.begin(), bs.end() - 2);
   const std::vector<int64_t> batches[2] = {d.abatch, d.bbatch};
-  absl::StatusOr<std::vector<int64_t>> batch = BroadcastShapes(batches);
-  if (!batch.ok()) return batch.status();
-  d.batch = *batch;
+  QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(batches));
+  d.batch = batch;
   d.out_shape = d.batch;
   if (a.rank() > 1) d.out_shape.push_back(d.m);
   if (b.rank() > 1) d.out_shape.push_back(d.n);
@@ -698,18 +688,17 @@ absl::StatusOr<Tensor> IntegerMatMul(const Tensor& a, const Tensor* azp,
                                      const Tensor& b, const Tensor* bzp,
                                      const FloatOperand* bpre, ThreadPool* pool,
                                      MatMulDims* dims) {
-  absl::Status s = Require8Bit(a, "A");
-  if (s.ok()) s = Require8Bit(b, "B");
-  if (s.ok()) s = CheckZeroPointType(azp, a, "a_zero_point");
-  if (s.ok()) s = CheckZeroPointType(bzp, b, "b_zero_point");
-  if (!s.ok()) return s;
-  absl::StatusOr<MatMulDims> d = MatMulShape(a, b);
-  if (!d.ok()) return d.status();
-  s = CheckVectorParam(azp, d->m, "a_zero_point", "row of A");
-  if (s.ok()) s = CheckVectorParam(bzp, d->n, "b_zero_point", "column of B");
-  if (!s.ok()) return s;
-  *dims = *d;
-  const int64_t m = d->m, k = d->k, n = d->n;
+  QUANTD_RETURN_IF_ERROR(Require8Bit(a, "A"));
+  QUANTD_RETURN_IF_ERROR(Require8Bit(b, "B"));
+  QUANTD_RETURN_IF_ERROR(CheckZeroPointType(azp, a, "a_zero_point"));
+  QUANTD_RETURN_IF_ERROR(CheckZeroPointType(bzp, b, "b_zero_point"));
+  QUANTD_ASSIGN_OR_RETURN(MatMulDims d, MatMulShape(a, b));
+  QUANTD_RETURN_IF_ERROR(
+      CheckVectorParam(azp, d.m, "a_zero_point", "row of A"));
+  QUANTD_RETURN_IF_ERROR(
+      CheckVectorParam(bzp, d.n, "b_zero_point", "column of B"));
+  *dims = d;
+  const int64_t m = d.m, k = d.k, n = d.n;
   FloatOperand af = MakeFloatOperand(
       a, azp, k, azp == nullptr || azp->size() == 1 ? 1 : m, pool);
   FloatOperand local_b;
@@ -721,15 +710,15 @@ absl::StatusOr<Tensor> IntegerMatMul(const Tensor& a, const Tensor* azp,
       static_cast<double>(af.max_abs) * static_cast<double>(bpre->max_abs);
   const float* pa = af.values.data<float>();
   const float* pb = bpre->values.data<float>();
-  Tensor acc(TP::INT32, d->out_shape);
+  Tensor acc(TP::INT32, d.out_shape);
   int32_t* pc = acc.mutable_data<int32_t>();
-  const int64_t nbatch = NumElements(d->batch);
-  if (NumElements(d->bbatch) == 1 && NumElements(d->abatch) == nbatch) {
+  const int64_t nbatch = NumElements(d.batch);
+  if (NumElements(d.bbatch) == 1 && NumElements(d.abatch) == nbatch) {
     // One B (a weight): A's batch folds into its rows.
     ExactGemm(nbatch * m, n, k, pa, k, pb, n, max_product, pc, pool);
   } else {
-    const std::vector<int64_t> shapes[2] = {d->abatch, d->bbatch};
-    BroadcastWalk walk(d->batch, shapes);
+    const std::vector<int64_t> shapes[2] = {d.abatch, d.bbatch};
+    BroadcastWalk walk(d.batch, shapes);
     int64_t i = 0;
     walk.ForEachRun(0, walk.runs(), [&](int64_t, const int64_t* off) {
       for (int64_t j = 0; j < walk.inner(); ++j, ++i) {
@@ -759,12 +748,11 @@ class MatMulIntegerKernel : public Kernel {
 
   absl::Status Compute(const KernelContext& ctx) const override {
     MatMulDims dims;
-    absl::StatusOr<Tensor> acc =
+    QUANTD_ASSIGN_OR_RETURN(
+        (*ctx.outputs)[0],
         IntegerMatMul(ctx.in(0), ctx.has(2) ? &ctx.in(2) : nullptr, ctx.in(1),
                       ctx.has(3) ? &ctx.in(3) : nullptr,
-                      prepared_ ? &b_ : nullptr, ctx.pool, &dims);
-    if (!acc.ok()) return acc.status();
-    (*ctx.outputs)[0] = *std::move(acc);
+                      prepared_ ? &b_ : nullptr, ctx.pool, &dims));
     return absl::OkStatus();
   }
 
@@ -829,11 +817,10 @@ class QLinearMatMulKernel : public Kernel {
     if (s.ok()) s = CheckFloatParam(y_scale, "y_scale");
     if (!s.ok()) return s;
     MatMulDims d;
-    absl::StatusOr<Tensor> acc =
-        IntegerMatMul(ctx.in(0), ctx.has(2) ? &ctx.in(2) : nullptr, ctx.in(3),
-                      ctx.has(5) ? &ctx.in(5) : nullptr,
-                      prepared_ ? &b_ : nullptr, ctx.pool, &d);
-    if (!acc.ok()) return acc.status();
+    QUANTD_ASSIGN_OR_RETURN(
+        Tensor acc, IntegerMatMul(ctx.in(0), ctx.has(2) ? &ctx.in(2) : nullptr,
+                                  ctx.in(3), ctx.has(5) ? &ctx.in(5) : nullptr,
+                                  prepared_ ? &b_ : nullptr, ctx.pool, &d));
     s = CheckVectorParam(&a_scale, d.m, "a_scale", "row of A");
     if (s.ok()) s = CheckVectorParam(&b_scale, d.n, "b_scale", "column of B");
     if (s.ok() && (!IsPerTensor(y_scale) || !IsPerTensor(yzp))) {
@@ -852,8 +839,8 @@ class QLinearMatMulKernel : public Kernel {
       }
     }
     const int32_t zp = ZeroPointAt(&yzp, 0);
-    Tensor y(yzp.dtype(), acc->shape());
-    const int32_t* in = acc->data<int32_t>();
+    Tensor y(yzp.dtype(), acc.shape());
+    const int32_t* in = acc.data<int32_t>();
     const int64_t mn = d.m * d.n;
     auto run = [&](auto* out) {
       using Out = std::remove_pointer_t<decltype(out)>;
@@ -909,11 +896,9 @@ class IntegerConv {
     NodeInfo conv_info(node_, info.opset(), {TP::FLOAT, TP::FLOAT},
                        {nullptr, nullptr});
     conv_info.set_input_ranks({info.input_rank(x_in), info.input_rank(w_in)});
-    absl::StatusOr<std::unique_ptr<Kernel>> k = conv(conv_info);
-    if (!k.ok()) return k.status();
-    absl::Status s = conv_info.Finish();
-    if (!s.ok()) return s;
-    conv_ = *std::move(k);
+    QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, conv(conv_info));
+    QUANTD_RETURN_IF_ERROR(conv_info.Finish());
+    conv_ = std::move(k);
     // A constant weight is shifted once.
     const Tensor* w = info.constant_input(w_in);
     const Tensor* wzp =
@@ -1067,11 +1052,10 @@ class ConvIntegerKernel : public Kernel {
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
-    absl::StatusOr<Tensor> acc =
+    QUANTD_ASSIGN_OR_RETURN(
+        (*ctx.outputs)[0],
         conv_.Run(ctx.in(0), ctx.has(2) ? &ctx.in(2) : nullptr, ctx.in(1),
-                  ctx.has(3) ? &ctx.in(3) : nullptr, ctx.pool);
-    if (!acc.ok()) return acc.status();
-    (*ctx.outputs)[0] = *std::move(acc);
+                  ctx.has(3) ? &ctx.in(3) : nullptr, ctx.pool));
     return absl::OkStatus();
   }
 
@@ -1117,12 +1101,12 @@ class QLinearConvKernel : public Kernel {
           "x_scale, y_scale and y_zero_point must be scalars");
     }
     if (!s.ok()) return s;
-    absl::StatusOr<Tensor> acc =
+    QUANTD_ASSIGN_OR_RETURN(
+        Tensor acc,
         conv_.Run(ctx.in(0), ctx.has(2) ? &ctx.in(2) : nullptr, ctx.in(3),
-                  ctx.has(5) ? &ctx.in(5) : nullptr, ctx.pool);
-    if (!acc.ok()) return acc.status();
-    const int64_t n = acc->dim(0), m = acc->dim(1);
-    const int64_t plane = n * m == 0 ? 0 : acc->size() / (n * m);
+                  ctx.has(5) ? &ctx.in(5) : nullptr, ctx.pool));
+    const int64_t n = acc.dim(0), m = acc.dim(1);
+    const int64_t plane = n * m == 0 ? 0 : acc.size() / (n * m);
     s = CheckVectorParam(&w_scale, m, "w_scale", "output channel");
     if (!s.ok()) return s;
     const int32_t* bias = nullptr;
@@ -1142,8 +1126,8 @@ class QLinearConvKernel : public Kernel {
                 y_scale.data<float>()[0];
     }
     const int32_t zp = ZeroPointAt(&yzp, 0);
-    Tensor y(yzp.dtype(), acc->shape());
-    const int32_t* in = acc->data<int32_t>();
+    Tensor y(yzp.dtype(), acc.shape());
+    const int32_t* in = acc.data<int32_t>();
     auto run = [&](auto* out) {
       using Out = std::remove_pointer_t<decltype(out)>;
       ParallelRange(

@@ -11,6 +11,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/kernel.h"
 
@@ -152,8 +153,7 @@ class ReduceAxes {
       from_input_ = true;
       noop_with_empty_axes_ = info.Int("noop_with_empty_axes", 0) != 0;
       if (info.num_inputs() > 2) return info.Invalid("takes at most 2 inputs");
-      absl::Status s = info.RequireType(1, {TP::INT64, TP::INT32});
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(info.RequireType(1, {TP::INT64, TP::INT32}));
       if (const Tensor* c = info.constant_input(1)) {
         axes_ = c->ToInt64Vector();
         constant_ = true;
@@ -291,18 +291,17 @@ class ReduceKernel : public Kernel {
 
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::StatusOr<ReducePlan> plan = axes_.Resolve(ctx, x.shape());
-    if (!plan.ok()) return plan.status();
+    QUANTD_ASSIGN_OR_RETURN(ReducePlan plan, axes_.Resolve(ctx, x.shape()));
     // Reducing no axes leaves the basic folds' input unchanged; the mapped
     // ops still map each element (|x| for ReduceL1, x^2 for ReduceSumSquare,
     // ...), as in the ONNX reference.
-    if (plan->noop && op_ <= Op::kMin) {
+    if (plan.noop && op_ <= Op::kMin) {
       (*ctx.outputs)[0] = x;
       return absl::OkStatus();
     }
     auto run = [&](auto tag) -> absl::Status {
       using T = decltype(tag);
-      (*ctx.outputs)[0] = Reduced<T>(x, *plan);
+      (*ctx.outputs)[0] = Reduced<T>(x, plan);
       return absl::OkStatus();
     };
     switch (op_) {
@@ -446,30 +445,28 @@ class ArgKernel : public Kernel {
       absl::StatusOr<int> ax = NormalizeAxis(k->axis_, info.input_rank(0));
       if (!ax.ok()) return info.Invalid(std::string(ax.status().message()));
     }
-    absl::Status s = info.RequireType(
-        0, {TP::FLOAT, TP::DOUBLE, TP::INT32, TP::INT64, TP::INT8, TP::UINT8});
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(info.RequireType(
+        0, {TP::FLOAT, TP::DOUBLE, TP::INT32, TP::INT64, TP::INT8, TP::UINT8}));
     info.set_output_type(0, TP::INT64);
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
     const auto& sh = x.shape();
     int64_t outer = 1, inner = 1;
-    for (int i = 0; i < *axis; ++i) outer *= sh[i];
-    for (int i = *axis + 1; i < x.rank(); ++i) inner *= sh[i];
-    const int64_t len = sh[*axis];
+    for (int i = 0; i < axis; ++i) outer *= sh[i];
+    for (int i = axis + 1; i < x.rank(); ++i) inner *= sh[i];
+    const int64_t len = sh[axis];
     if (len == 0 && outer * inner > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot take the ", max_ ? "ArgMax" : "ArgMin", " of an empty axis ",
-          *axis, " of shape ", ShapeString(sh)));
+          axis, " of shape ", ShapeString(sh)));
     }
     std::vector<int64_t> out_shape;
     for (int i = 0; i < x.rank(); ++i) {
-      if (i != *axis) {
+      if (i != axis) {
         out_shape.push_back(sh[i]);
       } else if (keepdims_) {
         out_shape.push_back(1);

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/parallel.h"
+#include "core/base/status_macros.h"
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
 
@@ -120,8 +121,7 @@ class RecurrentKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
     auto k = std::unique_ptr<RecurrentKernel>(new RecurrentKernel);
-    absl::Status s = k->Init(info);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(k->Init(info));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/cast.h"
 #include "core/executor/kernel.h"
@@ -38,8 +39,7 @@ absl::Status RequireInt(const Tensor& t, const char* what) {
 #define QUANTD_SIMPLE_FACTORY(K)                                          \
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) { \
     auto k = std::unique_ptr<K>(new K);                                   \
-    absl::Status s = k->Init(info);                                       \
-    if (!s.ok()) return s;                                                \
+    QUANTD_RETURN_IF_ERROR(k->Init(info));                                \
     return std::unique_ptr<Kernel>(std::move(k));                         \
   }
 
@@ -162,8 +162,7 @@ class ReshapeKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     if (!ctx.has(1)) return Invalid("needs the shape input");
-    absl::Status s = RequireInt(ctx.in(1), "shape");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(1), "shape"));
     std::vector<int64_t> shape = ctx.in(1).ToInt64Vector();
     int infer = -1;
     int64_t known = 1;
@@ -249,27 +248,26 @@ class ConcatKernel : public Kernel {
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& first = ctx.in(0);
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, first.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, first.rank()));
     std::vector<int64_t> shape = first.shape();
-    shape[*axis] = 0;
+    shape[axis] = 0;
     for (const Tensor* t : ctx.inputs) {
       if (t->dtype() != first.dtype() || t->rank() != first.rank()) {
         return Invalid("inputs differ in type or rank");
       }
       for (int d = 0; d < t->rank(); ++d) {
-        if (d != *axis && t->dim(d) != first.dim(d)) {
+        if (d != axis && t->dim(d) != first.dim(d)) {
           return Invalid(absl::StrCat("shapes ", ShapeString(first.shape()),
                                       " and ", ShapeString(t->shape()),
-                                      " do not concatenate on axis ", *axis));
+                                      " do not concatenate on axis ", axis));
         }
       }
-      shape[*axis] += t->dim(*axis);
+      shape[axis] += t->dim(axis);
     }
     Tensor y(first.dtype(), shape);
     const int64_t esize = ElementSize(first.dtype());
     int64_t outer = 1;
-    for (int d = 0; d < *axis; ++d) outer *= shape[d];
+    for (int d = 0; d < axis; ++d) outer *= shape[d];
     const int64_t out_block = y.size() / std::max<int64_t>(outer, 1) * esize;
     char* out = static_cast<char*>(y.raw());
     int64_t at = 0;
@@ -307,10 +305,9 @@ class SplitKernel : public Kernel {
   }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
     const int64_t outs = static_cast<int64_t>(ctx.outputs->size());
-    const int64_t len = x.dim(*axis);
+    const int64_t len = x.dim(axis);
     std::vector<int64_t> split = split_;
     if (ctx.has(1)) split = ctx.in(1).ToInt64Vector();
     if (split.empty()) {
@@ -331,14 +328,14 @@ class SplitKernel : public Kernel {
                                   len, " with ", outs, " outputs"));
     }
     int64_t outer = 1;
-    for (int d = 0; d < *axis; ++d) outer *= x.dim(d);
+    for (int d = 0; d < axis; ++d) outer *= x.dim(d);
     const int64_t esize = ElementSize(x.dtype());
     const int64_t inner = x.size() / std::max<int64_t>(outer * len, 1) * esize;
     const char* in = static_cast<const char*>(x.raw());
     int64_t at = 0;
     for (int64_t i = 0; i < outs; ++i) {
       std::vector<int64_t> shape = x.shape();
-      shape[*axis] = split[i];
+      shape[axis] = split[i];
       Tensor y(x.dtype(), shape);
       const int64_t block = split[i] * inner;
       for (int64_t o = 0; o < outer && block > 0; ++o) {
@@ -379,8 +376,7 @@ class SliceKernel : public Kernel {
       if (!ctx.has(1) || !ctx.has(2)) return Invalid("needs starts and ends");
       for (int i = 1; i <= 4; ++i) {
         if (!ctx.has(i)) continue;
-        absl::Status s = RequireInt(ctx.in(i), "starts/ends/axes/steps");
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(i), "starts/ends/axes/steps"));
       }
       starts = ctx.in(1).ToInt64Vector();
       ends = ctx.in(2).ToInt64Vector();
@@ -399,11 +395,10 @@ class SliceKernel : public Kernel {
     std::vector<int64_t> begin(rank, 0), step(rank, 1), shape = x.shape();
     std::vector<bool> seen(rank, false);
     for (size_t i = 0; i < starts.size(); ++i) {
-      absl::StatusOr<int> ax = NormalizeAxis(axes[i], rank);
-      if (!ax.ok()) return ax.status();
-      if (seen[*ax]) return Invalid("repeated axis");
-      seen[*ax] = true;
-      const int64_t dim = x.dim(*ax), st = steps[i];
+      QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank));
+      if (seen[ax]) return Invalid("repeated axis");
+      seen[ax] = true;
+      const int64_t dim = x.dim(ax), st = steps[i];
       if (st == 0) return Invalid("step 0");
       int64_t s = starts[i], e = ends[i];
       if (s < 0) s += dim;
@@ -418,9 +413,9 @@ class SliceKernel : public Kernel {
       // Huge sentinels (INT64_MAX) are common: compute the count safely.
       const int64_t count = st > 0 ? (e > s ? (e - s + st - 1) / st : 0)
                                    : (s > e ? (s - e + (-st) - 1) / (-st) : 0);
-      begin[*ax] = s;
-      step[*ax] = st;
-      shape[*ax] = count;
+      begin[ax] = s;
+      step[ax] = st;
+      shape[ax] = count;
     }
     Tensor y(x.dtype(), shape);
     const std::vector<int64_t> in_strides = RowMajorStrides(x.shape());
@@ -454,17 +449,15 @@ class GatherKernel : public Kernel {
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
-    absl::Status s = RequireInt(idx, "indices");
-    if (!s.ok()) return s;
-    absl::StatusOr<int> axis = NormalizeAxis(axis_, x.rank());
-    if (!axis.ok()) return axis.status();
-    std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + *axis);
+    QUANTD_RETURN_IF_ERROR(RequireInt(idx, "indices"));
+    QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
+    std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
     shape.insert(shape.end(), idx.shape().begin(), idx.shape().end());
-    shape.insert(shape.end(), x.shape().begin() + *axis + 1, x.shape().end());
+    shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
     Tensor y(x.dtype(), shape);
-    const int64_t dim = x.dim(*axis);
+    const int64_t dim = x.dim(axis);
     int64_t outer = 1;
-    for (int d = 0; d < *axis; ++d) outer *= x.dim(d);
+    for (int d = 0; d < axis; ++d) outer *= x.dim(d);
     const int64_t esize = ElementSize(x.dtype());
     const int64_t block = x.size() / std::max<int64_t>(outer * dim, 1) * esize;
     const char* in = static_cast<const char*>(x.raw());
@@ -509,18 +502,16 @@ class SqueezeKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     std::vector<int64_t> axes = axes_;
     if (!attr_ && ctx.has(1)) {
-      absl::Status s = RequireInt(ctx.in(1), "axes");
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(1), "axes"));
       axes = ctx.in(1).ToInt64Vector();
     }
     if (unsqueeze_) {
       const int rank = x.rank() + static_cast<int>(axes.size());
       std::vector<bool> add(rank, false);
       for (int64_t a : axes) {
-        absl::StatusOr<int> ax = NormalizeAxis(a, rank);
-        if (!ax.ok()) return ax.status();
-        if (add[*ax]) return Invalid("repeated axis");
-        add[*ax] = true;
+        QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a, rank));
+        if (add[ax]) return Invalid("repeated axis");
+        add[ax] = true;
       }
       std::vector<int64_t> shape;
       int j = 0;
@@ -533,13 +524,12 @@ class SqueezeKernel : public Kernel {
       for (int i = 0; i < x.rank(); ++i) drop[i] = x.dim(i) == 1;
     }
     for (int64_t a : axes) {
-      absl::StatusOr<int> ax = NormalizeAxis(a, x.rank());
-      if (!ax.ok()) return ax.status();
-      if (x.dim(*ax) != 1) {
+      QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a, x.rank()));
+      if (x.dim(ax) != 1) {
         return Invalid(absl::StrCat("cannot squeeze axis ", a, " of ",
                                     ShapeString(x.shape())));
       }
-      drop[*ax] = true;
+      drop[ax] = true;
     }
     std::vector<int64_t> shape;
     for (int i = 0; i < x.rank(); ++i) {
@@ -609,9 +599,8 @@ class CastKernel : public Kernel {
     return absl::OkStatus();
   }
   absl::Status Compute(const KernelContext& ctx) const override {
-    absl::StatusOr<Tensor> y = CastTensor(ctx.in(0), to_, ctx.pool);
-    if (!y.ok()) return y.status();
-    (*ctx.outputs)[0] = *std::move(y);
+    QUANTD_ASSIGN_OR_RETURN((*ctx.outputs)[0],
+                            CastTensor(ctx.in(0), to_, ctx.pool));
     return absl::OkStatus();
   }
 
@@ -692,8 +681,7 @@ class ConstantOfShapeKernel : public Kernel {
     return absl::OkStatus();
   }
   absl::Status Compute(const KernelContext& ctx) const override {
-    absl::Status s = RequireInt(ctx.in(0), "shape");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(0), "shape"));
     std::vector<int64_t> shape = ctx.in(0).ToInt64Vector();
     for (int64_t d : shape) {
       if (d < 0) return Invalid("negative dim");
@@ -720,14 +708,13 @@ class ExpandKernel : public Kernel {
   absl::Status Init(NodeInfo&) { return absl::OkStatus(); }
   absl::Status Compute(const KernelContext& ctx) const override {
     const Tensor& x = ctx.in(0);
-    absl::Status s = RequireInt(ctx.in(1), "shape");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(1), "shape"));
     // Bidirectional: the result is the broadcast of both shapes.
     const std::vector<int64_t> shapes[2] = {x.shape(),
                                             ctx.in(1).ToInt64Vector()};
-    absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(shapes);
-    if (!shape.ok()) return shape.status();
-    (*ctx.outputs)[0] = ExpandTo(x, *shape);
+    QUANTD_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                            BroadcastShapes(shapes));
+    (*ctx.outputs)[0] = ExpandTo(x, shape);
     return absl::OkStatus();
   }
 };
@@ -798,8 +785,7 @@ class PadKernel : public Kernel {
     const int rank = x.rank();
     std::vector<int64_t> pads = pads_;
     if (!attrs_) {
-      absl::Status s = RequireInt(ctx.in(1), "pads");
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RequireInt(ctx.in(1), "pads"));
       pads = ctx.in(1).ToInt64Vector();
     }
     // Opset 18 may name the axes the pads apply to.
@@ -816,10 +802,9 @@ class PadKernel : public Kernel {
     std::vector<int64_t> pb(rank, 0), pe(rank, 0);
     const int na = static_cast<int>(axes.size());
     for (int i = 0; i < na; ++i) {
-      absl::StatusOr<int> ax = NormalizeAxis(axes[i], rank);
-      if (!ax.ok()) return ax.status();
-      pb[*ax] = pads[i];
-      pe[*ax] = pads[i + na];
+      QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank));
+      pb[ax] = pads[i];
+      pe[ax] = pads[i + na];
     }
     std::vector<int64_t> shape(rank);
     for (int d = 0; d < rank; ++d) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
 
@@ -219,8 +220,7 @@ absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
         "tensor '", proto.name(), "' stores its values in an external file"));
   }
   if (numerics::IsFourBitType(type)) return FourBitFromProto(proto);
-  absl::Status s = graph::CheckTensorSize(proto);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(graph::CheckTensorSize(proto));
   Tensor t(static_cast<DataType>(type), graph::Dims(proto));
   if (proto.has_raw_data()) {
     if (t.bytes() > 0) std::memcpy(t.raw(), proto.raw_data().data(), t.bytes());

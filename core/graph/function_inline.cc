@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/unique_names.h"
 
@@ -42,8 +43,7 @@ class Inliner {
     for (const auto& op : model_->opset_import()) {
       opsets_[NormalizedDomain(op.domain())] = op.version();
     }
-    absl::Status s = InlineGraph(model_->mutable_graph(), 0);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(InlineGraph(model_->mutable_graph(), 0));
     model_->clear_functions();
     for (const auto& [domain, version] : added_opsets_) {
       onnx::OperatorSetIdProto* op = model_->add_opset_import();
@@ -79,8 +79,7 @@ class Inliner {
     if (!any_call) return InlineSubgraphs(graph->mutable_node(), depth);
     google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
     for (onnx::NodeProto& node : *graph->mutable_node()) {
-      absl::Status s = Emit(std::move(node), depth, &out);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Emit(std::move(node), depth, &out));
     }
     graph->mutable_node()->Swap(&out);
     return absl::OkStatus();
@@ -89,8 +88,7 @@ class Inliner {
   absl::Status InlineSubgraphs(
       google::protobuf::RepeatedPtrField<onnx::NodeProto>* nodes, int depth) {
     for (onnx::NodeProto& node : *nodes) {
-      absl::Status s = InlineNodeSubgraphs(&node, depth);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(InlineNodeSubgraphs(&node, depth));
     }
     return absl::OkStatus();
   }
@@ -98,12 +96,10 @@ class Inliner {
   absl::Status InlineNodeSubgraphs(onnx::NodeProto* node, int depth) {
     for (onnx::AttributeProto& a : *node->mutable_attribute()) {
       if (a.has_g()) {
-        absl::Status s = InlineGraph(a.mutable_g(), depth);
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(InlineGraph(a.mutable_g(), depth));
       }
       for (onnx::GraphProto& g : *a.mutable_graphs()) {
-        absl::Status s = InlineGraph(&g, depth);
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(InlineGraph(&g, depth));
       }
     }
     return absl::OkStatus();
@@ -114,8 +110,7 @@ class Inliner {
                     google::protobuf::RepeatedPtrField<onnx::NodeProto>* out) {
     const onnx::FunctionProto* f = Callee(node);
     if (f == nullptr) {
-      absl::Status s = InlineNodeSubgraphs(&node, depth);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(InlineNodeSubgraphs(&node, depth));
       *out->Add() = std::move(node);
       return absl::OkStatus();
     }
@@ -125,15 +120,12 @@ class Inliner {
                        " deep at node '", node.name(), "' calling '", f->name(),
                        "' (ONNX forbids recursive functions)"));
     }
-    absl::Status s = CheckOpsets(*f);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckOpsets(*f));
     result_.calls.push_back(node.name());
     std::vector<onnx::NodeProto> body;
-    s = Expand(node, *f, &body);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(Expand(node, *f, &body));
     for (onnx::NodeProto& inner : body) {
-      s = Emit(std::move(inner), depth + 1, out);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Emit(std::move(inner), depth + 1, out));
     }
     return absl::OkStatus();
   }
@@ -203,8 +195,7 @@ class Inliner {
     Context ctx{f, call, prefix, rename, call_attrs};
     for (const onnx::NodeProto& n : f.node()) {
       onnx::NodeProto copy = n;
-      absl::Status s = RenameNode(ctx, &copy, /*top_level=*/true);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RenameNode(ctx, &copy, /*top_level=*/true));
       body->push_back(std::move(copy));
     }
     return absl::OkStatus();
@@ -228,12 +219,10 @@ class Inliner {
                           bool top_level) {
     const std::string original = node->name();
     for (std::string& in : *node->mutable_input()) {
-      absl::Status s = RenameValue(ctx, &in, *node);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RenameValue(ctx, &in, *node));
     }
     for (std::string& o : *node->mutable_output()) {
-      absl::Status s = RenameValue(ctx, &o, *node);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RenameValue(ctx, &o, *node));
     }
     node->set_name(names_.Make(absl::StrCat(
         ctx.prefix, "/", original.empty() ? node->op_type() : original)));
@@ -254,12 +243,10 @@ class Inliner {
         continue;
       }
       if (a.has_g()) {
-        absl::Status s = RenameGraph(ctx, a.mutable_g());
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(RenameGraph(ctx, a.mutable_g()));
       }
       for (onnx::GraphProto& g : *a.mutable_graphs()) {
-        absl::Status s = RenameGraph(ctx, &g);
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(RenameGraph(ctx, &g));
       }
       *attrs.Add() = std::move(a);
     }
@@ -285,8 +272,7 @@ class Inliner {
       if (it != ctx.rename.end()) t.mutable_values()->set_name(it->second);
     }
     for (onnx::NodeProto& n : *graph->mutable_node()) {
-      absl::Status s = RenameNode(ctx, &n, /*top_level=*/false);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(RenameNode(ctx, &n, /*top_level=*/false));
     }
     return absl::OkStatus();
   }

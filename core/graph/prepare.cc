@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/model_io.h"
@@ -626,12 +627,10 @@ absl::Status SortTopologically(GraphProto* graph, int64_t* moved) {
   for (auto& node : *graph->mutable_node()) {
     for (auto& a : *node.mutable_attribute()) {
       if (a.has_g()) {
-        absl::Status s = SortTopologically(a.mutable_g(), moved);
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(SortTopologically(a.mutable_g(), moved));
       }
       for (auto& g : *a.mutable_graphs()) {
-        absl::Status s = SortTopologically(&g, moved);
-        if (!s.ok()) return s;
+        QUANTD_RETURN_IF_ERROR(SortTopologically(&g, moved));
       }
     }
   }
@@ -713,16 +712,14 @@ absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
   report.opset_from = DefaultOpset(*model);
   const int64_t ir = model->ir_version();
   if (options.sort) {
-    absl::Status s =
-        SortTopologically(model->mutable_graph(), &report.reordered_nodes);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(
+        SortTopologically(model->mutable_graph(), &report.reordered_nodes));
   }
   if (options.lift_constants) {
     report.lifted_constants = LiftConstants(model->mutable_graph(), ir);
   }
   if (options.upgrade) {
-    absl::Status s = options.upgrade(model, &report);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(options.upgrade(model, &report));
     // The converter writes some values (e.g. Squeeze axes) as Constants.
     if (options.lift_constants) {
       report.lifted_constants +=
@@ -738,8 +735,7 @@ absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
         FoldBatchNormsIn(model->mutable_graph(), model->ir_version());
   }
   if (options.fold_constants) {
-    absl::Status s = options.fold_constants(model, &report);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(options.fold_constants(model, &report));
   }
   report.opset_to = DefaultOpset(*model);
   return report;

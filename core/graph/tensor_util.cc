@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::graph {
 namespace {
@@ -133,8 +134,7 @@ absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
         "' stores its values in an external file, which is not part of the "
         "model bytes"));
   }
-  absl::Status s = CheckTensorSize(tensor);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckTensorSize(tensor));
   std::vector<float> values(NumElements(tensor));
   if (tensor.has_raw_data()) {
     std::memcpy(values.data(), tensor.raw_data().data(),

@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "onnx/checker.h"
@@ -55,8 +56,7 @@ absl::Status CheckNodes(const onnx::GraphProto& graph,
       }
     }
     for (const std::string& output : node.output()) {
-      absl::Status s = Define(output, DescribeNode(node, i), defined);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Define(output, DescribeNode(node, i), defined));
     }
   }
   return absl::OkStatus();
@@ -67,9 +67,8 @@ absl::Status CheckNodes(const onnx::GraphProto& graph,
 absl::Status CheckStructure(const onnx::GraphProto& graph) {
   absl::flat_hash_set<std::string> defined;
   for (const auto& input : graph.input()) {
-    absl::Status s = CheckTyped(input, "input");
-    if (s.ok()) s = Define(input.name(), "a graph input", &defined);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckTyped(input, "input"));
+    QUANTD_RETURN_IF_ERROR(Define(input.name(), "a graph input", &defined));
   }
   absl::flat_hash_set<std::string> initializers;
   for (const auto& init : graph.initializer()) {
@@ -77,15 +76,12 @@ absl::Status CheckStructure(const onnx::GraphProto& graph) {
       return absl::InvalidArgumentError(
           absl::StrCat("initializer '", init.name(), "' is defined twice"));
     }
-    absl::Status s = CheckTensorSize(init);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckTensorSize(init));
     defined.insert(init.name());  // May also be a graph input (a default).
   }
-  absl::Status s = CheckNodes(graph, &defined);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckNodes(graph, &defined));
   for (const auto& output : graph.output()) {
-    s = CheckTyped(output, "output");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckTyped(output, "output"));
     if (!defined.contains(output.name())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "graph output '", output.name(), "' is not produced by any node"));

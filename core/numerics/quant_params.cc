@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::numerics {
 namespace {
@@ -105,7 +106,7 @@ int32_t FromByte(char b, bool is_signed) {
 }  // namespace
 
 absl::StatusOr<QuantGrid> GridFor(const QuantSpec& spec) {
-  if (absl::Status s = ValidateBits(spec.bits); !s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(ValidateBits(spec.bits));
   QuantGrid grid = UnsignedGrid(spec);
   if (spec.is_signed) {
     grid.quant_min -= SignedOffset(spec.bits);
@@ -164,8 +165,7 @@ std::pair<float, float> AdjustRange(float batch_min, float batch_max, int bits,
 
 absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
                                               const QuantSpec& spec) {
-  absl::StatusOr<QuantGrid> grid = GridFor(spec);
-  if (!grid.ok()) return grid.status();
+  QUANTD_ASSIGN_OR_RETURN(QuantGrid grid, GridFor(spec));
   if (!std::isfinite(min) || !std::isfinite(max)) {
     return absl::InvalidArgumentError(
         absl::StrCat("range must be finite, got [", min, ", ", max, "]"));
@@ -179,7 +179,7 @@ absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
   min = std::min(min, 0.0f);
   max = std::max(max, 0.0f);
 
-  QuantParams params = spec.symmetric ? SymmetricParams(min, max, spec, *grid)
+  QuantParams params = spec.symmetric ? SymmetricParams(min, max, spec, grid)
                                       : AsymmetricParams(min, max, spec);
   if (!std::isfinite(params.scale)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -236,10 +236,10 @@ absl::Status ChooseAllParams(const std::vector<Range>& ranges,
   params->reserve(ranges.size());
   for (const Range& r : ranges) {
     const bool empty = r.min > r.max;
-    absl::StatusOr<QuantParams> p =
-        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec);
-    if (!p.ok()) return p.status();
-    params->push_back(*p);
+    QUANTD_ASSIGN_OR_RETURN(
+        QuantParams p,
+        ChooseQuantParams(empty ? 0.0f : r.min, empty ? 0.0f : r.max, spec));
+    params->push_back(p);
   }
   return absl::OkStatus();
 }
@@ -250,8 +250,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
                                                absl::Span<const int64_t> shape,
                                                bool per_channel, int axis,
                                                const QuantSpec& spec) {
-  absl::StatusOr<QuantGrid> grid = GridFor(spec);
-  if (!grid.ok()) return grid.status();
+  QUANTD_ASSIGN_OR_RETURN(QuantGrid grid, GridFor(spec));
   const int64_t n = NumElements(shape);
   if (n < 0 || n != static_cast<int64_t>(data.size())) {
     return absl::InvalidArgumentError(
@@ -263,9 +262,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
   QuantizedTensor out;
   out.spec = spec;
   if (per_channel) {
-    absl::StatusOr<ChannelLayout> l = LayoutFor(shape, axis);
-    if (!l.ok()) return l.status();
-    layout = *l;
+    QUANTD_ASSIGN_OR_RETURN(layout, LayoutFor(shape, axis));
     out.axis = axis < 0 ? axis + static_cast<int>(shape.size()) : axis;
   }
 
@@ -273,8 +270,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
   if (!CollectRanges(data, layout, ranges)) {
     return absl::InvalidArgumentError("tensor holds NaN");
   }
-  absl::Status chosen = ChooseAllParams(ranges, spec, &out.params);
-  if (!chosen.ok()) return chosen;
+  QUANTD_RETURN_IF_ERROR(ChooseAllParams(ranges, spec, &out.params));
 
   out.values.resize(data.size());
   const float* src = data.data();
@@ -283,7 +279,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
     for (int64_t c = 0; c < layout.channels; ++c) {
       const QuantParams& p = out.params[c];
       for (int64_t i = 0; i < layout.inner; ++i) {
-        *dst++ = ToByte(QuantizeValue(*src++, p, *grid), spec.is_signed);
+        *dst++ = ToByte(QuantizeValue(*src++, p, grid), spec.is_signed);
       }
     }
   }
@@ -300,8 +296,7 @@ std::vector<int64_t> BlockedParamShape(absl::Span<const int64_t> shape,
 absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
     absl::Span<const float> data, absl::Span<const int64_t> shape, int axis,
     int64_t block_size, const QuantSpec& spec) {
-  absl::StatusOr<QuantGrid> grid = GridFor(spec);
-  if (!grid.ok()) return grid.status();
+  QUANTD_ASSIGN_OR_RETURN(QuantGrid grid, GridFor(spec));
   if (block_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("block_size must be >= 1, got ", block_size));
@@ -312,9 +307,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
         absl::StrCat("shape [", absl::StrJoin(shape, ","), "] does not hold ",
                      data.size(), " values"));
   }
-  absl::StatusOr<ChannelLayout> l = LayoutFor(shape, axis);
-  if (!l.ok()) return l.status();
-  const ChannelLayout layout = *l;
+  QUANTD_ASSIGN_OR_RETURN(const ChannelLayout layout, LayoutFor(shape, axis));
   QuantizedTensor out;
   out.spec = spec;
   out.axis = axis < 0 ? axis + static_cast<int>(shape.size()) : axis;
@@ -335,8 +328,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
       }
     }
   }
-  absl::Status chosen = ChooseAllParams(ranges, spec, &out.params);
-  if (!chosen.ok()) return chosen;
+  QUANTD_RETURN_IF_ERROR(ChooseAllParams(ranges, spec, &out.params));
   out.values.resize(data.size());
   for (int64_t o = 0; o < layout.outer; ++o) {
     for (int64_t c = 0; c < layout.channels; ++c) {
@@ -345,7 +337,7 @@ absl::StatusOr<QuantizedTensor> QuantizeTensorBlocked(
           out.params.data() + (o * blocks + c / block_size) * layout.inner;
       for (int64_t i = 0; i < layout.inner; ++i) {
         out.values[at + i] =
-            ToByte(QuantizeValue(data[at + i], p[i], *grid), spec.is_signed);
+            ToByte(QuantizeValue(data[at + i], p[i], grid), spec.is_signed);
       }
     }
   }
