@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/engine.h"
+#include "core/engine/request_options.h"
 #include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
@@ -68,10 +69,10 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits) {
-  const calibration::ObserverConfig observer_config =
-      calibration::ObserverConfigFromProto(config);
-  absl::Status s = calibration::ValidateObserverConfig(observer_config);
-  if (!s.ok()) return s;
+  absl::StatusOr<calibration::ObserverConfig> observers =
+      ResolveCalibrateRequest(config);
+  if (!observers.ok()) return observers.status();
+  const calibration::ObserverConfig& observer_config = *observers;
 
   Report(events, quantd::v1::STAGE_PARSE, 0, 1,
          absl::StrCat("parsing ", model_bytes.size(), " bytes"));
@@ -80,7 +81,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
   if (!model.ok()) return model.status();
   std::string().swap(model_bytes);
   // Before any other work: an oversized model costs one parse, no more.
-  s = CheckJobLimits(*model, limits);
+  absl::Status s = CheckJobLimits(*model, limits);
   if (!s.ok()) return s;
   Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
   // As Quantize does: sorted before the checks, which want node order.

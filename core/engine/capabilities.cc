@@ -6,13 +6,12 @@
 #include "absl/strings/str_join.h"
 #include "core/engine/resolved_options.h"
 #include "core/graph/validate.h"
+#include "core/passes/op_sets.h"
 
 namespace quantd {
 namespace {
 namespace tfq = tensorflow::quantization;
 
-constexpr Method kMethods[] = {Method::kStaticRange, Method::kDynamicRange};
-constexpr tfq::OpSet kOpSets[] = {tfq::TF, tfq::XLA, tfq::UNIFORM_QUANTIZED};
 constexpr tfq::QuantizationPrecision kPrecisions[] = {
     tfq::PRECISION_FULL, tfq::PRECISION_W4A4, tfq::PRECISION_W4A8,
     tfq::PRECISION_W8A8};
@@ -20,118 +19,19 @@ constexpr tfq::QuantizationPrecision kPrecisions[] = {
 // Below opset 11 the converter must lift the model first (see passes/).
 constexpr int64_t kMinInputOpset = 1;
 
-quantd::v1::Capability MakeCapability(Method method, tfq::OpSet op_set,
+// One cell of the capability matrix, read from the op-set table's row.
+quantd::v1::Capability MakeCapability(const passes::OpSetRow& row,
                                       tfq::QuantizationPrecision precision) {
   quantd::v1::Capability c;
-  c.set_method(MethodName(method));
-  c.set_op_set(op_set);
+  c.set_method(MethodName(row.method));
+  c.set_op_set(row.op_set);
   c.set_precision(precision);
   if (precision == tfq::PRECISION_FULL) {
     c.set_supported(true);
     c.set_note("model returned unchanged (FULL = do not quantize)");
-  } else if (method == Method::kDynamicRange && op_set == tfq::TF &&
-             precision == tfq::PRECISION_W8A8) {
-    c.set_supported(true);
-    c.set_note(
-        "Conv/Gemm/MatMul weights stored INT8 (per-channel, symmetric, "
-        "narrow range) behind DequantizeLinear; activations quantized at run "
-        "time by DynamicQuantizeLinear -> DequantizeLinear (uint8)");
-  } else if (method == Method::kDynamicRange && op_set == tfq::XLA &&
-             precision == tfq::PRECISION_W8A8) {
-    c.set_supported(true);
-    c.set_note(
-        "integer compute: activations quantized at run time by "
-        "DynamicQuantizeLinear (uint8); MatMul and Gemm (alpha = beta = 1, "
-        "transA = 0) -> MatMulInteger with INT8 weights (per-channel, "
-        "symmetric, narrow range), Conv -> ConvInteger with UINT8 weights "
-        "(int8 + 128, zero point 128: ONNX Runtime's CPU ConvInteger takes "
-        "uint8 x uint8 only); int32 -> Cast -> Mul(x_scale * w_scale) -> Add "
-        "bias; other Gemms are UNIMPLEMENTED");
-  } else if (method == Method::kStaticRange && op_set == tfq::TF &&
-             precision == tfq::PRECISION_W8A8) {
-    c.set_supported(true);
-    c.set_note(
-        "QDQ: Conv/Gemm/MatMul weights INT8 (per-channel, symmetric, narrow "
-        "range), biases INT32 (scale = input scale x weight scale), one "
-        "QuantizeLinear -> DequantizeLinear (uint8, calibrated range) per "
-        "activation between its producer and all its consumers; needs "
-        "config.calibration or calibration batches");
-  } else if (method == Method::kStaticRange && op_set == tfq::XLA &&
-             precision == tfq::PRECISION_W8A8) {
-    c.set_supported(true);
-    c.set_note(
-        "integer compute from the calibrated QDQ graph: QuantizeLinear "
-        "(uint8, calibrated scale) -> MatMulInteger with INT8 weights "
-        "(MatMul; Gemm with alpha = beta = 1, transA = 0) or ConvInteger "
-        "with UINT8 weights (int8 + 128, zero point 128) -> int32 [+ int32 "
-        "bias] -> Cast -> Mul(x_scale * w_scale); nodes it cannot express "
-        "stay QDQ and are named in the summary; needs calibration");
-  } else if (method == Method::kStaticRange &&
-             op_set == tfq::UNIFORM_QUANTIZED &&
-             precision == tfq::PRECISION_W8A8) {
-    c.set_supported(true);
-    c.set_note(
-        "QLinearConv (per-channel INT8 weights, INT32 bias, Relu folded when "
-        "its output's zero point is 0) and QLinearMatMul (per-column "
-        "weights; a Gemm with a bias becomes a 1x1 QLinearConv), uint8 "
-        "between consecutive quantized ops, QuantizeLinear / "
-        "DequantizeLinear only at the edges of quantized regions; a node "
-        "whose output has no calibrated quantization point (e.g. a graph "
-        "output) stays QDQ and is named in the summary; needs calibration");
-  } else if (method == Method::kDynamicRange &&
-             op_set == tfq::UNIFORM_QUANTIZED) {
-    c.set_supported(false);
-    c.set_note(
-        "cannot be produced: QLinearConv / QLinearMatMul need a static "
-        "output scale and zero point, which DYNAMIC_RANGE does not have "
-        "(activations are quantized at run time); use STATIC_RANGE with "
-        "op_set UNIFORM_QUANTIZED (needs calibration), or DYNAMIC_RANGE with "
-        "op_set XLA or TF");
-  } else if (method == Method::kStaticRange &&
-             (op_set == tfq::XLA || op_set == tfq::UNIFORM_QUANTIZED) &&
-             (precision == tfq::PRECISION_W4A8 ||
-              precision == tfq::PRECISION_W4A4)) {
-    c.set_supported(false);
-    c.set_note(op_set == tfq::XLA
-                   ? "4-bit weights: ConvInteger / MatMulInteger take 8-bit "
-                     "inputs only; use op_set TF for 4-bit weights"
-                   : "4-bit weights: QLinearConv / QLinearMatMul take 8-bit "
-                     "inputs only; use op_set TF for 4-bit weights");
-  } else if (op_set == tfq::TF && precision == tfq::PRECISION_W4A8) {
-    c.set_supported(true);
-    c.set_note(absl::StrCat(
-        "Conv/Gemm/MatMul weights stored INT4 (two per byte; per-channel, "
-        "symmetric, narrow range [-7, 7]) behind DequantizeLinear; the model "
-        "is raised to opset 21 / IR 10 after checking every op against the "
-        "changes up to 21 (changed ops are rewritten or refused by name); ",
-        method == Method::kDynamicRange
-            ? "activations quantized at run time by DynamicQuantizeLinear -> "
-              "DequantizeLinear (uint8)"
-            : "biases INT32, one QuantizeLinear -> DequantizeLinear (uint8, "
-              "calibrated range) per activation; needs calibration"));
-  } else if (method == Method::kStaticRange && op_set == tfq::TF &&
-             precision == tfq::PRECISION_W4A4) {
-    c.set_supported(true);
-    c.set_note(
-        "as W4A8, with activations QuantizeLinear -> DequantizeLinear to "
-        "UINT4 (calibrated range on the 16-value grid, opset 21); needs "
-        "calibration");
-  } else if (method == Method::kDynamicRange &&
-             precision == tfq::PRECISION_W4A4) {
-    c.set_supported(false);
-    c.set_note(
-        "cannot be produced: DYNAMIC_RANGE quantizes activations at run time "
-        "with DynamicQuantizeLinear, whose output is uint8 only, so 4-bit "
-        "activations cannot be expressed; use STATIC_RANGE with op_set TF");
-  } else if (method == Method::kDynamicRange && op_set == tfq::XLA &&
-             precision == tfq::PRECISION_W4A8) {
-    c.set_supported(false);
-    c.set_note(
-        "4-bit weights: the XLA lowering feeds MatMulInteger / ConvInteger, "
-        "which take 8-bit inputs only; use op_set TF for W4A8");
-  } else {
-    c.set_supported(false);
-    c.set_note("not implemented yet");
+  } else if (const passes::PrecisionSupport* cell = row.For(precision)) {
+    c.set_supported(cell->supported);
+    c.set_note(cell->note);
   }
   return c;
 }
@@ -193,11 +93,9 @@ absl::Status CheckEnums(const tfq::QuantizationOptions& options) {
 const std::vector<quantd::v1::Capability>& CapabilityTable() {
   static const auto* table = [] {
     auto* t = new std::vector<quantd::v1::Capability>();
-    for (Method m : kMethods) {
-      for (tfq::OpSet o : kOpSets) {
-        for (tfq::QuantizationPrecision p : kPrecisions) {
-          t->push_back(MakeCapability(m, o, p));
-        }
+    for (const passes::OpSetRow& row : passes::OpSetTable()) {
+      for (tfq::QuantizationPrecision p : kPrecisions) {
+        t->push_back(MakeCapability(row, p));
       }
     }
     return t;

@@ -58,8 +58,8 @@ std::string CapabilityMatrixMarkdown() {
         }
         const auto& c = table[it->second];
         ++footnote;
-        absl::StrAppend(&out, " ", c.supported() ? "yes" : "no", " [",
-                        footnote, "] |");
+        absl::StrAppend(&out, " ", c.supported() ? "yes" : "no", " [", footnote,
+                        "] |");
         absl::StrAppend(&notes, footnote, ". ", method, " + ", OpSetName(o),
                         " + ", PrecisionName(p), ": ", c.note(), "\n");
       }

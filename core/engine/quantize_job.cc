@@ -13,11 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/base/status_macros.h"
 #include "core/engine/accuracy_search.h"
 #include "core/engine/calibration_session.h"
-#include "core/engine/capabilities.h"
 #include "core/engine/engine.h"
 #include "core/engine/fidelity.h"
+#include "core/engine/request_options.h"
 #include "core/engine/resolved_options.h"
 #include "core/graph/function_inline.h"
 #include "core/graph/model_io.h"
@@ -45,21 +46,13 @@ class QuantizeJob {
         cancel_(cancel),
         pool_(pool),
         calibration_batches_(calibration_batches),
-        limits_(limits),
-        resolved_(Resolve(config.options())) {}
+        limits_(limits) {}
 
   absl::StatusOr<QuantizeResult> Run(std::string bytes);
 
  private:
-  // A model-wide FULL with unit_wise_quantization_precision entries runs
-  // the pass: units may ask for W8A8 (and the entries must be checked).
-  bool PassThrough() const {
-    return resolved_.method == Method::kNone ||
-           (resolved_.precision == tensorflow::quantization::PRECISION_FULL &&
-            config_.options().unit_wise_quantization_precision_size() == 0);
-  }
-  std::string UnchangedReason() const;
-  absl::Status ResolvePassOptions();
+  bool PassThrough() const { return options_.pass_through; }
+  const ResolvedOptions& resolved() const { return options_.resolved; }
   absl::Status Parse(std::string* bytes);
   // STATIC_RANGE: the activation ranges, from config.calibration or from
   // the batches that follow the model in this call.
@@ -99,9 +92,7 @@ class QuantizeJob {
   ThreadPool* pool_;
   BatchQueue* calibration_batches_;  // May be null.
   const JobLimits limits_;
-  const ResolvedOptions resolved_;
-  passes::DynamicRangeOptions dynamic_options_;
-  passes::StaticRangeOptions static_options_;
+  QuantizeRequestOptions options_;  // Resolved first, by Run.
   passes::ActivationRanges ranges_;
 
   // Fidelity: the float model's executor (built before the pass rewrites
@@ -153,69 +144,11 @@ void QuantizeJob::EndStage() {
   Progress(stage_total_, stage_total_, "done");
 }
 
-std::string QuantizeJob::UnchangedReason() const {
-  if (resolved_.method == Method::kNone) {
-    return "no quantization_method set: the model is returned as received "
-           "(do not quantize)";
-  }
-  return "quantization_precision is PRECISION_FULL: every unit stays float";
-}
-
 void QuantizeJob::FillOptionWords() {
   quantd::v1::QuantizeSummary& s = result_.summary;
-  s.set_method(MethodName(resolved_.method));
-  s.set_op_set(OpSetName(resolved_.op_set));
-  s.set_precision(PrecisionName(resolved_.precision));
-}
-
-absl::Status QuantizeJob::ResolvePassOptions() {
-  if (config_.has_target_sqnr_db()) {
-    absl::Status s = CheckTargetSqnr(config_);
-    if (!s.ok()) return s;
-    if (resolved_.method == Method::kDynamicRange) {
-      return absl::UnimplementedError(
-          "target_sqnr_db is not implemented for DYNAMIC_RANGE: the search "
-          "measures each candidate on calibration batches, which "
-          "DYNAMIC_RANGE does not take; use STATIC_RANGE with calibration "
-          "batches");
-    }
-    if (resolved_.method != Method::kStaticRange) {
-      return absl::InvalidArgumentError(
-          "target_sqnr_db needs quantization_method STATIC_RANGE: there is "
-          "nothing to search without quantizing");
-    }
-  }
-  if (config_.holdout_batches() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "holdout_batches is ", config_.holdout_batches(), "; it must be >= 0"));
-  }
-  if (config_.holdout_batches() > 0 &&
-      resolved_.method != Method::kStaticRange) {
-    return absl::InvalidArgumentError(
-        "holdout_batches needs quantization_method STATIC_RANGE with "
-        "calibration batches: it keeps batches back from calibration");
-  }
-  if (PassThrough()) return absl::OkStatus();
-  if (resolved_.method == Method::kStaticRange) {
-    absl::StatusOr<passes::StaticRangeOptions> o =
-        passes::ResolveStaticRangeOptions(config_);
-    if (!o.ok()) return o.status();
-    static_options_ = std::move(*o);
-    return absl::OkStatus();
-  }
-  // DYNAMIC_RANGE quantizes activations at run time: calibration has no
-  // place in it (ResolveDynamicRangeOptions refuses config.calibration).
-  if (calibration_batches_ != nullptr) {
-    calibration_batches_->Abort();
-    return absl::InvalidArgumentError(
-        "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
-        "activations at run time; use STATIC_RANGE to calibrate");
-  }
-  absl::StatusOr<passes::DynamicRangeOptions> o =
-      passes::ResolveDynamicRangeOptions(config_);
-  if (!o.ok()) return o.status();
-  dynamic_options_ = std::move(*o);
-  return absl::OkStatus();
+  s.set_method(MethodName(resolved().method));
+  s.set_op_set(OpSetName(resolved().op_set));
+  s.set_precision(PrecisionName(resolved().precision));
 }
 
 absl::Status QuantizeJob::Parse(std::string* bytes) {
@@ -257,8 +190,8 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
     if (!inlined.ok()) return inlined.status();
     const std::string note = inlined->Note();
     if (!note.empty()) result_.summary.add_validations("note: " + note);
-    static_options_.inlined = *inlined;
-    dynamic_options_.inlined = std::move(*inlined);
+    options_.static_range.inlined = *inlined;
+    options_.dynamic_range.inlined = std::move(*inlined);
     // As a runtime would run it (Calibrate prepares the same way, so its
     // tensor names match).
     absl::StatusOr<graph::PrepareReport> prepared =
@@ -302,7 +235,7 @@ passes::PassHooks QuantizeJob::MakeHooks() {
 }
 
 absl::Status QuantizeJob::Calibrate() {
-  if (resolved_.method != Method::kStaticRange) return absl::OkStatus();
+  if (resolved().method != Method::kStaticRange) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
   if (has_ranges) {
     absl::StatusOr<passes::ActivationRanges> ranges =
@@ -325,16 +258,7 @@ absl::Status QuantizeJob::Calibrate() {
         "the model in this call");
   }
   StartStage(quantd::v1::STAGE_CALIBRATE, 0, "observing calibration batches");
-  // The observers see the activations on the grid the pass will use.
-  quantd::v1::CalibrateConfig calibrate_config = config_.calibration_config();
-  if (!calibrate_config.has_activation_params()) {
-    *calibrate_config.mutable_activation_params() = config_.activation_params();
-  }
-  calibration::ObserverConfig observer_config =
-      calibration::ObserverConfigFromProto(calibrate_config);
-  observer_config.bits = static_options_.activations.spec.bits;
-  observer_config.symmetric = static_options_.activations.spec.symmetric;
-  observer_config.narrow_range = static_options_.activations.spec.narrow_range;
+  const calibration::ObserverConfig& observer_config = options_.observers;
   absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
       CalibrationSession::Create(model_, observer_config, limits_);
   if (!session.ok()) {
@@ -411,9 +335,9 @@ absl::Status QuantizeJob::Quantize() {
   quantd::v1::QuantizeSummary& s = result_.summary;
   std::vector<quantd::v1::SkippedTensor> skipped;
   std::string opset_note;
-  if (resolved_.method == Method::kStaticRange) {
-    absl::StatusOr<passes::StaticRangeStats> stats =
-        passes::RunStaticRangePass(static_options_, ranges_, hooks, &model_);
+  if (resolved().method == Method::kStaticRange) {
+    absl::StatusOr<passes::StaticRangeStats> stats = passes::RunStaticRangePass(
+        options_.static_range, ranges_, hooks, &model_);
     if (!stats.ok()) return stats.status();
     s.set_quantized_tensors(stats->quantized_weights +
                             stats->quantized_activations +
@@ -431,7 +355,7 @@ absl::Status QuantizeJob::Quantize() {
     }
   } else {
     absl::StatusOr<passes::PassStats> stats =
-        passes::RunDynamicRangePass(dynamic_options_, hooks, &model_);
+        passes::RunDynamicRangePass(options_.dynamic_range, hooks, &model_);
     if (!stats.ok()) return stats.status();
     s.set_quantized_tensors(stats->quantized_tensors);
     s.set_quantized_nodes(stats->quantized_nodes);
@@ -477,7 +401,7 @@ void QuantizeJob::SkipFidelity(std::string reason) {
 }
 
 absl::Status QuantizeJob::Fidelity() {
-  if (resolved_.method != Method::kStaticRange) {
+  if (resolved().method != Method::kStaticRange) {
     SkipFidelity(
         "DYNAMIC_RANGE quantizes activations at run time and takes no "
         "calibration batches: there is no data to compare the models on");
@@ -591,7 +515,7 @@ absl::Status QuantizeJob::SearchForTarget() {
   using Entry = tensorflow::quantization::UnitWiseQuantizationPrecision;
   const onnx::ModelProto float_model = model_;
   const quantd::v1::QuantizeSummary base = result_.summary;
-  const passes::UnitPrecisionEntries user_units = static_options_.units;
+  const passes::UnitPrecisionEntries user_units = options_.static_range.units;
   absl::flat_hash_set<std::string> excluded;
   for (const Entry& e : user_units) {
     if (e.unit_type() == Entry::UNIT_NODE) excluded.insert(e.unit_name());
@@ -636,7 +560,8 @@ absl::Status QuantizeJob::SearchForTarget() {
         break;
       }
       for (const std::string& n : picks) {
-        auto [it, first] = level.try_emplace(n, static_options_.precision);
+        auto [it, first] =
+            level.try_emplace(n, options_.static_range.precision);
         if (first) raised.push_back(n);
         it->second = RaisedPrecision(it->second);
         if (it->second == tensorflow::quantization::PRECISION_FULL) {
@@ -648,7 +573,7 @@ absl::Status QuantizeJob::SearchForTarget() {
       }
       model_ = float_model;
       result_.summary = base;
-      static_options_.units = units_now();
+      options_.static_range.units = units_now();
       absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
           FidelityEvaluator::Create(float_model);
       if (!e.ok()) return e.status();
@@ -692,7 +617,8 @@ absl::Status QuantizeJob::SearchForTarget() {
       report->set_note(FidelityNote());
       *best_summary.mutable_fidelity() = *report;
       *search.mutable_unit_wise_quantization_precision() = {
-          static_options_.units.begin(), static_options_.units.end()};
+          options_.static_range.units.begin(),
+          options_.static_range.units.end()};
     }
     if (worst >= target) {
       stop = absl::StrCat("met in round ", round + 1, " with ", raised.size(),
@@ -746,17 +672,16 @@ absl::Status QuantizeJob::Serialize() {
 
 absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
   // Options first: refusing a request should not cost a parse.
-  absl::Status s = CheckSupported(config_.options());
-  if (!s.ok()) return s;
-  s = ResolvePassOptions();
-  if (!s.ok()) return s;
+  QUANTD_ASSIGN_OR_RETURN(
+      options_,
+      ResolveQuantizeRequest(config_, calibration_batches_ != nullptr));
   FillOptionWords();
-  s = Parse(&bytes);
+  absl::Status s = Parse(&bytes);
   if (!s.ok()) return s;
   if (PassThrough()) {
     quantd::v1::QuantizeSummary& summary = result_.summary;
     summary.set_model_unchanged(true);
-    summary.set_unchanged_reason(UnchangedReason());
+    summary.set_unchanged_reason(options_.unchanged_reason);
     summary.set_output_opset(summary.input_opset());
     summary.set_output_bytes(bytes.size());
     result_.model = std::move(bytes);

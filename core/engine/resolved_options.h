@@ -5,17 +5,12 @@
 
 #include <string>
 
+#include "core/passes/op_sets.h"
 #include "tensorflow/quantization/quantization_options.pb.h"
 
 namespace quantd {
 
-enum class Method {
-  kNone,
-  kUnspecified,
-  kStaticRange,
-  kDynamicRange,
-  kUnknown
-};
+using passes::Method;
 
 struct ResolvedOptions {
   Method method = Method::kNone;

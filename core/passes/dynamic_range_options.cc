@@ -7,40 +7,7 @@
 
 namespace quantd::passes {
 
-bool HasFourBitWeights(tensorflow::quantization::QuantizationPrecision p) {
-  return p == tensorflow::quantization::PRECISION_W4A8 ||
-         p == tensorflow::quantization::PRECISION_W4A4;
-}
-
-bool HasFourBitActivations(tensorflow::quantization::QuantizationPrecision p) {
-  return p == tensorflow::quantization::PRECISION_W4A4;
-}
-
 namespace {
-
-absl::Status CheckWeightBitsFitPrecision(
-    const quantd::v1::QuantizeConfig& config) {
-  const quantd::v1::QuantOpParams& w = config.weight_params();
-  if (!w.has_bits() || w.bits() <= 4) return absl::OkStatus();
-  std::string four_bit;
-  if (HasFourBitWeights(config.options().quantization_precision())) {
-    four_bit =
-        absl::StrCat("the model-wide quantization_precision is ",
-                     tensorflow::quantization::QuantizationPrecision_Name(
-                         config.options().quantization_precision()));
-  }
-  const auto& units = config.options().unit_wise_quantization_precision();
-  for (int i = 0; four_bit.empty() && i < units.size(); ++i) {
-    if (HasFourBitWeights(units[i].quantization_precision())) {
-      four_bit = absl::StrCat(DescribeUnitEntry(i, units[i]), " is 4-bit");
-    }
-  }
-  if (four_bit.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "weight_params.bits is ", w.bits(), " but ", four_bit,
-      ": 4-bit weights are stored as INT4, which holds at most 4 bits; leave "
-      "weight_params.bits unset (4 for W4 units, 8 for W8A8) or set it <= 4"));
-}
 
 using quantd::v1::QuantOpParams;
 
@@ -94,42 +61,9 @@ absl::Status CheckNotForDynamicRange(const quantd::v1::QuantizeConfig& config) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveBlockSize(const QuantOpParams& w,
-                              tensorflow::quantization::OpSet op_set,
-                              WeightQuantOptions* weights) {
-  if (!w.has_block_size() || w.block_size() == 0) return absl::OkStatus();
-  const int32_t b = w.block_size();
-  if (b < kMinWeightBlockSize || b > kMaxWeightBlockSize || (b & (b - 1))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight_params.block_size is ", b,
-        "; it must be 0 (per channel) or a "
-        "power of two from ",
-        kMinWeightBlockSize, " to ", kMaxWeightBlockSize,
-        " (ONNX Runtime's blocked DequantizeLinear takes no other size)"));
-  }
-  if (w.has_per_channel() && !w.per_channel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight_params.block_size is ", b,
-        " but weight_params.per_channel is false: blocks give every output "
-        "channel several scales, per_channel = false asks for one scale for "
-        "the whole tensor; set one or the other"));
-  }
-  if (op_set != tensorflow::quantization::TF) {
-    return absl::UnimplementedError(absl::StrCat(
-        "weight_params.block_size is not implemented for op_set ",
-        tensorflow::quantization::OpSet_Name(op_set),
-        ": its lowering takes one weight scale per output channel (",
-        op_set == tensorflow::quantization::XLA ? "MatMulInteger / ConvInteger"
-                                                : "the uniform quantized ops",
-        "); use op_set TF, whose DequantizeLinear-21 takes blocks"));
-  }
-  weights->block_size = b;
-  return absl::OkStatus();
-}
-
 }  // namespace
 
-absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
+absl::StatusOr<WeightPassOptions> ResolveDynamicRangeOptions(
     const quantd::v1::QuantizeConfig& config) {
   absl::Status s = CheckNotForDynamicRange(config);
   if (!s.ok()) return s;
@@ -153,53 +87,7 @@ absl::StatusOr<DynamicRangeOptions> ResolveDynamicRangeOptions(
           absl::StrCat(DescribeUnitEntry(i, unit_entries[i]), kNoA4));
     }
   }
-  return ResolveWeightSideOptions(config);
-}
-
-absl::StatusOr<DynamicRangeOptions> ResolveWeightSideOptions(
-    const quantd::v1::QuantizeConfig& config) {
-  absl::Status s = CheckWeightBitsFitPrecision(config);
-  if (!s.ok()) return s;
-  DynamicRangeOptions options;
-  options.precision = config.options().quantization_precision() ==
-                              tensorflow::quantization::PRECISION_UNSPECIFIED
-                          ? tensorflow::quantization::PRECISION_W8A8
-                          : config.options().quantization_precision();
-  options.op_set =
-      config.options().op_set() == tensorflow::quantization::OP_SET_UNSPECIFIED
-          ? tensorflow::quantization::TF
-          : config.options().op_set();
-  options.units.assign(
-      config.options().unit_wise_quantization_precision().begin(),
-      config.options().unit_wise_quantization_precision().end());
-  const int64_t min = config.options().min_num_elements_for_weights();
-  if (min < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("min_num_elements_for_weights is ", min,
-                     "; use 0 for the default (", kDefaultMinElementsForWeights,
-                     "), -1 for no minimum, or a positive count"));
-  }
-  options.min_num_elements =
-      min == 0 ? kDefaultMinElementsForWeights : (min == -1 ? 0 : min);
-
-  const QuantOpParams& w = config.weight_params();
-  WeightQuantOptions& weights = options.weights;
-  if (w.has_bits()) {
-    if (w.bits() < 2 || w.bits() > 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weight_params.bits is ", w.bits(), "; it must be in 2..8"));
-    }
-    weights.spec.bits = w.bits();
-    weights.bits_from_params = true;
-  }
-  if (w.has_symmetric()) weights.spec.symmetric = w.symmetric();
-  if (w.has_narrow_range()) weights.spec.narrow_range = w.narrow_range();
-  if (w.has_per_channel()) weights.per_channel = w.per_channel();
-  weights.producer_scope = w.producer_scope();
-  weights.consumer_scope = w.consumer_scope();
-  s = ResolveBlockSize(w, options.op_set, &weights);
-  if (!s.ok()) return s;
-  return options;
+  return ResolveWeightPassOptions(config);
 }
 
 }  // namespace quantd::passes

@@ -9,6 +9,7 @@
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/unique_names.h"
+#include "core/passes/op_sets.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/subgraph_bodies.h"
 #include "core/passes/weight_plan.h"
@@ -24,7 +25,7 @@ class DynamicRangePass {
   // `body`: the pass runs on a subgraph body (subgraph_bodies.h), whose
   // opset it cannot change and whose outer names it must not reuse; null
   // for the main graph.
-  DynamicRangePass(const DynamicRangeOptions& options, const PassHooks& hooks,
+  DynamicRangePass(const WeightPassOptions& options, const PassHooks& hooks,
                    UnitPrecision units, onnx::ModelProto* model,
                    const Body* body = nullptr)
       : options_(options),
@@ -53,7 +54,7 @@ class DynamicRangePass {
       const std::string& tensor,
       google::protobuf::RepeatedPtrField<NodeProto>* nodes);
 
-  const DynamicRangeOptions& options_;
+  const WeightPassOptions& options_;
   const PassHooks& hooks_;
   onnx::ModelProto* model_;
   onnx::GraphProto* graph_;
@@ -71,9 +72,12 @@ class DynamicRangePass {
 
 absl::StatusOr<PassStats> DynamicRangePass::Run() {
   ir_version_ = model_->ir_version();
+  absl::StatusOr<const OpSetRow*> row =
+      PassRow(Method::kDynamicRange, options_.op_set);
+  if (!row.ok()) return row.status();
   plan_ = Plan();
   if (!plan_.weights.empty()) {
-    const bool xla = options_.op_set == tensorflow::quantization::XLA;
+    const bool xla = (*row)->lowering == Lowering::kIntegerOps;
     absl::Status s = xla ? CheckXlaFourBit() : absl::OkStatus();
     if (s.ok() && xla) s = CheckXlaLowerable(*graph_, plan_.weights, options_);
     if (!s.ok()) return s;
@@ -260,9 +264,9 @@ void AppendNote(std::string* to, const std::string& more) {
   *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
 }
 
-absl::StatusOr<PassStats> RunDynamicRangePass(
-    const DynamicRangeOptions& options, const PassHooks& hooks,
-    onnx::ModelProto* model) {
+absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
+                                              const PassHooks& hooks,
+                                              onnx::ModelProto* model) {
   absl::StatusOr<UnitPrecision> units = UnitPrecision::Resolve(
       *model, options.precision, options.units, &options.inlined);
   if (!units.ok()) return units.status();

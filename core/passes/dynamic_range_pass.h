@@ -58,10 +58,12 @@ struct PassStats {
 
 // Rewrites `model` in place. Frees each float weight as soon as it is
 // quantized. INVALID_ARGUMENT for weights that cannot be quantized (NaN),
-// FAILED_PRECONDITION when the opset is too old and cannot be upgraded.
-absl::StatusOr<PassStats> RunDynamicRangePass(
-    const DynamicRangeOptions& options, const PassHooks& hooks,
-    onnx::ModelProto* model);
+// FAILED_PRECONDITION when the opset is too old and cannot be upgraded;
+// UNIMPLEMENTED (INVALID_ARGUMENT outside the enum) for an op_set whose
+// DYNAMIC_RANGE row in op_sets.h is not produced, before any change.
+absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
+                                              const PassHooks& hooks,
+                                              onnx::ModelProto* model);
 
 }  // namespace quantd::passes
 

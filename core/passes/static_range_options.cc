@@ -100,21 +100,10 @@ absl::StatusOr<StaticRangeOptions> ResolveStaticRangeOptions(
         "no range tracking over steps (these fields apply to "
         "activation_params, for calibration)"));
   }
-  // The weight side is the DYNAMIC_RANGE one: resolve it from a config that
-  // holds only what that resolution reads.
-  quantd::v1::QuantizeConfig weights_only;
-  *weights_only.mutable_options() = config.options();
-  *weights_only.mutable_weight_params() = config.weight_params();
-  absl::StatusOr<DynamicRangeOptions> w =
-      ResolveWeightSideOptions(weights_only);
+  absl::StatusOr<WeightPassOptions> w = ResolveWeightPassOptions(config);
   if (!w.ok()) return w.status();
-
   StaticRangeOptions options;
-  options.weights = w->weights;
-  options.min_num_elements = w->min_num_elements;
-  options.precision = w->precision;
-  options.units = w->units;
-  options.op_set = w->op_set;
+  static_cast<WeightPassOptions&>(options) = *std::move(w);
   // Bits follow each unit's precision (SpecFor), unless the params set them.
   absl::Status s = ResolveActivations(config.activation_params(), &options);
   if (!s.ok()) return s;

@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/numerics/quant_params.h"
-#include "core/passes/dynamic_range_options.h"
+#include "core/passes/weight_pass_options.h"
 #include "quantd/v1/quantization_service.pb.h"
 
 namespace quantd::passes {
@@ -52,35 +52,12 @@ struct RangeTrackingOptions {
   int64_t quant_delay = 0;  // Steps during which ranges update unquantized.
 };
 
-struct StaticRangeOptions {
-  // Weights: exactly the DYNAMIC_RANGE weight options (int8 per-channel
-  // symmetric narrow range by default, min_num_elements_for_weights).
-  WeightQuantOptions weights;
-  int64_t min_num_elements = kDefaultMinElementsForWeights;
-  tensorflow::quantization::QuantizationPrecision precision =
-      tensorflow::quantization::PRECISION_W8A8;
+// The weight side is exactly the DYNAMIC_RANGE one (int8 per-channel
+// symmetric narrow range by default, min_num_elements_for_weights, units,
+// op_set), so the pass hands this object to the shared weight planner as is.
+struct StaticRangeOptions : WeightPassOptions {
   ActivationQuantOptions activations;
   RangeTrackingOptions tracking;
-  // options.unit_wise_quantization_precision, as given.
-  UnitPrecisionEntries units;
-  // Where the nodes of inlined local functions came from (the caller ran
-  // graph::InlineLocalFunctions before the pass), for func_name scoping.
-  graph::InlinedFunctions inlined;
-  // options.op_set (OP_SET_UNSPECIFIED resolves to TF): the pass writes QDQ
-  // (TF), then lowers it to integer ops (XLA) or QLinear ops
-  // (UNIFORM_QUANTIZED); see static_range_pass.h.
-  tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
-
-  // The weight side as the shared weight planner/quantizer takes it.
-  DynamicRangeOptions WeightOptions() const {
-    DynamicRangeOptions w;
-    w.weights = weights;
-    w.min_num_elements = min_num_elements;
-    w.precision = precision;
-    w.units = units;
-    w.inlined = inlined;
-    return w;
-  }
 };
 
 // Resolves `config` for STATIC_RANGE. Bits default to each unit's

@@ -16,6 +16,7 @@
 #include "core/graph/tensor_util.h"
 #include "core/graph/unique_names.h"
 #include "core/numerics/quant_params.h"
+#include "core/passes/op_sets.h"
 #include "core/passes/opset_upgrade.h"
 #include "core/passes/static_range_quant_point.h"
 #include "core/passes/subgraph_bodies.h"
@@ -78,7 +79,6 @@ class StaticRangePass {
                   UnitPrecision units, onnx::ModelProto* model,
                   const Body* body = nullptr)
       : options_(options),
-        weight_options_(options.WeightOptions()),
         ranges_(ranges),
         hooks_(hooks),
         model_(model),
@@ -157,12 +157,11 @@ class StaticRangePass {
     return static_cast<int64_t>(weights_.weights.size() + activations_.size() +
                                 biases_.size());
   }
-  // op_set XLA / UNIFORM_QUANTIZED: rewrites the QDQ graph just written.
+  // The op set's lowering (op_sets.h) rewrites the QDQ graph just written.
   absl::Status LowerOpSet();
   void Finish();
 
   const StaticRangeOptions& options_;
-  const DynamicRangeOptions weight_options_;
   const ActivationRanges& ranges_;
   const PassHooks& hooks_;
   onnx::ModelProto* model_;
@@ -186,11 +185,16 @@ class StaticRangePass {
   int64_t done_ = 0;
   int64_t total_ = 0;
   int lowered_nodes_ = 0;  // Now integer / QLinear ops (op_set XLA, UQ).
+  const OpSetRow* op_set_ = nullptr;  // options_.op_set's row (op_sets.h).
   StaticRangeStats stats_;
 };
 
 absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   ir_version_ = model_->ir_version();
+  absl::StatusOr<const OpSetRow*> row =
+      PassRow(Method::kStaticRange, options_.op_set);
+  if (!row.ok()) return row.status();
+  op_set_ = *row;
   // A body's ranges were checked against the whole model.
   absl::Status s = body_ != nullptr ? absl::OkStatus() : CheckRangeNames();
   if (!s.ok()) return s;
@@ -243,7 +247,7 @@ absl::Status StaticRangePass::Plan() {
   biases_.clear();
   skipped_.clear();
   const graph::GraphIndex index(*graph_);
-  weights_ = PlanWeights(*graph_, index, weight_options_, ir_version_, &units_);
+  weights_ = PlanWeights(*graph_, index, options_, ir_version_, &units_);
   PlanActivations(index);
   // In a body, a tensor without a range that the main graph does not
   // define was made in a branch or iteration calibration never ran: it
@@ -575,8 +579,8 @@ absl::Status StaticRangePass::PrepareOpset() {
 absl::Status StaticRangePass::QuantizeWeights() {
   weight_names_ = MakeWeightNames(weights_.weights, names_.get());
   absl::StatusOr<QuantizedWeights> done =
-      QuantizePlannedWeights(weights_.weights, weight_names_, weight_options_,
-                             hooks_, stats_.opset_note, 0, total_, model_);
+      QuantizePlannedWeights(weights_.weights, weight_names_, options_, hooks_,
+                             stats_.opset_note, 0, total_, model_);
   if (!done.ok()) return done.status();
   quantized_weights_ = std::move(*done);
   done_ = quantized_weights_.quantized;
@@ -830,29 +834,24 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
 }
 
 absl::Status StaticRangePass::LowerOpSet() {
-  namespace tfq = tensorflow::quantization;
-  if (options_.op_set != tfq::XLA &&
-      options_.op_set != tfq::UNIFORM_QUANTIZED) {
-    return absl::OkStatus();
-  }
+  if (op_set_->lowering == Lowering::kQdq) return absl::OkStatus();
   if (hooks_.check_cancelled) {
     absl::Status s = hooks_.check_cancelled();
     if (!s.ok()) return s;
   }
-  const bool xla = options_.op_set == tfq::XLA;
   absl::StatusOr<QdqLoweringStats> lowered =
-      xla ? LowerQdqToXla(model_->ir_version(), graph_)
+      op_set_->lowering == Lowering::kIntegerOps
+          ? LowerQdqToXla(model_->ir_version(), graph_)
           : LowerQdqToUniformQuantized(model_->ir_version(), graph_);
   if (!lowered.ok()) return lowered.status();
   lowered_nodes_ = lowered->lowered_nodes;
   std::string& note = stats_.lowering_note;
   note = absl::StrCat(
-      "op_set ", xla ? "XLA" : "UNIFORM_QUANTIZED", ": ",
-      lowered->lowered_nodes, " node(s) lowered to ",
-      xla ? "ConvInteger / MatMulInteger" : "QLinearConv / QLinearMatMul", ", ",
-      lowered->kept.size(), " left in QDQ form; ", lowered->quantize_linear,
-      " QuantizeLinear and ", lowered->dequantize_linear,
-      " DequantizeLinear left");
+      "op_set ", tensorflow::quantization::OpSet_Name(options_.op_set), ": ",
+      lowered->lowered_nodes, " node(s) lowered to ", op_set_->lowered_ops,
+      ", ", lowered->kept.size(), " left in QDQ form; ",
+      lowered->quantize_linear, " QuantizeLinear and ",
+      lowered->dequantize_linear, " DequantizeLinear left");
   if (!lowered->kept.empty()) {
     absl::StrAppend(&note, " (", absl::StrJoin(lowered->kept, "; "), ")");
   }

@@ -82,7 +82,8 @@ struct StaticRangeStats {
 // changed), and for NaN weights; FAILED_PRECONDITION naming every
 // activation to quantize that has no range, except those made inside a
 // body (see above; nothing changed when the main graph's pass fails), or
-// when the opset is too old and cannot be upgraded.
+// when the opset is too old and cannot be upgraded. The op_set's row in
+// op_sets.h picks the lowering (INVALID_ARGUMENT outside the enum).
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
     const StaticRangeOptions& options, const ActivationRanges& ranges,
     const PassHooks& hooks, onnx::ModelProto* model);

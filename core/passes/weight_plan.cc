@@ -68,7 +68,7 @@ std::string Describe(const onnx::NodeProto& node) {
 class Planner {
  public:
   Planner(const onnx::GraphProto& graph, const graph::GraphIndex& index,
-          const DynamicRangeOptions& options, int64_t ir_version,
+          const WeightPassOptions& options, int64_t ir_version,
           const UnitPrecision* units)
       : graph_(graph),
         index_(index),
@@ -329,7 +329,7 @@ class Planner {
 
   const onnx::GraphProto& graph_;
   const graph::GraphIndex& index_;
-  const DynamicRangeOptions& options_;
+  const WeightPassOptions& options_;
   const int64_t ir_version_;
   const UnitPrecision default_units_;
   const UnitPrecision& units_;
@@ -346,7 +346,7 @@ bool IsQuantizableOp(const onnx::NodeProto& node) {
 
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,
-                             const DynamicRangeOptions& options,
+                             const WeightPassOptions& options,
                              int64_t ir_version, const UnitPrecision* units) {
   return Planner(graph, index, options, ir_version, units).Run();
 }
@@ -377,7 +377,7 @@ struct QuantizedWeight {
 
 quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
                                     const WeightPlan& plan,
-                                    const DynamicRangeOptions& options,
+                                    const WeightPassOptions& options,
                                     const numerics::QuantizedTensor& q) {
   quantd::v1::TensorReport r;
   const onnx::NodeProto& consumer = graph.node(plan.consumers.front());
@@ -470,7 +470,7 @@ absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
 // tensor).
 QuantizedWeight QuantizeWeight(
     const onnx::GraphProto& graph, const WeightPlan& plan, TensorProto* tensor,
-    const WeightNames& names, const DynamicRangeOptions& options,
+    const WeightNames& names, const WeightPassOptions& options,
     const std::function<absl::Status()>& check_cancelled) {
   QuantizedWeight out;
   auto cancelled = [&] {
@@ -574,7 +574,7 @@ onnx::NodeProto WeightDequantizeNode(const WeightPlan& plan,
 
 absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
     const std::vector<WeightPlan>& weights,
-    const std::vector<WeightNames>& names, const DynamicRangeOptions& options,
+    const std::vector<WeightNames>& names, const WeightPassOptions& options,
     const PassHooks& hooks, const std::string& note, int64_t progress_offset,
     int64_t progress_total, onnx::ModelProto* model) {
   onnx::GraphProto* graph = model->mutable_graph();

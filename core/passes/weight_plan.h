@@ -14,9 +14,9 @@
 #include "core/graph/graph_index.h"
 #include "core/graph/unique_names.h"
 #include "core/numerics/quant_params.h"
-#include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
 #include "core/passes/unit_precision.h"
+#include "core/passes/weight_pass_options.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -65,7 +65,7 @@ struct WeightPlanResult {
 // consumers disagree (some FULL, some not: SKIP_PRECISION_FULL naming both).
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,
-                             const DynamicRangeOptions& options,
+                             const WeightPassOptions& options,
                              int64_t ir_version,
                              const UnitPrecision* units = nullptr);
 
@@ -113,7 +113,7 @@ struct QuantizedWeights {
 // INVALID_ARGUMENT for a weight that cannot be quantized (NaN).
 absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
     const std::vector<WeightPlan>& weights,
-    const std::vector<WeightNames>& names, const DynamicRangeOptions& options,
+    const std::vector<WeightNames>& names, const WeightPassOptions& options,
     const PassHooks& hooks, const std::string& note, int64_t progress_offset,
     int64_t progress_total, onnx::ModelProto* model);
 

@@ -615,7 +615,7 @@ class QdqToXla {
 
 absl::Status CheckXlaLowerable(const onnx::GraphProto& graph,
                                const std::vector<WeightPlan>& weights,
-                               const DynamicRangeOptions& options) {
+                               const WeightPassOptions& options) {
   for (const WeightPlan& w : weights) {
     absl::StatusOr<Layout> layout = WeightLayout(graph, w);
     if (!layout.ok()) return layout.status();

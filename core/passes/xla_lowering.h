@@ -33,8 +33,8 @@
 #include "absl/status/status.h"
 #include "core/graph/unique_names.h"
 #include "core/numerics/quant_params.h"
-#include "core/passes/dynamic_range_options.h"
 #include "core/passes/qdq_pattern.h"
+#include "core/passes/weight_pass_options.h"
 #include "core/passes/weight_plan.h"
 #include "onnx/onnx_pb.h"
 
@@ -47,7 +47,7 @@ namespace quantd::passes {
 // weight is not 2-D).
 absl::Status CheckXlaLowerable(const onnx::GraphProto& graph,
                                const std::vector<WeightPlan>& weights,
-                               const DynamicRangeOptions& options);
+                               const WeightPassOptions& options);
 
 // After QuantizePlannedWeights (values, scales and zero points are
 // initializers named by `names`, `params` their parameters): rewrites the

@@ -10,14 +10,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-absl::StatusOr<DynamicRangeOptions> ResolveWith(
+absl::StatusOr<WeightPassOptions> ResolveWith(
     const std::function<void(quantd::v1::QuantizeConfig*)>& edit) {
   quantd::v1::QuantizeConfig config;
   edit(&config);
   return ResolveDynamicRangeOptions(config);
 }
 
-std::string Message(const absl::StatusOr<DynamicRangeOptions>& o) {
+std::string Message(const absl::StatusOr<WeightPassOptions>& o) {
   return std::string(o.status().message());
 }
 

@@ -131,7 +131,7 @@ class PassTest : public ::testing::Test {
     }
   }
 
-  DynamicRangeOptions options_;
+  WeightPassOptions options_;
   std::vector<quantd::v1::TensorReport> reports_;
 };
 

@@ -66,7 +66,7 @@ TEST(StaticRangeOptionsTest, BlockSizeIsForWeightsOnly) {
   c.mutable_weight_params()->set_block_size(64);
   absl::StatusOr<StaticRangeOptions> o = ResolveStaticRangeOptions(c);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->WeightOptions().weights.block_size, 64);
+  EXPECT_EQ(o->weights.block_size, 64);
   c.mutable_activation_params()->set_block_size(64);
   absl::Status s = ResolveStaticRangeOptions(c).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -131,8 +131,8 @@ double OrtSqnr(const onnx::ModelProto& quantized,
   return ::quantd::testing::JsonNumber(json, "sqnr_db");
 }
 
-DynamicRangeOptions Dynamic() {
-  DynamicRangeOptions o;
+WeightPassOptions Dynamic() {
+  WeightPassOptions o;
   o.min_num_elements = 0;  // The 16x16 weights too.
   return o;
 }
@@ -190,7 +190,7 @@ TEST(SubgraphBodiesTest, OldIrOuterWeightsLeaveTheInputsToo) {
 
 TEST(SubgraphBodiesTest, FuncNameKeepsBodyNodesFloat) {
   onnx::ModelProto m = Load();
-  DynamicRangeOptions o = Dynamic();
+  WeightPassOptions o = Dynamic();
   Unit branch, loop;
   branch.set_unit_type(Unit::UNIT_OP);
   branch.set_func_name("branch");

@@ -111,9 +111,9 @@ const quantd::v1::SkippedTensor* SkipOf(
   return nullptr;
 }
 
-DynamicRangeOptions Dynamic(tfq::QuantizationPrecision p,
+WeightPassOptions Dynamic(tfq::QuantizationPrecision p,
                             std::vector<Unit> units) {
-  DynamicRangeOptions o;
+  WeightPassOptions o;
   o.precision = p;
   o.units = std::move(units);
   return o;
@@ -366,7 +366,7 @@ TEST(UnitPrecisionTest, FuncNameScopesLocalFunctionNodes) {
 
   // The DYNAMIC_RANGE pass keeps both blocks' weights float.
   onnx::ModelProto q = m;
-  DynamicRangeOptions o = Dynamic(tfq::PRECISION_W8A8, units);
+  WeightPassOptions o = Dynamic(tfq::PRECISION_W8A8, units);
   o.min_num_elements = 0;
   o.inlined = f.inlined;
   absl::StatusOr<PassStats> d = RunDynamicRangePass(o, PassHooks(), &q);
@@ -547,7 +547,7 @@ int32_t PointType(const onnx::ModelProto& m, const std::string& tensor) {
 
 TEST(UnitPrecisionTest, DynamicRangeMixesW8A8AndW4A8) {
   onnx::ModelProto m = TwoMatMuls();
-  DynamicRangeOptions o =
+  WeightPassOptions o =
       Dynamic(tfq::PRECISION_W8A8,
               {MakeUnit(Unit::UNIT_NODE, "m1", tfq::PRECISION_W4A8)});
   o.min_num_elements = 0;

@@ -110,7 +110,7 @@ class XlaLoweringTest : public ::testing::Test {
     return integer;
   }
 
-  DynamicRangeOptions options_;
+  WeightPassOptions options_;
 };
 
 TEST_F(XlaLoweringTest, MatMulBecomesMatMulIntegerWithRescale) {
@@ -293,7 +293,7 @@ TEST_F(XlaLoweringTest, OldOpsetIsUpgradedAndChecked) {
 
 TEST(XlaOptionsTest, OpSetIsCarriedFromTheRequest) {
   quantd::v1::QuantizeConfig c;
-  absl::StatusOr<DynamicRangeOptions> o = ResolveDynamicRangeOptions(c);
+  absl::StatusOr<WeightPassOptions> o = ResolveDynamicRangeOptions(c);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->op_set, tfq::TF);
   c.mutable_options()->set_op_set(tfq::XLA);

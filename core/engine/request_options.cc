@@ -1,0 +1,116 @@
+#include "core/engine/request_options.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/engine/accuracy_search.h"
+#include "core/engine/capabilities.h"
+#include "core/passes/dynamic_range_options.h"
+
+namespace quantd {
+namespace {
+namespace tfq = tensorflow::quantization;
+
+absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
+                               Method method) {
+  if (config.has_target_sqnr_db()) {
+    QUANTD_RETURN_IF_ERROR(CheckTargetSqnr(config));
+    if (method == Method::kDynamicRange) {
+      return absl::UnimplementedError(
+          "target_sqnr_db is not implemented for DYNAMIC_RANGE: the search "
+          "measures each candidate on calibration batches, which "
+          "DYNAMIC_RANGE does not take; use STATIC_RANGE with calibration "
+          "batches");
+    }
+    if (method != Method::kStaticRange) {
+      return absl::InvalidArgumentError(
+          "target_sqnr_db needs quantization_method STATIC_RANGE: there is "
+          "nothing to search without quantizing");
+    }
+  }
+  if (config.holdout_batches() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "holdout_batches is ", config.holdout_batches(), "; it must be >= 0"));
+  }
+  if (config.holdout_batches() > 0 && method != Method::kStaticRange) {
+    return absl::InvalidArgumentError(
+        "holdout_batches needs quantization_method STATIC_RANGE with "
+        "calibration batches: it keeps batches back from calibration");
+  }
+  return absl::OkStatus();
+}
+
+// The observers of in-call calibration: calibration_config, with the
+// request's activation_params when it has none, on the pass's grid.
+absl::StatusOr<calibration::ObserverConfig> InCallObservers(
+    const quantd::v1::QuantizeConfig& config,
+    const passes::ActivationQuantOptions& activations) {
+  quantd::v1::CalibrateConfig calibrate = config.calibration_config();
+  if (!calibrate.has_activation_params()) {
+    *calibrate.mutable_activation_params() = config.activation_params();
+  }
+  calibration::ObserverConfig observers =
+      calibration::ObserverConfigFromProto(calibrate);
+  observers.bits = activations.spec.bits;
+  observers.symmetric = activations.spec.symmetric;
+  observers.narrow_range = activations.spec.narrow_range;
+  QUANTD_RETURN_IF_ERROR(calibration::ValidateObserverConfig(observers));
+  return observers;
+}
+
+}  // namespace
+
+absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
+    const quantd::v1::QuantizeConfig& config, bool batch_stream) {
+  QuantizeRequestOptions out;
+  out.resolved = Resolve(config.options());
+  const Method method = out.resolved.method;
+  QUANTD_RETURN_IF_ERROR(CheckSupported(config.options()));
+  QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, method));
+  // A model-wide FULL with unit entries runs the pass: units may ask for
+  // W8A8 (and the entries must be checked against the model).
+  if (method == Method::kNone) {
+    out.pass_through = true;
+    out.unchanged_reason =
+        "no quantization_method set: the model is returned as received (do "
+        "not quantize)";
+    return out;
+  }
+  if (out.resolved.precision == tfq::PRECISION_FULL &&
+      config.options().unit_wise_quantization_precision_size() == 0) {
+    out.pass_through = true;
+    out.unchanged_reason =
+        "quantization_precision is PRECISION_FULL: every unit stays float";
+    return out;
+  }
+  if (method == Method::kStaticRange) {
+    QUANTD_ASSIGN_OR_RETURN(out.static_range,
+                            passes::ResolveStaticRangeOptions(config));
+    if (batch_stream && config.calibration().ranges_size() == 0) {
+      QUANTD_ASSIGN_OR_RETURN(
+          out.observers, InCallObservers(config, out.static_range.activations));
+    }
+    return out;
+  }
+  // DYNAMIC_RANGE quantizes activations at run time: calibration has no
+  // place in it (ResolveDynamicRangeOptions refuses config.calibration).
+  if (batch_stream) {
+    return absl::InvalidArgumentError(
+        "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
+        "activations at run time; use STATIC_RANGE to calibrate");
+  }
+  QUANTD_ASSIGN_OR_RETURN(out.dynamic_range,
+                          passes::ResolveDynamicRangeOptions(config));
+  return out;
+}
+
+absl::StatusOr<calibration::ObserverConfig> ResolveCalibrateRequest(
+    const quantd::v1::CalibrateConfig& config) {
+  calibration::ObserverConfig observers =
+      calibration::ObserverConfigFromProto(config);
+  QUANTD_RETURN_IF_ERROR(calibration::ValidateObserverConfig(observers));
+  return observers;
+}
+
+}  // namespace quantd

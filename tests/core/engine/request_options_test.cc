@@ -1,0 +1,167 @@
+// Request resolution: defaults, pass-through, the order of the checks (the
+// first failing step is the one reported) and the observers of in-call
+// calibration, all without a model.
+#include "core/engine/request_options.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quantd {
+namespace {
+namespace tfq = tensorflow::quantization;
+
+using ::testing::HasSubstr;
+
+quantd::v1::QuantizeConfig WithMethod(
+    tfq::QuantizationMethod::ExperimentalMethod method) {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_options()->mutable_quantization_method()->set_experimental_method(
+      method);
+  return c;
+}
+
+TEST(ResolveQuantizeRequestTest, NoMethodPassesThrough) {
+  absl::StatusOr<QuantizeRequestOptions> o =
+      ResolveQuantizeRequest(quantd::v1::QuantizeConfig(), false);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->pass_through);
+  EXPECT_EQ(o->resolved.method, Method::kNone);
+  EXPECT_THAT(o->unchanged_reason, HasSubstr("no quantization_method"));
+}
+
+TEST(ResolveQuantizeRequestTest, FullPassesThroughUnlessUnitsAskForMore) {
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.mutable_options()->set_quantization_precision(tfq::PRECISION_FULL);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, false);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->pass_through);
+  EXPECT_THAT(o->unchanged_reason, HasSubstr("PRECISION_FULL"));
+
+  auto* unit = c.mutable_options()->add_unit_wise_quantization_precision();
+  unit->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_NODE);
+  unit->set_unit_name("conv1");
+  unit->set_quantization_precision(tfq::PRECISION_W8A8);
+  o = ResolveQuantizeRequest(c, false);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->pass_through);
+  EXPECT_EQ(o->dynamic_range.units.size(), 1u);
+}
+
+TEST(ResolveQuantizeRequestTest, DefaultsOfEachMethod) {
+  absl::StatusOr<QuantizeRequestOptions> d = ResolveQuantizeRequest(
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE), false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->resolved.op_set, tfq::TF);
+  EXPECT_EQ(d->resolved.precision, tfq::PRECISION_W8A8);
+  EXPECT_EQ(d->dynamic_range.weights.spec.bits, 8);
+  EXPECT_TRUE(d->dynamic_range.weights.per_channel);
+
+  quantd::v1::QuantizeConfig s =
+      WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  s.mutable_options()->set_op_set(tfq::UNIFORM_QUANTIZED);
+  s.mutable_weight_params()->set_bits(6);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(s, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->static_range.op_set, tfq::UNIFORM_QUANTIZED);
+  EXPECT_EQ(o->static_range.weights.spec.bits, 6);
+  EXPECT_EQ(o->static_range.activations.spec.bits, 8);
+}
+
+// Each request below breaks two steps; the earlier step is the one named.
+TEST(ResolveQuantizeRequestTest, ChecksRunInTheDocumentedOrder) {
+  // 1 (capability) before 2 (search fields).
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.mutable_options()->set_op_set(tfq::UNIFORM_QUANTIZED);
+  c.set_holdout_batches(-1);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(o.status().message(), HasSubstr("UNIFORM_QUANTIZED"));
+
+  // 2 (search fields) before 3 (pass options).
+  c = WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.set_holdout_batches(-1);
+  c.mutable_weight_params()->set_bits(12);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("holdout_batches is -1"));
+
+  // 3 (pass options) before 5 (observers).
+  c = WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.mutable_weight_params()->set_bits(12);
+  c.mutable_calibration_config()->set_method("no_such_observer");
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("weight_params.bits is 12"));
+
+  // 4: batches with DYNAMIC_RANGE, before its pass options are looked at.
+  c = WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.mutable_activation_params()->set_bits(8);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("calibration batches were sent"));
+  o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("activation_params.bits"));
+}
+
+TEST(ResolveQuantizeRequestTest, TargetNeedsStaticRange) {
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.set_target_sqnr_db(30);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  c = quantd::v1::QuantizeConfig();
+  c.set_target_sqnr_db(30);
+  o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  c = WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.set_target_sqnr_db(500);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ResolveQuantizeRequestTest, InCallObserversRunOnThePassGrid) {
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.mutable_activation_params()->set_bits(6);
+  c.mutable_activation_params()->set_symmetric(true);
+  c.mutable_calibration_config()->set_method("percentile");
+  c.mutable_calibration_config()->set_percentile(99.9);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->observers.method, "percentile");
+  EXPECT_EQ(o->observers.bits, 6);
+  EXPECT_TRUE(o->observers.symmetric);
+
+  // A bad observer is refused before any model is parsed.
+  c.mutable_calibration_config()->set_method("no_such_observer");
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("no_such_observer"));
+  // With ranges given the observers are not run, so not judged here.
+  c.mutable_calibration()->add_ranges()->set_tensor_name("x");
+  EXPECT_TRUE(ResolveQuantizeRequest(c, false).ok());
+}
+
+TEST(ResolveCalibrateRequestTest, ChecksTheObservers) {
+  quantd::v1::CalibrateConfig c;
+  c.set_method("mse");
+  absl::StatusOr<calibration::ObserverConfig> o = ResolveCalibrateRequest(c);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->method, "mse");
+  c.set_num_bins(-3);
+  o = ResolveCalibrateRequest(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace quantd
