@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/engine.h"
 #include "core/engine/request_options.h"
@@ -57,8 +58,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
     if (on_batch) on_batch(session->batch_count());
     if (keep) keep(*std::move(batch));
   }
-  absl::Status s = cancel.Check("calibration");
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(cancel.Check("calibration"));
   return session->Result();
 }
 
@@ -69,49 +69,41 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits) {
-  absl::StatusOr<calibration::ObserverConfig> observers =
-      ResolveCalibrateRequest(config);
-  if (!observers.ok()) return observers.status();
-  const calibration::ObserverConfig& observer_config = *observers;
+  QUANTD_ASSIGN_OR_RETURN(const calibration::ObserverConfig observer_config,
+                          ResolveCalibrateRequest(config));
 
   Report(events, quantd::v1::STAGE_PARSE, 0, 1,
          absl::StrCat("parsing ", model_bytes.size(), " bytes"));
-  absl::StatusOr<onnx::ModelProto> model =
-      graph::ParseModel(model_bytes, &cancel);
-  if (!model.ok()) return model.status();
+  QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model,
+                          graph::ParseModel(model_bytes, &cancel));
   std::string().swap(model_bytes);
   // Before any other work: an oversized model costs one parse, no more.
-  absl::Status s = CheckJobLimits(*model, limits);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckJobLimits(model, limits));
   Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
   // As Quantize does: sorted before the checks, which want node order.
-  s = graph::SortTopologically(model->mutable_graph(), nullptr);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      graph::SortTopologically(model.mutable_graph(), nullptr));
   std::vector<std::string> validations;
-  s = graph::ValidateModel(*model, "input model", &validations);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      graph::ValidateModel(model, "input model", &validations));
   // Quantize inlines local functions the same way before it calibrates or
   // quantizes, so the ranges' tensor names are the ones it will look up.
-  absl::StatusOr<graph::InlinedFunctions> inlined =
-      graph::InlineLocalFunctions(&*model);
-  if (!inlined.ok()) return inlined.status();
+  QUANTD_RETURN_IF_ERROR(graph::InlineLocalFunctions(&model));
   // Prepared exactly as Quantize prepares it (same folds, same names).
-  absl::StatusOr<graph::PrepareReport> prepared =
-      graph::PrepareGraph(&*model, passes::FullPrepareOptions());
-  if (!prepared.ok()) return prepared.status();
-  s = cancel.Check("validate");
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      graph::PrepareGraph(&model, passes::FullPrepareOptions()));
+  QUANTD_RETURN_IF_ERROR(cancel.Check("validate"));
 
   // The session keeps the model (until a batch of graph inputs needs the
   // executor, which then holds its own copy of the weights).
-  absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
-      CalibrationSession::Create(*std::move(model), observer_config, limits);
-  if (!session.ok()) return session.status();
+  QUANTD_ASSIGN_OR_RETURN(
+      std::unique_ptr<CalibrationSession> session,
+      CalibrationSession::Create(std::move(model), observer_config, limits));
 
   Report(events, quantd::v1::STAGE_CALIBRATE, 0, 0,
          absl::StrCat("observing batches with ", observer_config.method));
   absl::StatusOr<quantd::v1::CalibrationResult> result = CalibrateFromQueue(
-      session->get(), batches,
+      session.get(), batches,
       [&](int64_t n) {
         Report(events, quantd::v1::STAGE_CALIBRATE, n, 0,
                absl::StrCat(n, " batches"));

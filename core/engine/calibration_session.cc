@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 #include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
 
@@ -225,8 +226,7 @@ CalibrationSession::CalibrationSession(onnx::ModelProto model,
 absl::StatusOr<std::unique_ptr<CalibrationSession>> CalibrationSession::Create(
     onnx::ModelProto model, const calibration::ObserverConfig& observer_config,
     const JobLimits& limits) {
-  absl::Status s = calibration::ValidateObserverConfig(observer_config);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(calibration::ValidateObserverConfig(observer_config));
   std::unique_ptr<CalibrationSession> session(
       new CalibrationSession(std::move(model), observer_config, limits));
   const onnx::GraphProto& g = session->model_.graph();
@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<CalibrationSession>> CalibrationSession::Create(
 
 absl::StatusOr<const executor::Executor*> CalibrationSession::GetExecutor() {
   if (executor_ != nullptr) return executor_.get();
-  if (!executor_status_.ok()) return executor_status_;
+  QUANTD_RETURN_IF_ERROR(executor_status_);
   absl::StatusOr<std::unique_ptr<executor::Executor>> ex =
       executor::Executor::Create(model_);
   if (!ex.ok()) {
@@ -272,10 +272,9 @@ absl::Status CalibrationSession::Observe(const std::string& name,
   auto it = observers_.find(name);
   const bool made_now = it == observers_.end();
   if (made_now) {
-    absl::StatusOr<std::unique_ptr<calibration::Observer>> made =
-        calibration::MakeObserver(config_, &budget_);
-    if (!made.ok()) return made.status();
-    it = observers_.emplace(name, *std::move(made)).first;
+    QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<calibration::Observer> made,
+                            calibration::MakeObserver(config_, &budget_));
+    it = observers_.emplace(name, std::move(made)).first;
   }
   absl::Status s = it->second->Observe(
       absl::MakeConstSpan(t.data<float>(), t.size()), t.shape());
@@ -313,9 +312,8 @@ absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
     if (types != nullptr) {
       const std::vector<int64_t> shape(named.shape().begin(),
                                        named.shape().end());
-      absl::StatusOr<int64_t> count =
-          types->Check(name, named.data_type(), shape, max_elements);
-      if (!count.ok()) return count.status();
+      QUANTD_RETURN_IF_ERROR(
+          types->Check(name, named.data_type(), shape, max_elements));
     }
     absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
     if (!t.ok()) {
@@ -342,14 +340,13 @@ absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
 absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
                                           ThreadPool* pool,
                                           const CancellationToken& cancel) {
-  absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> feeds =
-      BatchFeeds(batch, input_names_, &types_, limits_.max_tensor_elements);
-  if (!feeds.ok()) return feeds.status();
+  QUANTD_ASSIGN_OR_RETURN(auto feeds, BatchFeeds(batch, input_names_, &types_,
+                                                 limits_.max_tensor_elements));
   // A model run on nothing produces nothing to observe, and zero-size
   // shapes are where kernels' edge cases live.
   bool any_elements = false;
   std::vector<std::string> shapes;
-  for (const auto& [name, t] : *feeds) {
+  for (const auto& [name, t] : feeds) {
     any_elements = any_elements || t.size() > 0;
     shapes.push_back(absl::StrCat(name, " ", executor::ShapeString(t.shape())));
   }
@@ -360,8 +357,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
                      absl::StrJoin(shapes, ", "),
                      "): a zero-size batch cannot calibrate anything"));
   }
-  absl::StatusOr<const executor::Executor*> executor = GetExecutor();
-  if (!executor.ok()) return executor.status();
+  QUANTD_ASSIGN_OR_RETURN(const executor::Executor* executor, GetExecutor());
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
@@ -369,9 +365,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   options.on_tensor = [&](const std::string& name, const executor::Tensor& t) {
     if (observed.ok()) observed = Observe(name, t);
   };
-  absl::StatusOr<std::vector<executor::Tensor>> out =
-      (*executor)->Run(*feeds, options);
-  if (!out.ok()) return out.status();
+  QUANTD_RETURN_IF_ERROR(executor->Run(feeds, options));
   return observed;
 }
 
@@ -383,28 +377,26 @@ absl::Status CalibrationSession::ObserveActivations(
   for (const auto& named : batch.tensors()) {
     const std::vector<int64_t> shape(named.shape().begin(),
                                      named.shape().end());
-    absl::StatusOr<int64_t> count = types_.Check(
-        named.name(), named.data_type(), shape, limits_.max_tensor_elements);
-    if (!count.ok()) return count.status();
+    QUANTD_ASSIGN_OR_RETURN(int64_t count,
+                            types_.Check(named.name(), named.data_type(), shape,
+                                         limits_.max_tensor_elements));
     if (named.data_type() != onnx::TensorProto::FLOAT) {
       return absl::InvalidArgumentError(absl::StrCat(
           "observed activation '", named.name(), "' has data_type ",
           executor::DataTypeName(named.data_type()),
           "; observed activations must be FLOAT"));
     }
-    if (*count == 0) {
+    if (count == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "observed activation '", named.name(), "' has shape ",
           executor::ShapeString(shape),
           " with zero elements: a zero-size batch cannot calibrate anything"));
     }
-    absl::StatusOr<executor::Tensor> t = TensorFromNamed(named);
-    if (!t.ok()) return t.status();
-    tensors.push_back(*std::move(t));
+    QUANTD_ASSIGN_OR_RETURN(executor::Tensor t, TensorFromNamed(named));
+    tensors.push_back(std::move(t));
   }
   for (int i = 0; i < batch.tensors_size(); ++i) {
-    absl::Status s = Observe(batch.tensors(i).name(), tensors[i]);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(Observe(batch.tensors(i).name(), tensors[i]));
   }
   return absl::OkStatus();
 }

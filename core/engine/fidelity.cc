@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/engine/calibration_session.h"
 
 namespace quantd {
@@ -67,11 +68,10 @@ void Top1Counts::Add(const float* ref, const float* q, int64_t n_rows,
 
 absl::StatusOr<std::unique_ptr<FidelityEvaluator>> FidelityEvaluator::Create(
     const onnx::ModelProto& float_model) {
-  absl::StatusOr<std::unique_ptr<executor::Executor>> ex =
-      executor::Executor::Create(float_model);
-  if (!ex.ok()) return ex.status();
+  QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<executor::Executor> ex,
+                          executor::Executor::Create(float_model));
   std::unique_ptr<FidelityEvaluator> e(new FidelityEvaluator);
-  e->float_ = std::move(*ex);
+  e->float_ = std::move(ex);
   absl::flat_hash_set<std::string> inputs;
   for (const auto& i : float_model.graph().input()) inputs.insert(i.name());
   for (const onnx::NodeProto& node : float_model.graph().node()) {
@@ -87,10 +87,8 @@ absl::StatusOr<std::unique_ptr<FidelityEvaluator>> FidelityEvaluator::Create(
 
 absl::Status FidelityEvaluator::SetQuantizedModel(
     const onnx::ModelProto& quantized_model) {
-  absl::StatusOr<std::unique_ptr<executor::Executor>> ex =
-      executor::Executor::Create(quantized_model);
-  if (!ex.ok()) return ex.status();
-  quantized_ = std::move(*ex);
+  QUANTD_ASSIGN_OR_RETURN(quantized_,
+                          executor::Executor::Create(quantized_model));
   return absl::OkStatus();
 }
 
@@ -114,9 +112,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
         "fidelity: SetQuantizedModel must come before AddBatch");
   }
   // The batch already ran through calibration, which checked it the same way.
-  absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> feeds =
-      BatchFeeds(batch, float_->input_names());
-  if (!feeds.ok()) return feeds.status();
+  QUANTD_ASSIGN_OR_RETURN(auto feeds, BatchFeeds(batch, float_->input_names()));
 
   executor::Executor::RunOptions options;
   options.pool = pool;
@@ -130,7 +126,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
     }
   };
   absl::StatusOr<std::vector<executor::Tensor>> ref_out =
-      float_->Run(*feeds, options);
+      float_->Run(feeds, options);
   if (!ref_out.ok()) {
     return absl::Status(
         ref_out.status().code(),
@@ -148,7 +144,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
     reference.erase(it);
   };
   absl::StatusOr<std::vector<executor::Tensor>> q_out =
-      quantized_->Run(*feeds, options);
+      quantized_->Run(feeds, options);
   if (!q_out.ok()) {
     return absl::Status(
         q_out.status().code(),

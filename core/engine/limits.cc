@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/checked_count.h"
+#include "core/base/status_macros.h"
 
 namespace quantd {
 namespace {
@@ -88,24 +89,20 @@ class LimitWalker {
   absl::Status Graph(const onnx::GraphProto& graph, const std::string& kind) {
     const std::string where = absl::StrCat(kind, " '", graph.name(), "'");
     for (const auto& init : graph.initializer()) {
-      absl::Status s =
-          Tensor(init.name(), ElementCount(init.dims()), "initializer", where);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          Tensor(init.name(), ElementCount(init.dims()), "initializer", where));
     }
     for (const auto& sparse : graph.sparse_initializer()) {
-      absl::Status s =
-          Tensor(sparse.values().name(), ElementCount(sparse.dims()),
-                 "sparse initializer", where);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Tensor(sparse.values().name(),
+                                    ElementCount(sparse.dims()),
+                                    "sparse initializer", where));
     }
     for (const auto& input : graph.input()) {
-      absl::Status s =
-          Tensor(input.name(), DeclaredElements(input.type()), "input", where);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          Tensor(input.name(), DeclaredElements(input.type()), "input", where));
     }
     for (const auto& node : graph.node()) {
-      absl::Status s = Node(node, where);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Node(node, where));
     }
     return absl::OkStatus();
   }

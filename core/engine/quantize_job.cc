@@ -155,53 +155,47 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   result_.summary.set_input_bytes(bytes->size());
   StartStage(quantd::v1::STAGE_PARSE, 1,
              absl::StrCat("parsing ", bytes->size(), " bytes"));
-  absl::StatusOr<onnx::ModelProto> model = graph::ParseModel(*bytes, &cancel_);
-  if (!model.ok()) return model.status();
-  model_ = std::move(*model);
+  QUANTD_ASSIGN_OR_RETURN(model_, graph::ParseModel(*bytes, &cancel_));
   // Before any other work: an oversized model costs one parse, no more.
-  absl::Status s = CheckJobLimits(model_, limits_);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckJobLimits(model_, limits_));
   input_size_ = bytes->size();
   input_hash_ = absl::HashOf(absl::string_view(*bytes));
   // The parsed model now holds everything; keep at most one copy around
   // unless the bytes are the answer.
   if (!PassThrough()) std::string().swap(*bytes);
   EndStage();
-  s = cancel_.Check("parse");
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(cancel_.Check("parse"));
 
   StartStage(quantd::v1::STAGE_VALIDATE, 1, "checking the input model");
   // ONNX Runtime runs graphs in any node order; the checker and the passes
   // want them sorted (a cycle is still refused here).
   int64_t reordered = 0;
-  s = graph::SortTopologically(model_.mutable_graph(), &reordered);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      graph::SortTopologically(model_.mutable_graph(), &reordered));
   std::vector<std::string> validations;
-  s = graph::ValidateModel(model_, "input model", &validations);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      graph::ValidateModel(model_, "input model", &validations));
   for (auto& v : validations) result_.summary.add_validations(std::move(v));
   result_.summary.set_input_opset(graph::DefaultOpset(model_));
   if (!PassThrough()) {
     // Calibration, the passes and the lowerings see local functions' nodes
     // as plain nodes (the Calibrate RPC inlines the same way, so its tensor
     // names match).
-    absl::StatusOr<graph::InlinedFunctions> inlined =
-        graph::InlineLocalFunctions(&model_);
-    if (!inlined.ok()) return inlined.status();
-    const std::string note = inlined->Note();
+    QUANTD_ASSIGN_OR_RETURN(graph::InlinedFunctions inlined,
+                            graph::InlineLocalFunctions(&model_));
+    const std::string note = inlined.Note();
     if (!note.empty()) result_.summary.add_validations("note: " + note);
-    options_.static_range.inlined = *inlined;
-    options_.dynamic_range.inlined = std::move(*inlined);
+    options_.static_range.inlined = inlined;
+    options_.dynamic_range.inlined = std::move(inlined);
     // As a runtime would run it (Calibrate prepares the same way, so its
     // tensor names match).
-    absl::StatusOr<graph::PrepareReport> prepared =
-        graph::PrepareGraph(&model_, passes::FullPrepareOptions());
-    if (!prepared.ok()) return prepared.status();
-    prepared->reordered_nodes += reordered;
-    const std::string summary = prepared->Summary();
+    QUANTD_ASSIGN_OR_RETURN(
+        graph::PrepareReport prepared,
+        graph::PrepareGraph(&model_, passes::FullPrepareOptions()));
+    prepared.reordered_nodes += reordered;
+    const std::string summary = prepared.Summary();
     if (!summary.empty()) result_.summary.add_validations("note: " + summary);
-    s = graph::CheckNoHalfPrecisionCompute(model_);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(graph::CheckNoHalfPrecisionCompute(model_));
   }
   EndStage();
   return cancel_.Check("validate");
@@ -238,10 +232,8 @@ absl::Status QuantizeJob::Calibrate() {
   if (resolved().method != Method::kStaticRange) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
   if (has_ranges) {
-    absl::StatusOr<passes::ActivationRanges> ranges =
-        passes::RangesFromCalibration(config_.calibration());
-    if (!ranges.ok()) return ranges.status();
-    ranges_ = std::move(*ranges);
+    QUANTD_ASSIGN_OR_RETURN(
+        ranges_, passes::RangesFromCalibration(config_.calibration()));
     // Ranges and batches in one call would be two answers to one question.
     if (calibration_batches_ != nullptr && calibration_batches_->Pop()) {
       calibration_batches_->Abort();
@@ -280,25 +272,26 @@ absl::Status QuantizeJob::Calibrate() {
         std::chrono::steady_clock::now() - start;
     fidelity_setup_seconds_ += seconds.count();
   }
-  absl::StatusOr<quantd::v1::CalibrationResult> result = CalibrateFromQueue(
-      session->get(), calibration_batches_,
-      [this](int64_t n) { Progress(n, 0, absl::StrCat(n, " batches")); },
-      cancel_, pool_,
-      [this](quantd::v1::TensorBatch batch) {
-        // With held-out batches, fidelity is measured on those alone.
-        if (config_.holdout_batches() > 0) {
-          ++batches_received_;
-        } else {
-          KeepForFidelity(std::move(batch));
-        }
-      },
-      config_.holdout_batches(),
-      [this](quantd::v1::TensorBatch batch) {
-        ++held_out_;
-        KeepForFidelity(std::move(batch));
-      });
-  if (!result.ok()) return result.status();
-  if (result->batch_count() == 0) {
+  QUANTD_ASSIGN_OR_RETURN(
+      quantd::v1::CalibrationResult result,
+      CalibrateFromQueue(
+          session->get(), calibration_batches_,
+          [this](int64_t n) { Progress(n, 0, absl::StrCat(n, " batches")); },
+          cancel_, pool_,
+          [this](quantd::v1::TensorBatch batch) {
+            // With held-out batches, fidelity is measured on those alone.
+            if (config_.holdout_batches() > 0) {
+              ++batches_received_;
+            } else {
+              KeepForFidelity(std::move(batch));
+            }
+          },
+          config_.holdout_batches(),
+          [this](quantd::v1::TensorBatch batch) {
+            ++held_out_;
+            KeepForFidelity(std::move(batch));
+          }));
+  if (result.batch_count() == 0) {
     if (held_out_ > 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("holdout_batches is ", config_.holdout_batches(),
@@ -316,15 +309,12 @@ absl::Status QuantizeJob::Calibrate() {
   if (!delayed.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "activation_params.quant_delay is ", observer_config.quant_delay,
-        " but only ", result->batch_count(),
+        " but only ", result.batch_count(),
         " calibration batches were seen: tf.contrib would still pass ",
         delayed.size(), " tensors (e.g. ", delayed.front(),
         ") through unquantized; send more batches or lower quant_delay"));
   }
-  absl::StatusOr<passes::ActivationRanges> ranges =
-      passes::RangesFromCalibration(*result);
-  if (!ranges.ok()) return ranges.status();
-  ranges_ = std::move(*ranges);
+  QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
   EndStage();
   return cancel_.Check("calibrate");
 }
@@ -336,33 +326,34 @@ absl::Status QuantizeJob::Quantize() {
   std::vector<quantd::v1::SkippedTensor> skipped;
   std::string opset_note;
   if (resolved().method == Method::kStaticRange) {
-    absl::StatusOr<passes::StaticRangeStats> stats = passes::RunStaticRangePass(
-        options_.static_range, ranges_, hooks, &model_);
-    if (!stats.ok()) return stats.status();
-    s.set_quantized_tensors(stats->quantized_weights +
-                            stats->quantized_activations +
-                            stats->quantized_biases);
-    s.set_quantized_nodes(stats->quantized_nodes);
-    s.set_weight_bytes_before(stats->weight_bytes_before);
-    s.set_weight_bytes_after(stats->weight_bytes_after);
-    skipped = std::move(stats->skipped);
-    opset_note = std::move(stats->opset_note);
-    if (!stats->lowering_note.empty()) {
-      s.add_validations(absl::StrCat("note: ", stats->lowering_note));
+    QUANTD_ASSIGN_OR_RETURN(
+        passes::StaticRangeStats stats,
+        passes::RunStaticRangePass(options_.static_range, ranges_, hooks,
+                                   &model_));
+    s.set_quantized_tensors(stats.quantized_weights +
+                            stats.quantized_activations +
+                            stats.quantized_biases);
+    s.set_quantized_nodes(stats.quantized_nodes);
+    s.set_weight_bytes_before(stats.weight_bytes_before);
+    s.set_weight_bytes_after(stats.weight_bytes_after);
+    skipped = std::move(stats.skipped);
+    opset_note = std::move(stats.opset_note);
+    if (!stats.lowering_note.empty()) {
+      s.add_validations(absl::StrCat("note: ", stats.lowering_note));
     }
-    if (!stats->unreached_note.empty()) {
-      s.add_validations(absl::StrCat("note: ", stats->unreached_note));
+    if (!stats.unreached_note.empty()) {
+      s.add_validations(absl::StrCat("note: ", stats.unreached_note));
     }
   } else {
-    absl::StatusOr<passes::PassStats> stats =
-        passes::RunDynamicRangePass(options_.dynamic_range, hooks, &model_);
-    if (!stats.ok()) return stats.status();
-    s.set_quantized_tensors(stats->quantized_tensors);
-    s.set_quantized_nodes(stats->quantized_nodes);
-    s.set_weight_bytes_before(stats->weight_bytes_before);
-    s.set_weight_bytes_after(stats->weight_bytes_after);
-    skipped = std::move(stats->skipped);
-    opset_note = std::move(stats->opset_note);
+    QUANTD_ASSIGN_OR_RETURN(
+        passes::PassStats stats,
+        passes::RunDynamicRangePass(options_.dynamic_range, hooks, &model_));
+    s.set_quantized_tensors(stats.quantized_tensors);
+    s.set_quantized_nodes(stats.quantized_nodes);
+    s.set_weight_bytes_before(stats.weight_bytes_before);
+    s.set_weight_bytes_after(stats.weight_bytes_after);
+    skipped = std::move(stats.skipped);
+    opset_note = std::move(stats.opset_note);
   }
   EndStage();
   s.set_skipped_tensors(static_cast<int>(skipped.size()));
@@ -437,8 +428,7 @@ absl::Status QuantizeJob::Fidelity() {
   absl::StatusOr<quantd::v1::FidelityReport> report =
       CompareWithFloat(fidelity_.get(), /*free_batches=*/true);
   if (!report.ok()) {
-    absl::Status cancelled = cancel_.Check("fidelity");
-    if (!cancelled.ok()) return cancelled;
+    QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
     SkipFidelity(std::string(report.status().message()));
     EndStage();
     return absl::OkStatus();
@@ -461,8 +451,7 @@ absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
   }
   const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
   for (int64_t i = 0; i < total; ++i) {
-    s = cancel_.Check("fidelity");
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
     s = evaluator->AddBatch(fidelity_batches_[i], pool_, cancel_);
     if (!s.ok()) {
       return absl::FailedPreconditionError(
@@ -574,13 +563,10 @@ absl::Status QuantizeJob::SearchForTarget() {
       model_ = float_model;
       result_.summary = base;
       options_.static_range.units = units_now();
-      absl::StatusOr<std::unique_ptr<FidelityEvaluator>> e =
-          FidelityEvaluator::Create(float_model);
-      if (!e.ok()) return e.status();
-      evaluator = std::move(*e);
+      QUANTD_ASSIGN_OR_RETURN(evaluator,
+                              FidelityEvaluator::Create(float_model));
     }
-    absl::Status s = Quantize();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(Quantize());
     const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
     StartStage(quantd::v1::STAGE_FIDELITY, total,
                absl::StrCat("accuracy search round ", round + 1, ": ",
@@ -589,8 +575,7 @@ absl::Status QuantizeJob::SearchForTarget() {
         CompareWithFloat(evaluator.get(), /*free_batches=*/false);
     EndStage();
     if (!report.ok()) {
-      absl::Status cancelled = cancel_.Check("fidelity");
-      if (!cancelled.ok()) return cancelled;
+      QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
       if (round == 0) {
         return absl::FailedPreconditionError(
             absl::StrCat("target_sqnr_db: cannot measure the quantized "
@@ -654,10 +639,10 @@ absl::Status QuantizeJob::Serialize() {
   }
   for (auto& v : validations) result_.summary.add_validations(std::move(v));
   result_.summary.set_output_opset(graph::DefaultOpset(model_));
-  absl::StatusOr<std::string> bytes = graph::SerializeModel(model_, &cancel_);
-  if (!bytes.ok()) return bytes.status();
+  QUANTD_ASSIGN_OR_RETURN(std::string bytes,
+                          graph::SerializeModel(model_, &cancel_));
   onnx::ModelProto().Swap(&model_);
-  result_.model = std::move(*bytes);
+  result_.model = std::move(bytes);
   result_.summary.set_output_bytes(result_.model.size());
   if (result_.model.size() == input_size_ &&
       absl::HashOf(absl::string_view(result_.model)) == input_hash_) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::passes {
 
@@ -65,8 +66,7 @@ absl::Status CheckNotForDynamicRange(const quantd::v1::QuantizeConfig& config) {
 
 absl::StatusOr<WeightPassOptions> ResolveDynamicRangeOptions(
     const quantd::v1::QuantizeConfig& config) {
-  absl::Status s = CheckNotForDynamicRange(config);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckNotForDynamicRange(config));
   // DynamicQuantizeLinear (the run-time activation quantizer) outputs uint8
   // only: 4-bit activations have no expression.
   constexpr char kNoA4[] =

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/unique_names.h"
@@ -72,24 +73,21 @@ class DynamicRangePass {
 
 absl::StatusOr<PassStats> DynamicRangePass::Run() {
   ir_version_ = model_->ir_version();
-  absl::StatusOr<const OpSetRow*> row =
-      PassRow(Method::kDynamicRange, options_.op_set);
-  if (!row.ok()) return row.status();
+  QUANTD_ASSIGN_OR_RETURN(const OpSetRow* row,
+                          PassRow(Method::kDynamicRange, options_.op_set));
   plan_ = Plan();
   if (!plan_.weights.empty()) {
-    const bool xla = (*row)->lowering == Lowering::kIntegerOps;
+    const bool xla = row->lowering == Lowering::kIntegerOps;
     absl::Status s = xla ? CheckXlaFourBit() : absl::OkStatus();
     if (s.ok() && xla) s = CheckXlaLowerable(*graph_, plan_.weights, options_);
     if (!s.ok()) return s;
-    s = PrepareOpset();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(PrepareOpset());
     if (hooks_.on_planned) hooks_.on_planned(plan_.weights.size());
-    s = QuantizeWeights();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(QuantizeWeights());
     if (xla) {
-      s = LowerToXla(plan_.weights, weight_names_, weight_params_,
-                     model_->ir_version(), names_.get(), graph_);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(LowerToXla(plan_.weights, weight_names_,
+                                        weight_params_, model_->ir_version(),
+                                        names_.get(), graph_));
       absl::flat_hash_set<int> consumers;
       for (const WeightPlan& w : plan_.weights) {
         consumers.insert(w.consumers.begin(), w.consumers.end());
@@ -130,12 +128,11 @@ absl::Status DynamicRangePass::PrepareOpset() {
   const int64_t needed = four_bit      ? kInt4Opset
                          : per_channel ? kPerChannelOpset
                                        : kDynamicQuantizeOpset;
-  absl::StatusOr<OpsetOutcome> outcome = body_ != nullptr
-                                             ? BodyOpset(*body_, needed)
-                                             : EnsureOpset(model_, needed);
-  if (!outcome.ok()) return outcome.status();
-  stats_.opset_note = outcome->note;
-  switch (outcome->mode) {
+  QUANTD_ASSIGN_OR_RETURN(OpsetOutcome outcome,
+                          body_ != nullptr ? BodyOpset(*body_, needed)
+                                           : EnsureOpset(model_, needed));
+  stats_.opset_note = outcome.note;
+  switch (outcome.mode) {
     case OpsetOutcome::kAlreadyNewEnough:
       break;
     case OpsetOutcome::kUpgraded:
@@ -156,14 +153,14 @@ absl::Status DynamicRangePass::QuantizeWeights() {
   if (body_ != nullptr) names_->AddGraph(*body_->outer_root);
   weight_names_ = MakeWeightNames(plan_.weights, names_.get());
   const int64_t total = static_cast<int64_t>(plan_.weights.size());
-  absl::StatusOr<QuantizedWeights> done =
+  QUANTD_ASSIGN_OR_RETURN(
+      QuantizedWeights done,
       QuantizePlannedWeights(plan_.weights, weight_names_, options_, hooks_,
-                             stats_.opset_note, 0, total, model_);
-  if (!done.ok()) return done.status();
-  stats_.quantized_tensors = done->quantized;
-  stats_.weight_bytes_before = done->bytes_before;
-  stats_.weight_bytes_after = done->bytes_after;
-  weight_params_ = std::move(done->params);
+                             stats_.opset_note, 0, total, model_));
+  stats_.quantized_tensors = done.quantized;
+  stats_.weight_bytes_before = done.bytes_before;
+  stats_.weight_bytes_after = done.bytes_after;
+  weight_params_ = std::move(done.params);
   return absl::OkStatus();
 }
 
@@ -267,34 +264,35 @@ void AppendNote(std::string* to, const std::string& more) {
 absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
                                               const PassHooks& hooks,
                                               onnx::ModelProto* model) {
-  absl::StatusOr<UnitPrecision> units = UnitPrecision::Resolve(
-      *model, options.precision, options.units, &options.inlined);
-  if (!units.ok()) return units.status();
-  absl::StatusOr<PassStats> stats =
-      DynamicRangePass(options, hooks, *units, model).Run();
-  if (!stats.ok()) return stats;
+  QUANTD_ASSIGN_OR_RETURN(
+      UnitPrecision units,
+      UnitPrecision::Resolve(*model, options.precision, options.units,
+                             &options.inlined));
+  QUANTD_ASSIGN_OR_RETURN(PassStats stats,
+                          DynamicRangePass(options, hooks, units, model).Run());
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
-  absl::StatusOr<std::string> note = QuantizeBodies(
-      model, options.inlined,
-      MayUseFourBitWeights(options.precision, options.units),
-      [&](Body* body) -> absl::Status {
-        absl::StatusOr<PassStats> b =
-            DynamicRangePass(options, body_hooks, units->InBody(body->scope),
-                             &body->model, body)
-                .Run();
-        if (!b.ok()) return b.status();
-        stats->quantized_tensors += b->quantized_tensors;
-        stats->quantized_nodes += b->quantized_nodes;
-        stats->weight_bytes_before += b->weight_bytes_before;
-        stats->weight_bytes_after += b->weight_bytes_after;
-        for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
-        AppendNote(&stats->opset_note, b->opset_note);
-        return absl::OkStatus();
-      });
-  if (!note.ok()) return note.status();
-  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
+  auto quantize_body = [&](Body* body) -> absl::Status {
+    QUANTD_ASSIGN_OR_RETURN(
+        PassStats b,
+        DynamicRangePass(options, body_hooks, units.InBody(body->scope),
+                         &body->model, body)
+            .Run());
+    stats.quantized_tensors += b.quantized_tensors;
+    stats.quantized_nodes += b.quantized_nodes;
+    stats.weight_bytes_before += b.weight_bytes_before;
+    stats.weight_bytes_after += b.weight_bytes_after;
+    for (auto& skip : b.skipped) stats.skipped.push_back(std::move(skip));
+    AppendNote(&stats.opset_note, b.opset_note);
+    return absl::OkStatus();
+  };
+  QUANTD_ASSIGN_OR_RETURN(
+      std::string note,
+      QuantizeBodies(model, options.inlined,
+                     MayUseFourBitWeights(options.precision, options.units),
+                     quantize_body));
+  if (stats.opset_note.empty()) stats.opset_note = std::move(note);
   return stats;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/executor/executor.h"
 #include "core/executor/tensor.h"
 #include "core/graph/graph_edit.h"
@@ -259,9 +260,8 @@ graph::PrepareOptions FullPrepareOptions() {
   options.upgrade = UpgradeOpsetForPrepare;
   options.fold_constants = [](onnx::ModelProto* model,
                               graph::PrepareReport* report) -> absl::Status {
-    absl::StatusOr<int64_t> n = FoldConstantNodes(model);
-    if (!n.ok()) return n.status();
-    report->folded_constant_nodes += *n;
+    QUANTD_ASSIGN_OR_RETURN(int64_t n, FoldConstantNodes(model));
+    report->folded_constant_nodes += n;
     return absl::OkStatus();
   };
   return options;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
@@ -108,19 +109,17 @@ class Raiser {
         const std::string inner = absl::StrCat(where, " > subgraph '", a.name(),
                                                "' of ", Describe(*node));
         if (a.has_g()) {
-          absl::Status s =
-              Visit(a.mutable_g()->mutable_node(), from, inner, apply);
-          if (!s.ok()) return s;
+          QUANTD_RETURN_IF_ERROR(
+              Visit(a.mutable_g()->mutable_node(), from, inner, apply));
         }
         for (auto& g : *a.mutable_graphs()) {
-          absl::Status s = Visit(g.mutable_node(), from, inner, apply);
-          if (!s.ok()) return s;
+          QUANTD_RETURN_IF_ERROR(Visit(g.mutable_node(), from, inner, apply));
         }
       }
       if (!IsDefaultDomain(node->domain())) continue;
-      absl::StatusOr<bool> needs_constant = CheckNode(*node, from, where);
-      if (!needs_constant.ok()) return needs_constant.status();
-      if (apply) Rewrite(node, from, *needs_constant, nodes, &i);
+      QUANTD_ASSIGN_OR_RETURN(bool needs_constant,
+                              CheckNode(*node, from, where));
+      if (apply) Rewrite(node, from, needs_constant, nodes, &i);
     }
     return absl::OkStatus();
   }
@@ -350,15 +349,14 @@ absl::StatusOr<std::string> RaiseOpsetForInt4(onnx::ModelProto* model) {
   Raiser raiser(read, &names);
   // Check everything first, then rewrite: a refusal changes nothing.
   for (bool apply : {false, true}) {
-    absl::Status s = raiser.Visit(model->mutable_graph()->mutable_node(), from,
-                                  "the main graph", apply);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(raiser.Visit(model->mutable_graph()->mutable_node(),
+                                        from, "the main graph", apply));
     for (auto& f : *model->mutable_functions()) {
       const int64_t f_from = FunctionDefaultOpset(f);
       if (f_from == 0 || f_from >= kInt4Opset) continue;
-      s = raiser.Visit(f.mutable_node(), f_from,
-                       absl::StrCat("local function '", f.name(), "'"), apply);
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(
+          raiser.Visit(f.mutable_node(), f_from,
+                       absl::StrCat("local function '", f.name(), "'"), apply));
     }
   }
   // ONNX wants one version per domain across the model and its functions.
@@ -505,11 +503,10 @@ absl::StatusOr<OpsetOutcome> EnsureOpset(onnx::ModelProto* model,
   }
   out.mode = OpsetOutcome::kUpgraded;
   if (int4) {
-    absl::StatusOr<std::string> raised = RaiseOpsetForInt4(model);
-    if (!raised.ok()) return raised.status();
+    QUANTD_ASSIGN_OR_RETURN(std::string raised, RaiseOpsetForInt4(model));
     out.note = converter_note.empty()
-                   ? *raised
-                   : absl::StrCat(converter_note, "; ", *raised);
+                   ? raised
+                   : absl::StrCat(converter_note, "; ", raised);
   } else {
     out.note = converter_note;
   }

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
 #include "core/passes/weight_plan.h"
@@ -128,12 +129,8 @@ absl::StatusOr<QdqCompute> MatchQdqCompute(const onnx::GraphProto& graph,
   }
   QdqCompute c;
   c.node = node;
-  absl::StatusOr<DequantizedInput> x = ReadDequantized(graph, index, n, 0);
-  if (!x.ok()) return x.status();
-  absl::StatusOr<DequantizedInput> w = ReadDequantized(graph, index, n, 1);
-  if (!w.ok()) return w.status();
-  c.x = std::move(*x);
-  c.w = std::move(*w);
+  QUANTD_ASSIGN_OR_RETURN(c.x, ReadDequantized(graph, index, n, 0));
+  QUANTD_ASSIGN_OR_RETURN(c.w, ReadDequantized(graph, index, n, 1));
   if (n.op_type() != "MatMul" && n.input_size() > 2 && !n.input(2).empty()) {
     c.has_bias = true;
     c.bias_tensor = n.input(2);

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::passes {
 namespace {
@@ -33,8 +35,7 @@ absl::Status ResolveActivations(const QuantOpParams& a,
                                 StaticRangeOptions* options) {
   ActivationQuantOptions& act = options->activations;
   if (a.has_bits()) {
-    absl::Status s = CheckBits("activation_params", a.bits());
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(CheckBits("activation_params", a.bits()));
     act.spec.bits = a.bits();
     act.bits_from_params = true;
   }
@@ -100,13 +101,13 @@ absl::StatusOr<StaticRangeOptions> ResolveStaticRangeOptions(
         "no range tracking over steps (these fields apply to "
         "activation_params, for calibration)"));
   }
-  absl::StatusOr<WeightPassOptions> w = ResolveWeightPassOptions(config);
-  if (!w.ok()) return w.status();
+  QUANTD_ASSIGN_OR_RETURN(WeightPassOptions w,
+                          ResolveWeightPassOptions(config));
   StaticRangeOptions options;
-  static_cast<WeightPassOptions&>(options) = *std::move(w);
+  static_cast<WeightPassOptions&>(options) = std::move(w);
   // Bits follow each unit's precision (SpecFor), unless the params set them.
-  absl::Status s = ResolveActivations(config.activation_params(), &options);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(
+      ResolveActivations(config.activation_params(), &options));
   const QuantOpParams& a = config.activation_params();
   if (a.has_bits() && a.bits() > 4) {
     std::string four_bit;

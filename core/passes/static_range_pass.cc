@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
@@ -191,33 +192,25 @@ class StaticRangePass {
 
 absl::StatusOr<StaticRangeStats> StaticRangePass::Run() {
   ir_version_ = model_->ir_version();
-  absl::StatusOr<const OpSetRow*> row =
-      PassRow(Method::kStaticRange, options_.op_set);
-  if (!row.ok()) return row.status();
-  op_set_ = *row;
+  QUANTD_ASSIGN_OR_RETURN(op_set_,
+                          PassRow(Method::kStaticRange, options_.op_set));
   // A body's ranges were checked against the whole model.
-  absl::Status s = body_ != nullptr ? absl::OkStatus() : CheckRangeNames();
-  if (!s.ok()) return s;
-  s = Plan();
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(body_ != nullptr ? absl::OkStatus()
+                                          : CheckRangeNames());
+  QUANTD_RETURN_IF_ERROR(Plan());
   if (Total() > 0) {
-    s = PrepareOpset();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(PrepareOpset());
   }
   total_ = Total();
   if (hooks_.on_planned) hooks_.on_planned(total_);
   if (total_ > 0) {
     names_ = std::make_unique<graph::UniqueNames>(*graph_);
     if (body_ != nullptr) names_->AddGraph(*body_->outer_root);
-    s = QuantizeWeights();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(QuantizeWeights());
     PlaceWeightNodes();
-    s = QuantizeActivations();
-    if (!s.ok()) return s;
-    s = QuantizeBiases();
-    if (!s.ok()) return s;
-    s = LowerOpSet();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(QuantizeActivations());
+    QUANTD_RETURN_IF_ERROR(QuantizeBiases());
+    QUANTD_RETURN_IF_ERROR(LowerOpSet());
   }
   Finish();
   return std::move(stats_);
@@ -554,19 +547,17 @@ absl::Status StaticRangePass::PrepareOpset() {
     four_bit |= HasFourBitActivations(a.precision);
   }
   const int64_t needed = four_bit ? kInt4Opset : kPerChannelOpset;
-  absl::StatusOr<OpsetOutcome> outcome = body_ != nullptr
-                                             ? BodyOpset(*body_, needed)
-                                             : EnsureOpset(model_, needed);
-  if (!outcome.ok()) return outcome.status();
-  stats_.opset_note = outcome->note;
-  switch (outcome->mode) {
+  QUANTD_ASSIGN_OR_RETURN(OpsetOutcome outcome,
+                          body_ != nullptr ? BodyOpset(*body_, needed)
+                                           : EnsureOpset(model_, needed));
+  stats_.opset_note = outcome.note;
+  switch (outcome.mode) {
     case OpsetOutcome::kAlreadyNewEnough:
       break;
     case OpsetOutcome::kUpgraded: {
       // The converter replaced the whole model and may renumber nodes.
       graph_ = model_->mutable_graph();
-      absl::Status s = Plan();
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(Plan());
       break;
     }
     case OpsetOutcome::kPerTensorFallback:
@@ -578,11 +569,10 @@ absl::Status StaticRangePass::PrepareOpset() {
 
 absl::Status StaticRangePass::QuantizeWeights() {
   weight_names_ = MakeWeightNames(weights_.weights, names_.get());
-  absl::StatusOr<QuantizedWeights> done =
+  QUANTD_ASSIGN_OR_RETURN(
+      quantized_weights_,
       QuantizePlannedWeights(weights_.weights, weight_names_, options_, hooks_,
-                             stats_.opset_note, 0, total_, model_);
-  if (!done.ok()) return done.status();
-  quantized_weights_ = std::move(*done);
+                             stats_.opset_note, 0, total_, model_));
   done_ = quantized_weights_.quantized;
   stats_.quantized_weights = quantized_weights_.quantized;
   stats_.weight_bytes_before = quantized_weights_.bytes_before;
@@ -637,16 +627,14 @@ void StaticRangePass::KeepFullBodyReadersFloat(
 
 absl::Status StaticRangePass::QuantizeActivations() {
   if (hooks_.check_cancelled) {
-    absl::Status s = hooks_.check_cancelled();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(hooks_.check_cancelled());
   }
   for (size_t i = 0; i < activations_.size(); ++i) {
     const std::string& x = activations_[i].tensor;
     const bool four_bit = HasFourBitActivations(activations_[i].precision);
     const numerics::QuantSpec spec =
         options_.activations.SpecFor(activations_[i].precision);
-    absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(spec);
-    if (!grid.ok()) return grid.status();
+    QUANTD_ASSIGN_OR_RETURN(numerics::QuantGrid grid, numerics::GridFor(spec));
     const ActivationRange& range = ranges_.at(x);
     absl::StatusOr<numerics::QuantParams> qp =
         numerics::ChooseQuantParams(range.min, range.max, spec);
@@ -663,13 +651,13 @@ absl::Status StaticRangePass::QuantizeActivations() {
       NodeProto* node = graph_->mutable_node(n);
       if (graph::HasSubgraph(*node)) owners.push_back(node);
     }
-    absl::StatusOr<QuantPoint> point =
-        InsertQuantPoint(graph_, x, readers, params, names_.get());
-    if (!point.ok()) return point.status();
-    if (point->outcome == QuantPoint::kInserted) {
+    QUANTD_ASSIGN_OR_RETURN(
+        QuantPoint point,
+        InsertQuantPoint(graph_, x, readers, params, names_.get()));
+    if (point.outcome == QuantPoint::kInserted) {
       // InsertNode keeps NodeProto objects in place: `owners` still holds.
       for (NodeProto* owner : owners) {
-        KeepFullBodyReadersFloat(owner, x, point->dequantized);
+        KeepFullBodyReadersFloat(owner, x, point.dequantized);
       }
       activation_params_[x] = *qp;
       ++stats_.quantized_activations;
@@ -685,16 +673,16 @@ absl::Status StaticRangePass::QuantizeActivations() {
       s->set_narrow_range(spec.narrow_range);
       s->set_per_channel(false);
       s->set_storage_type(StorageType(spec, four_bit));
-      s->set_quant_min(grid->quant_min);
-      s->set_quant_max(grid->quant_max);
+      s->set_quant_min(grid.quant_min);
+      s->set_quant_max(grid.quant_max);
       r.set_scale_min(qp->scale);
       r.set_scale_max(qp->scale);
       std::string note = absl::StrCat(
           "activation: zero point ", qp->zero_point, ", calibrated range [",
           range.min, ", ", range.max, "] -> [",
-          numerics::DequantizeValue(grid->quant_min, *qp), ", ",
-          numerics::DequantizeValue(grid->quant_max, *qp), "]");
-      if (point->clipped) {
+          numerics::DequantizeValue(grid.quant_min, *qp), ", ",
+          numerics::DequantizeValue(grid.quant_max, *qp), "]");
+      if (point.clipped) {
         absl::StrAppend(&note,
                         "; a Clip to that range precedes "
                         "QuantizeLinear (the grid is smaller than ",
@@ -715,12 +703,10 @@ absl::Status StaticRangePass::QuantizeActivations() {
 
 absl::Status StaticRangePass::QuantizeBiases() {
   if (hooks_.check_cancelled) {
-    absl::Status s = hooks_.check_cancelled();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(hooks_.check_cancelled());
   }
   for (const BiasPlan& bias : biases_) {
-    absl::Status s = QuantizeBias(bias);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(QuantizeBias(bias));
     Progress();
   }
   return absl::OkStatus();
@@ -746,9 +732,9 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
                                 "bias: the input got no quantization point"));
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
-  if (!values.ok()) return values.status();
-  const int64_t n = static_cast<int64_t>(values->size());
+  QUANTD_ASSIGN_OR_RETURN(std::vector<float> values,
+                          graph::ReadFloatTensor(*tensor));
+  const int64_t n = static_cast<int64_t>(values.size());
   std::vector<float> scales(n);
   std::vector<int32_t> q(n);
   std::vector<float> approx(n);
@@ -756,15 +742,15 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   for (int64_t c = 0; c < n; ++c) {
     const float s_w = wp[wp.size() == 1 ? 0 : c].scale;
     scales[c] = in->second.scale * s_w;
-    if (!(scales[c] > 0.0f) || !std::isfinite((*values)[c])) {
+    if (!(scales[c] > 0.0f) || !std::isfinite(values[c])) {
       skipped_.push_back(MakeSkip(
           bias.tensor, owner, n, quantd::v1::SKIP_REASON_UNSPECIFIED,
-          absl::StrCat("bias: value ", (*values)[c], " or scale ", scales[c],
+          absl::StrCat("bias: value ", values[c], " or scale ", scales[c],
                        " (input scale ", in->second.scale, " * weight scale ",
                        s_w, ") cannot be represented in int32")));
       return absl::OkStatus();
     }
-    const double v = std::nearbyint(static_cast<double>((*values)[c]) /
+    const double v = std::nearbyint(static_cast<double>(values[c]) /
                                     static_cast<double>(scales[c]));
     constexpr double kMin = std::numeric_limits<int32_t>::min();
     constexpr double kMax = std::numeric_limits<int32_t>::max();
@@ -818,7 +804,7 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
   r.set_scale_min(*lo);
   r.set_scale_max(*hi);
-  numerics::ErrorStats err = numerics::MeasureError(*values, approx);
+  numerics::ErrorStats err = numerics::MeasureError(values, approx);
   r.set_mse(err.mse);
   r.set_sqnr_db(err.sqnr_db);
   std::string note = absl::StrCat(
@@ -836,24 +822,23 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
 absl::Status StaticRangePass::LowerOpSet() {
   if (op_set_->lowering == Lowering::kQdq) return absl::OkStatus();
   if (hooks_.check_cancelled) {
-    absl::Status s = hooks_.check_cancelled();
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(hooks_.check_cancelled());
   }
-  absl::StatusOr<QdqLoweringStats> lowered =
+  QUANTD_ASSIGN_OR_RETURN(
+      QdqLoweringStats lowered,
       op_set_->lowering == Lowering::kIntegerOps
           ? LowerQdqToXla(model_->ir_version(), graph_)
-          : LowerQdqToUniformQuantized(model_->ir_version(), graph_);
-  if (!lowered.ok()) return lowered.status();
-  lowered_nodes_ = lowered->lowered_nodes;
+          : LowerQdqToUniformQuantized(model_->ir_version(), graph_));
+  lowered_nodes_ = lowered.lowered_nodes;
   std::string& note = stats_.lowering_note;
   note = absl::StrCat(
       "op_set ", tensorflow::quantization::OpSet_Name(options_.op_set), ": ",
-      lowered->lowered_nodes, " node(s) lowered to ", op_set_->lowered_ops,
-      ", ", lowered->kept.size(), " left in QDQ form; ",
-      lowered->quantize_linear, " QuantizeLinear and ",
-      lowered->dequantize_linear, " DequantizeLinear left");
-  if (!lowered->kept.empty()) {
-    absl::StrAppend(&note, " (", absl::StrJoin(lowered->kept, "; "), ")");
+      lowered.lowered_nodes, " node(s) lowered to ", op_set_->lowered_ops, ", ",
+      lowered.kept.size(), " left in QDQ form; ", lowered.quantize_linear,
+      " QuantizeLinear and ", lowered.dequantize_linear,
+      " DequantizeLinear left");
+  if (!lowered.kept.empty()) {
+    absl::StrAppend(&note, " (", absl::StrJoin(lowered.kept, "; "), ")");
   }
   return absl::OkStatus();
 }
@@ -912,49 +897,50 @@ std::string UnreachedNote(const std::vector<std::string>& unreached) {
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
     const StaticRangeOptions& options, const ActivationRanges& ranges,
     const PassHooks& hooks, onnx::ModelProto* model) {
-  absl::StatusOr<UnitPrecision> units = UnitPrecision::Resolve(
-      *model, options.precision, options.units, &options.inlined);
-  if (!units.ok()) return units.status();
-  absl::StatusOr<StaticRangeStats> stats =
-      StaticRangePass(options, ranges, hooks, *units, model).Run();
-  if (!stats.ok()) return stats;
+  QUANTD_ASSIGN_OR_RETURN(
+      UnitPrecision units,
+      UnitPrecision::Resolve(*model, options.precision, options.units,
+                             &options.inlined));
+  QUANTD_ASSIGN_OR_RETURN(
+      StaticRangeStats stats,
+      StaticRangePass(options, ranges, hooks, units, model).Run());
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
   absl::flat_hash_set<std::string> unreached;
-  absl::StatusOr<std::string> note = QuantizeBodies(
-      model, options.inlined,
-      MayUseFourBitWeights(options.precision, options.units),
-      [&](Body* body) -> absl::Status {
-        absl::StatusOr<StaticRangeStats> b =
-            StaticRangePass(options, ranges, body_hooks,
-                            units->InBody(body->scope), &body->model, body)
-                .Run();
-        if (!b.ok()) return b.status();
-        stats->quantized_weights += b->quantized_weights;
-        stats->quantized_activations += b->quantized_activations;
-        stats->quantized_biases += b->quantized_biases;
-        stats->quantized_nodes += b->quantized_nodes;
-        stats->weight_bytes_before += b->weight_bytes_before;
-        stats->weight_bytes_after += b->weight_bytes_after;
-        for (auto& skip : b->skipped) stats->skipped.push_back(std::move(skip));
-        // Sibling bodies may reuse a name; the note names each once.
-        for (auto& t : b->unreached) {
-          if (unreached.insert(t).second) {
-            stats->unreached.push_back(std::move(t));
-          }
-        }
-        AppendNote(&stats->opset_note, b->opset_note);
-        if (!b->lowering_note.empty()) {
-          AppendNote(
-              &stats->lowering_note,
-              absl::StrCat("in the ", body->where, ": ", b->lowering_note));
-        }
-        return absl::OkStatus();
-      });
-  if (!note.ok()) return note.status();
-  if (stats->opset_note.empty()) stats->opset_note = std::move(*note);
-  stats->unreached_note = UnreachedNote(stats->unreached);
+  auto quantize_body = [&](Body* body) -> absl::Status {
+    QUANTD_ASSIGN_OR_RETURN(
+        StaticRangeStats b,
+        StaticRangePass(options, ranges, body_hooks, units.InBody(body->scope),
+                        &body->model, body)
+            .Run());
+    stats.quantized_weights += b.quantized_weights;
+    stats.quantized_activations += b.quantized_activations;
+    stats.quantized_biases += b.quantized_biases;
+    stats.quantized_nodes += b.quantized_nodes;
+    stats.weight_bytes_before += b.weight_bytes_before;
+    stats.weight_bytes_after += b.weight_bytes_after;
+    for (auto& skip : b.skipped) stats.skipped.push_back(std::move(skip));
+    // Sibling bodies may reuse a name; the note names each once.
+    for (auto& t : b.unreached) {
+      if (unreached.insert(t).second) {
+        stats.unreached.push_back(std::move(t));
+      }
+    }
+    AppendNote(&stats.opset_note, b.opset_note);
+    if (!b.lowering_note.empty()) {
+      AppendNote(&stats.lowering_note,
+                 absl::StrCat("in the ", body->where, ": ", b.lowering_note));
+    }
+    return absl::OkStatus();
+  };
+  QUANTD_ASSIGN_OR_RETURN(
+      std::string note,
+      QuantizeBodies(model, options.inlined,
+                     MayUseFourBitWeights(options.precision, options.units),
+                     quantize_body));
+  if (stats.opset_note.empty()) stats.opset_note = std::move(note);
+  stats.unreached_note = UnreachedNote(stats.unreached);
   return stats;
 }
 

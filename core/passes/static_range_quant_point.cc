@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
@@ -167,15 +168,15 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
       CheckQuantPoint(*graph, producer_tensor, consumers, params.producer_scope,
                       params.consumer_scope);
   if (!point.ok() || point->outcome != QuantPoint::kInserted) return point;
-  absl::StatusOr<numerics::QuantGrid> grid = numerics::GridFor(params.spec);
-  if (!grid.ok()) return grid.status();
+  QUANTD_ASSIGN_OR_RETURN(numerics::QuantGrid grid,
+                          numerics::GridFor(params.spec));
   const numerics::QuantParams& qp = params.params;
-  if (!(qp.scale > 0.0f) || qp.zero_point < grid->quant_min ||
-      qp.zero_point > grid->quant_max) {
+  if (!(qp.scale > 0.0f) || qp.zero_point < grid.quant_min ||
+      qp.zero_point > grid.quant_max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "quantization point on '", producer_tensor, "': scale ", qp.scale,
         " and zero point ", qp.zero_point, " do not fit the grid [",
-        grid->quant_min, ", ", grid->quant_max, "]"));
+        grid.quant_min, ", ", grid.quant_max, "]"));
   }
   if (params.four_bit_storage && params.spec.bits > 4) {
     return absl::InvalidArgumentError(
@@ -199,13 +200,12 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
   // output type follows it).
   onnx::TensorProto zp_tensor;
   if (params.four_bit_storage) {
-    absl::StatusOr<std::string> packed =
-        numerics::PackInt4({qp.zero_point}, is_signed);
-    if (!packed.ok()) return packed.status();
+    QUANTD_ASSIGN_OR_RETURN(std::string packed,
+                            numerics::PackInt4({qp.zero_point}, is_signed));
     zp_tensor.set_name(zp);
     zp_tensor.set_data_type(is_signed ? numerics::kOnnxInt4
                                       : numerics::kOnnxUint4);
-    zp_tensor.set_raw_data(std::move(*packed));
+    zp_tensor.set_raw_data(std::move(packed));
   } else {
     zp_tensor = graph::MakeByteTensor(
         zp, is_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8, {},
@@ -221,14 +221,14 @@ absl::StatusOr<QuantPoint> InsertQuantPoint(onnx::GraphProto* graph,
   const int32_t type_min = is_signed ? -(1 << (type_bits - 1)) : 0;
   const int32_t type_max =
       is_signed ? (1 << (type_bits - 1)) - 1 : (1 << type_bits) - 1;
-  if (grid->quant_min != type_min || grid->quant_max != type_max) {
+  if (grid.quant_min != type_min || grid.quant_max != type_max) {
     const std::string lo = names->Make(x + "_clip_min");
     const std::string hi = names->Make(x + "_clip_max");
     q_input = names->Make(x + "_clipped");
     *graph->add_initializer() = graph::MakeFloatTensor(
-        lo, {}, {numerics::DequantizeValue(grid->quant_min, qp)});
+        lo, {}, {numerics::DequantizeValue(grid.quant_min, qp)});
     *graph->add_initializer() = graph::MakeFloatTensor(
-        hi, {}, {numerics::DequantizeValue(grid->quant_max, qp)});
+        hi, {}, {numerics::DequantizeValue(grid.quant_max, qp)});
     added.push_back(graph::MakeNode("Clip", names->Make(x + "_Clip"),
                                     {x, lo, hi}, {q_input}));
     point->clipped = true;

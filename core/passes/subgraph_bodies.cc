@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 #include "core/graph/unique_names.h"
@@ -57,8 +58,7 @@ class BodyWalker {
     AddOuterValues(model_->graph());
     OuterConstants outer;
     AddConstants(model_->mutable_graph(), model_->ir_version(), &outer);
-    absl::Status s = Walk(model_->mutable_graph(), outer);
-    if (!s.ok()) return s;
+    QUANTD_RETURN_IF_ERROR(Walk(model_->mutable_graph(), outer));
     RemoveUnreadCopiedConstants();
     return absl::OkStatus();
   }
@@ -85,13 +85,11 @@ class BodyWalker {
         if (a.has_g()) bodies.push_back(a.mutable_g());
         for (onnx::GraphProto& g : *a.mutable_graphs()) bodies.push_back(&g);
         for (onnx::GraphProto* body : bodies) {
-          absl::Status s = RunOne(node, a.name(), body, outer);
-          if (!s.ok()) return s;
+          QUANTD_RETURN_IF_ERROR(RunOne(node, a.name(), body, outer));
           AddOuterValues(*body);
           OuterConstants inner = outer;
           AddConstants(body, model_->ir_version(), &inner);
-          s = Walk(body, inner);
-          if (!s.ok()) return s;
+          QUANTD_RETURN_IF_ERROR(Walk(body, inner));
         }
       }
     }
@@ -329,12 +327,11 @@ absl::StatusOr<std::string> QuantizeBodies(
     onnx::ModelProto* model, const graph::InlinedFunctions& inlined,
     bool four_bit, const std::function<absl::Status(Body*)>& pass) {
   if (!HasQuantizableBodies(model->graph())) return std::string();
-  absl::StatusOr<OpsetOutcome> outcome =
-      EnsureOpset(model, four_bit ? kInt4Opset : kPerChannelOpset);
-  if (!outcome.ok()) return outcome.status();
-  absl::Status s = BodyWalker(model, inlined, pass).Run();
-  if (!s.ok()) return s;
-  return outcome->note;
+  QUANTD_ASSIGN_OR_RETURN(
+      OpsetOutcome outcome,
+      EnsureOpset(model, four_bit ? kInt4Opset : kPerChannelOpset));
+  QUANTD_RETURN_IF_ERROR(BodyWalker(model, inlined, pass).Run());
+  return outcome.note;
 }
 
 }  // namespace quantd::passes

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
@@ -266,8 +267,7 @@ class QdqToUniformQuantized {
                     "Runtime's QLinearConv needs one weight zero point); use "
                     "symmetric weights");
       }
-      absl::Status s = check_bias();
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(check_bias());
       NodeProto q = graph::MakeNode(
           "QLinearConv", node.name().empty() ? unique_.Make(base) : node.name(),
           conv_inputs(m.x.values, m.w.values), {out.q});
@@ -298,8 +298,7 @@ class QdqToUniformQuantized {
       }
     }
     if (op == "Gemm" && m.has_bias) {
-      absl::Status s = check_bias();
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(check_bias());
       if (!m.w.UniformZeroPoint()) {
         return Keep(node,
                     "its weight's zero points differ per channel (ONNX "
@@ -307,9 +306,8 @@ class QdqToUniformQuantized {
       }
       const int64_t n = m.w.dims[trans_b ? 0 : 1];
       const int64_t k = m.w.dims[trans_b ? 1 : 0];
-      absl::StatusOr<std::string> w4 =
-          Relayout(node, m.w, !trans_b, {n, k, 1, 1});
-      if (!w4.ok()) return w4.status();
+      QUANTD_ASSIGN_OR_RETURN(std::string w4,
+                              Relayout(node, m.w, !trans_b, {n, k, 1, 1}));
       const std::string x4 = unique_.Make(node.input(0) + "_nchw");
       const std::string y4 = unique_.Make(base + "_nchw");
       nodes->push_back(
@@ -317,7 +315,7 @@ class QdqToUniformQuantized {
                           {m.x.values, Int64Shape({0, -1, 1, 1})}, {x4}));
       NodeProto q = graph::MakeNode(
           "QLinearConv", node.name().empty() ? unique_.Make(base) : node.name(),
-          conv_inputs(x4, *w4), {y4});
+          conv_inputs(x4, w4), {y4});
       q.set_doc_string(absl::StrCat(doc,
                                     ", as a 1x1 QLinearConv for its "
                                     "int32 bias"));
@@ -341,10 +339,8 @@ class QdqToUniformQuantized {
                     "QLinearMatMul takes only for a 2-D b");
       }
       if (trans_b) {
-        absl::StatusOr<std::string> t =
-            Relayout(node, m.w, true, {m.w.dims[1], m.w.dims[0]});
-        if (!t.ok()) return t.status();
-        b = *t;
+        QUANTD_ASSIGN_OR_RETURN(
+            b, Relayout(node, m.w, true, {m.w.dims[1], m.w.dims[0]}));
       }
     }
     NodeProto q = graph::MakeNode(

@@ -1,6 +1,7 @@
 #include "core/passes/weight_pass_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::passes {
 
@@ -78,8 +79,7 @@ absl::Status ResolveBlockSize(const QuantOpParams& w,
 
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
     const quantd::v1::QuantizeConfig& config) {
-  absl::Status s = CheckWeightBitsFitPrecision(config);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(CheckWeightBitsFitPrecision(config));
   WeightPassOptions options;
   options.precision = config.options().quantization_precision() ==
                               tensorflow::quantization::PRECISION_UNSPECIFIED
@@ -117,8 +117,7 @@ absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
   if (w.has_per_channel()) weights.per_channel = w.per_channel();
   weights.producer_scope = w.producer_scope();
   weights.consumer_scope = w.consumer_scope();
-  s = ResolveBlockSize(w, options.op_set, &weights);
-  if (!s.ok()) return s;
+  QUANTD_RETURN_IF_ERROR(ResolveBlockSize(w, options.op_set, &weights));
   return options;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
@@ -415,13 +416,13 @@ absl::StatusOr<TensorProto> MakeFourBitTensor(const std::string& name,
                                               absl::Span<const int64_t> dims,
                                               absl::Span<const int32_t> values,
                                               bool is_signed) {
-  absl::StatusOr<std::string> packed = numerics::PackInt4(values, is_signed);
-  if (!packed.ok()) return packed.status();
+  QUANTD_ASSIGN_OR_RETURN(std::string packed,
+                          numerics::PackInt4(values, is_signed));
   TensorProto t;
   t.set_name(name);
   t.set_data_type(is_signed ? numerics::kOnnxInt4 : numerics::kOnnxUint4);
   for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::move(*packed));
+  t.set_raw_data(std::move(packed));
   return t;
 }
 
@@ -447,10 +448,9 @@ absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
   }
   out->scale = graph::MakeFloatTensor(names.scale, dims, scales);
   if (four_bit) {
-    absl::StatusOr<TensorProto> zp = MakeFourBitTensor(
-        names.zero_point, dims, zero_points, q.spec.is_signed);
-    if (!zp.ok()) return zp.status();
-    out->zero_point = std::move(*zp);
+    QUANTD_ASSIGN_OR_RETURN(
+        out->zero_point, MakeFourBitTensor(names.zero_point, dims, zero_points,
+                                           q.spec.is_signed));
     return absl::OkStatus();
   }
   std::string bytes;
@@ -585,8 +585,7 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
   for (const WeightPlan& w : weights) tensors.push_back(WeightTensor(graph, w));
   for (int64_t begin = 0; begin < total; begin += group) {
     if (hooks.check_cancelled) {
-      absl::Status s = hooks.check_cancelled();
-      if (!s.ok()) return s;
+      QUANTD_RETURN_IF_ERROR(hooks.check_cancelled());
     }
     const int64_t n = std::min(group, total - begin);
     std::vector<QuantizedWeight> done(n);
@@ -602,7 +601,7 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
     }
     for (int64_t i = 0; i < n; ++i) {
       QuantizedWeight& w = done[i];
-      if (!w.status.ok()) return w.status;
+      QUANTD_RETURN_IF_ERROR(w.status);
       result.bytes_before += w.bytes_before;
       result.bytes_after += NewBytes(w);
       result.params.push_back(std::move(w.params));

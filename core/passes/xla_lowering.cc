@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 
@@ -54,11 +55,10 @@ absl::StatusOr<Layout> WeightLayout(const onnx::GraphProto& graph,
                                     const WeightPlan& w) {
   absl::StatusOr<Layout> first;
   for (int n : w.consumers) {
-    absl::StatusOr<Layout> l = LayoutFor(graph.node(n));
-    if (!l.ok()) return l.status();
+    QUANTD_ASSIGN_OR_RETURN(Layout l, LayoutFor(graph.node(n)));
     if (n == w.consumers.front()) {
-      first = *l;
-    } else if (*l != *first) {
+      first = l;
+    } else if (l != *first) {
       return absl::UnimplementedError(absl::StrCat(
           "weight '", w.tensor, "' is read by ",
           Describe(graph.node(w.consumers.front())), " and ",
@@ -266,11 +266,9 @@ class Lowering {
     absl::flat_hash_map<int, int> constant_weight;  // node -> plan index
     for (int k = 0; k < static_cast<int>(weights_.size()); ++k) {
       const WeightPlan& w = weights_[k];
-      absl::StatusOr<Layout> layout = WeightLayout(*graph_, w);
-      if (!layout.ok()) return layout.status();
-      absl::Status s =
-          RelayoutWeight(w, names_[k], params[k], *layout, also_input_, graph_);
-      if (!s.ok()) return s;
+      QUANTD_ASSIGN_OR_RETURN(Layout layout, WeightLayout(*graph_, w));
+      QUANTD_RETURN_IF_ERROR(
+          RelayoutWeight(w, names_[k], params[k], layout, also_input_, graph_));
       if (w.constant_node >= 0) constant_weight[w.constant_node] = k;
       for (int n : w.consumers) consumer_weight_[n] = k;
     }
@@ -531,10 +529,9 @@ class QdqToXla {
                     absl::StrCat("weight is stored as ",
                                  ElementTypeName(m.w.type), ", not INT8"));
       }
-      absl::StatusOr<StoredWeight> s = StoreWeight(node, m.w, *layout);
-      if (!s.ok()) return s.status();
-      c.w_q = s->values;
-      c.w_zero_point = s->zero_point;
+      QUANTD_ASSIGN_OR_RETURN(StoredWeight s, StoreWeight(node, m.w, *layout));
+      c.w_q = s.values;
+      c.w_zero_point = s.zero_point;
     } else {
       // MatMul of two activations: uint8 x uint8.
       if (node.op_type() != "MatMul" || m.w.type != TensorProto::UINT8 ||
@@ -617,11 +614,10 @@ absl::Status CheckXlaLowerable(const onnx::GraphProto& graph,
                                const std::vector<WeightPlan>& weights,
                                const WeightPassOptions& options) {
   for (const WeightPlan& w : weights) {
-    absl::StatusOr<Layout> layout = WeightLayout(graph, w);
-    if (!layout.ok()) return layout.status();
+    QUANTD_ASSIGN_OR_RETURN(Layout layout, WeightLayout(graph, w));
     if (options.weights.spec.symmetric || w.axis < 0) continue;
     const NodeProto& node = graph.node(w.consumers.front());
-    if (*layout == Layout::kConv) {
+    if (layout == Layout::kConv) {
       return absl::UnimplementedError(absl::StrCat(
           Describe(node),
           ": asymmetric per-channel weights need a zero point "
