@@ -23,29 +23,6 @@ using ::quantd::testing::ModelBuilder;
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(gen);
-  return v;
-}
-
-void AddStringAttr(onnx::ModelProto* m, const std::string& name,
-                   const std::string& value) {
-  auto* nodes = m->mutable_graph()->mutable_node();
-  auto* a = nodes->Mutable(nodes->size() - 1)->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(value);
-}
-
-std::unique_ptr<Executor> MustCreate(const onnx::ModelProto& m) {
-  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *std::move(e) : nullptr;
-}
-
 // Float Clip and Relu take a vectorised clamp: bounds, NaN kept, -0 kept,
 // odd lengths, and lengths the pool splits.
 TEST(ClipReluTest, FloatClampMatchesScalarRule) {

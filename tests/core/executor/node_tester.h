@@ -1,12 +1,16 @@
 // The single-node executor test harness: one node in a model of a given
 // opset, run through Executor::Create and Run, so op tests state only the
-// node, its attributes and its inputs.
+// node, its attributes and its inputs. Also the small helpers the executor
+// tests share (tensor shorthands, goldens, error and closeness checks), so
+// none is defined twice.
 #ifndef QUANTD_TESTS_CORE_EXECUTOR_NODE_TESTER_H_
 #define QUANTD_TESTS_CORE_EXECUTOR_NODE_TESTER_H_
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,10 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/thread_pool.h"
 #include "core/executor/executor.h"
+#include "core/executor/npy.h"
 #include "core/executor/tensor.h"
 #include "core/numerics/int4.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "tests/support/test_paths.h"
 
 namespace quantd::executor {
 
@@ -60,6 +67,73 @@ inline onnx::AttributeProto FloatsAttr(const std::string& name,
 template <typename T>
 Tensor T1(std::vector<int64_t> shape, std::vector<T> v) {
   return Tensor::FromVector<T>(std::move(shape), v);
+}
+
+// Shorthands for T1<float> and T1<int64_t>.
+inline Tensor Floats(std::vector<int64_t> shape, std::vector<float> v) {
+  return Tensor::FromVector<float>(std::move(shape), v);
+}
+inline Tensor I64(std::vector<int64_t> shape, std::vector<int64_t> v) {
+  return Tensor::FromVector<int64_t>(std::move(shape), v);
+}
+
+// `n` floats uniform in [-1, 1) from mt19937(seed).
+inline std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(gen);
+  return v;
+}
+
+// A FLOAT tensor widened to DOUBLE; any other tensor as is.
+inline Tensor ToDouble(const Tensor& t) {
+  if (t.dtype() != onnx::TensorProto::FLOAT) return t;
+  Tensor d(onnx::TensorProto::DOUBLE, t.shape());
+  for (int64_t i = 0; i < t.size(); ++i) {
+    d.mutable_data<double>()[i] = t.data<float>()[i];
+  }
+  return d;
+}
+
+// tests/data/executor/rnn_image/<name>.npy (the goldens of the RNN and image
+// ops); an empty Tensor and a test failure if unreadable.
+inline Tensor RnnImageGolden(const std::string& name) {
+  absl::StatusOr<Tensor> t = ReadNpyFile(
+      testing::SourcePath("tests/data/executor/rnn_image/" + name + ".npy"));
+  EXPECT_TRUE(t.ok()) << name << ": " << t.status();
+  return t.ok() ? *t : Tensor();
+}
+
+// Whether scripts/setup.sh installed onnxruntime-node.
+inline bool OrtAvailable() {
+  return std::filesystem::exists(std::string(QUANTD_ORT_NODE_PATH) +
+                                 "/onnxruntime-node");
+}
+
+// Adds STRING attribute `name` = `value` to the last node of `m`.
+inline void AddStringAttr(onnx::ModelProto* m, const std::string& name,
+                          const std::string& value) {
+  auto* nodes = m->mutable_graph()->mutable_node();
+  auto* a = nodes->Mutable(nodes->size() - 1)->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(value);
+}
+
+// `r` is an error of `code` whose message contains `part`.
+inline void ExpectError(const absl::StatusOr<Tensor>& r, absl::StatusCode code,
+                        const std::string& part) {
+  ASSERT_FALSE(r.ok()) << "expected an error containing '" << part << "'";
+  EXPECT_EQ(r.status().code(), code) << r.status();
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(part));
+}
+
+// The executor for `m`, or nullptr and a test failure.
+inline std::unique_ptr<Executor> MustCreate(const onnx::ModelProto& m) {
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
 }
 
 // The values of `t`, which must hold T.
@@ -116,6 +190,23 @@ struct OneNode {
   std::vector<bool> constant;  // Defaults to all fed.
   int outputs = 1;
   std::vector<onnx::AttributeProto> attrs;
+
+  // Fluent input setters, in input order: a fed graph input, an
+  // initializer (its value known at Create), an omitted optional input.
+  OneNode& In(Tensor t) {
+    inputs.push_back(std::move(t));
+    return *this;
+  }
+  OneNode& Const(Tensor t) {
+    constant.resize(inputs.size(), false);
+    constant.push_back(true);
+    inputs.push_back(std::move(t));
+    return *this;
+  }
+  OneNode& None() {
+    inputs.emplace_back();
+    return *this;
+  }
 
   OneNode& Int(const std::string& name, int64_t v) {
     onnx::AttributeProto a;
@@ -177,8 +268,13 @@ struct OneNode {
     return m;
   }
 
+  // The executor for Model(), or the Create error.
+  absl::StatusOr<std::unique_ptr<Executor>> Create() const {
+    return Executor::Create(Model());
+  }
+
   absl::StatusOr<std::vector<Tensor>> Run(ThreadPool* pool = nullptr) const {
-    absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(Model());
+    absl::StatusOr<std::unique_ptr<Executor>> e = Create();
     if (!e.ok()) return e.status();
     absl::flat_hash_map<std::string, Tensor> feeds;
     for (size_t i = 0; i < inputs.size(); ++i) {

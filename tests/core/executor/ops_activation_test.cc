@@ -54,10 +54,6 @@ void ExpectClose(const Tensor& got, const GoldenArray& want, double atol,
   }
 }
 
-Tensor Floats(std::vector<int64_t> shape, std::vector<float> v) {
-  return Tensor::FromVector<float>(std::move(shape), v);
-}
-
 // ------------------------------------------------- against torch (golden)
 
 struct TorchCase {
@@ -392,11 +388,6 @@ TEST(ActivationTest, PoolSplitsBigTensorsWithTheSameResult) {
 }
 
 // ------------------------------------------------ a FLOAT16 model vs ORT
-
-bool OrtAvailable() {
-  return std::filesystem::exists(std::string(QUANTD_ORT_NODE_PATH) +
-                                 "/onnxruntime-node");
-}
 
 TEST(Float16ModelTest, RunsInFloat16AndMatchesOnnxRuntime) {
   const std::string model_path =

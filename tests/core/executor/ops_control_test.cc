@@ -25,6 +25,7 @@
 #include "core/graph/model_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/executor/node_tester.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -111,21 +112,6 @@ onnx::ModelProto Model(const onnx::GraphProto& g, int64_t opset = 13) {
   return m;
 }
 
-Tensor F(std::vector<int64_t> shape, std::vector<float> v) {
-  return Tensor::FromVector<float>(std::move(shape), v);
-}
-
-std::vector<float> Floats(const Tensor& t) {
-  EXPECT_EQ(t.dtype(), TP::FLOAT);
-  return std::vector<float>(t.data<float>(), t.data<float>() + t.size());
-}
-
-std::unique_ptr<Executor> CreateOrDie(const onnx::ModelProto& m) {
-  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *std::move(e) : nullptr;
-}
-
 // ---------------------------------------------------------------------- If
 
 // y = c ? (x + x) * w : x - w, z = c ? x : w; w is a main-graph initializer,
@@ -143,28 +129,28 @@ onnx::ModelProto IfModel(std::vector<int64_t> cond_dims = {}) {
   return Model(Graph("main", {N("Add", {"x", "x"}, {"d"}, "double"), iff},
                      {Vi("c", TP::BOOL, cond_dims), Vi("x", TP::FLOAT, {{3}})},
                      {Vi("y", TP::FLOAT), Vi("z", TP::FLOAT)},
-                     {{"w", F({3}, {1, 2, 3})}}));
+                     {{"w", Floats({3}, {1, 2, 3})}}));
 }
 
 TEST(IfTest, BranchesReadOuterValuesAndInitializers) {
-  auto exec = CreateOrDie(IfModel());
+  auto exec = MustCreate(IfModel());
   ASSERT_NE(exec, nullptr);
-  const Tensor x = F({3}, {1, -1, 0.5f});
+  const Tensor x = Floats({3}, {1, -1, 0.5f});
   auto then_out = exec->Run({{"c", Tensor::Scalar<bool>(true)}, {"x", x}});
   ASSERT_TRUE(then_out.ok()) << then_out.status();
-  EXPECT_EQ(Floats((*then_out)[0]), (std::vector<float>{2, -4, 3}));
-  EXPECT_EQ(Floats((*then_out)[1]), (std::vector<float>{1, -1, 0.5f}));
+  EXPECT_EQ(Values<float>((*then_out)[0]), (std::vector<float>{2, -4, 3}));
+  EXPECT_EQ(Values<float>((*then_out)[1]), (std::vector<float>{1, -1, 0.5f}));
   auto else_out = exec->Run({{"c", Tensor::Scalar<bool>(false)}, {"x", x}});
   ASSERT_TRUE(else_out.ok()) << else_out.status();
-  EXPECT_EQ(Floats((*else_out)[0]), (std::vector<float>{0, -3, -2.5f}));
-  EXPECT_EQ(Floats((*else_out)[1]), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(Values<float>((*else_out)[0]), (std::vector<float>{0, -3, -2.5f}));
+  EXPECT_EQ(Values<float>((*else_out)[1]), (std::vector<float>{1, 2, 3}));
 }
 
 TEST(IfTest, ConditionMustBeOneBoolElement) {
-  auto exec = CreateOrDie(IfModel({2}));
+  auto exec = MustCreate(IfModel({2}));
   ASSERT_NE(exec, nullptr);
   auto out = exec->Run({{"c", Tensor::FromVector<bool>({2}, {true, false})},
-                        {"x", F({3}, {1, 2, 3})}});
+                        {"x", Floats({3}, {1, 2, 3})}});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("'branch'"));
   EXPECT_THAT(std::string(out.status().message()),
@@ -236,7 +222,7 @@ LoopResult LoopReference(std::optional<int64_t> m, bool cond,
 }
 
 TEST(LoopTest, TripCountConditionCarriedAndScanOutputs) {
-  auto exec = CreateOrDie(LoopModel(true));
+  auto exec = MustCreate(LoopModel(true));
   ASSERT_NE(exec, nullptr);
   const std::vector<float> a0 = {1, 2}, x = {0.5f, -1};
   struct Case {
@@ -251,33 +237,33 @@ TEST(LoopTest, TripCountConditionCarriedAndScanOutputs) {
     SCOPED_TRACE(absl::StrCat("M=", c.m, " cond=", c.cond));
     auto out = exec->Run({{"M", Tensor::Scalar<int64_t>(c.m)},
                           {"c", Tensor::Scalar<bool>(c.cond)},
-                          {"a0", F({2}, a0)},
-                          {"x", F({2}, x)}});
+                          {"a0", Floats({2}, a0)},
+                          {"x", Floats({2}, x)}});
     ASSERT_TRUE(out.ok()) << out.status();
     const LoopResult want = LoopReference(c.m, c.cond, a0, x);
     EXPECT_EQ(want.iterations, c.want_iterations);
-    EXPECT_EQ(Floats((*out)[0]), want.acc);
+    EXPECT_EQ(Values<float>((*out)[0]), want.acc);
     // With no iteration the scan output takes the body's declared shape.
     EXPECT_EQ((*out)[1].shape(), (std::vector<int64_t>{c.want_iterations, 2}));
-    EXPECT_EQ(Floats((*out)[1]), want.sqs);
+    EXPECT_EQ(Values<float>((*out)[1]), want.sqs);
   }
 }
 
 TEST(LoopTest, WithoutTripCountRunsUntilTheConditionTurnsFalse) {
-  auto exec = CreateOrDie(LoopModel(false));
+  auto exec = MustCreate(LoopModel(false));
   ASSERT_NE(exec, nullptr);
   auto out = exec->Run({{"c", Tensor::Scalar<bool>(true)},
-                        {"a0", F({2}, {0, 0})},
-                        {"x", F({2}, {1, 1})}});
+                        {"a0", Floats({2}, {0, 0})},
+                        {"x", Floats({2}, {1, 1})}});
   ASSERT_TRUE(out.ok()) << out.status();
   const LoopResult want = LoopReference(std::nullopt, true, {0, 0}, {1, 1});
   EXPECT_EQ(want.iterations, 4);
-  EXPECT_EQ(Floats((*out)[0]), want.acc);
-  EXPECT_EQ(Floats((*out)[1]), want.sqs);
+  EXPECT_EQ(Values<float>((*out)[0]), want.acc);
+  EXPECT_EQ(Values<float>((*out)[1]), want.sqs);
 }
 
 TEST(LoopTest, OnTensorSeesBodyValuesOncePerIteration) {
-  auto exec = CreateOrDie(LoopModel(true));
+  auto exec = MustCreate(LoopModel(true));
   ASSERT_NE(exec, nullptr);
   std::map<std::string, int> count;
   std::vector<int64_t> iterations_seen;
@@ -288,8 +274,8 @@ TEST(LoopTest, OnTensorSeesBodyValuesOncePerIteration) {
   };
   auto out = exec->Run({{"M", Tensor::Scalar<int64_t>(10)},
                         {"c", Tensor::Scalar<bool>(true)},
-                        {"a0", F({2}, {1, 2})},
-                        {"x", F({2}, {3, 4})}},
+                        {"a0", Floats({2}, {1, 2})},
+                        {"x", Floats({2}, {3, 4})}},
                        ro);
   ASSERT_TRUE(out.ok()) << out.status();
   // Body inputs and every body node output: once per iteration (4).
@@ -322,13 +308,13 @@ onnx::ModelProto CountingLoop(bool with_m, bool with_cond,
                      {Vi("vf", TP::FLOAT)},
                      {{"M", Tensor::Scalar<int64_t>(m)},
                       {"c", Tensor::Scalar<bool>(true)},
-                      {"onef", F({1}, {1})}}));
+                      {"onef", Floats({1}, {1})}}));
 }
 
 TEST(LoopTest, CancellationStopsALongLoopBetweenIterations) {
   for (bool with_m : {true, false}) {
     SCOPED_TRACE(with_m ? "M = 2^40" : "no M, no condition: endless");
-    auto exec = CreateOrDie(CountingLoop(with_m, with_m));
+    auto exec = MustCreate(CountingLoop(with_m, with_m));
     ASSERT_NE(exec, nullptr);
     // Deterministic: cancel from inside the 100th iteration.
     CancellationToken token;
@@ -338,7 +324,7 @@ TEST(LoopTest, CancellationStopsALongLoopBetweenIterations) {
     ro.on_tensor = [&](const std::string& name, const Tensor&) {
       if (name == "v2" && ++produced == 100) token.Cancel();
     };
-    auto out = exec->Run({{"v0", F({1}, {0})}}, ro);
+    auto out = exec->Run({{"v0", Floats({1}, {0})}}, ro);
     EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled)
         << out.status();
     EXPECT_THAT(std::string(out.status().message()), HasSubstr("long_loop"));
@@ -355,7 +341,7 @@ TEST(LoopTest, CancellationStopsALongLoopBetweenIterations) {
           std::chrono::steady_clock::now().time_since_epoch().count();
       token2.Cancel();
     });
-    auto out2 = exec->Run({{"v0", F({1}, {0})}}, ro2);
+    auto out2 = exec->Run({{"v0", Floats({1}, {0})}}, ro2);
     const int64_t returned =
         std::chrono::steady_clock::now().time_since_epoch().count();
     canceller.join();
@@ -373,15 +359,15 @@ TEST(LoopTest, CancellationStopsALongLoopBetweenIterations) {
 
 TEST(LoopTest, ManyIterations) {
   constexpr int64_t kIterations = 100000;
-  auto exec = CreateOrDie(CountingLoop(true, false, kIterations));
+  auto exec = MustCreate(CountingLoop(true, false, kIterations));
   ASSERT_NE(exec, nullptr);
   const auto start = std::chrono::steady_clock::now();
-  auto out = exec->Run({{"v0", F({1}, {0})}});
+  auto out = exec->Run({{"v0", Floats({1}, {0})}});
   const double us = std::chrono::duration<double, std::micro>(
                         std::chrono::steady_clock::now() - start)
                         .count();
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{kIterations}));
+  EXPECT_EQ(Values<float>((*out)[0]), (std::vector<float>{kIterations}));
   std::cout << "measured: Loop with a 2-node body: " << us / kIterations
             << " us per iteration (" << kIterations << " iterations)"
             << std::endl;
@@ -398,10 +384,10 @@ TEST(LoopTest, ScanOutputChangingShapeIsInvalid) {
             {Vi("co", TP::BOOL, {{}}), Vi("r", TP::INT64)});
   onnx::NodeProto loop = N("Loop", {"M", ""}, {"rs"}, "grow");
   WithGraph(loop, "body", body);
-  auto exec = CreateOrDie(Model(
-      Graph("main", {loop}, {Vi("M", TP::INT64, {{}})}, {Vi("rs", TP::INT64)},
-            {{"onei", Tensor::Scalar<int64_t>(1)},
-             {"zeroi", Tensor::Scalar<int64_t>(0)}})));
+  auto exec = MustCreate(Model(Graph("main", {loop}, {Vi("M", TP::INT64, {{}})},
+                                     {Vi("rs", TP::INT64)},
+                                     {{"onei", Tensor::Scalar<int64_t>(1)},
+                                      {"zeroi", Tensor::Scalar<int64_t>(0)}})));
   ASSERT_NE(exec, nullptr);
   auto one = exec->Run({{"M", Tensor::Scalar<int64_t>(1)}});
   ASSERT_TRUE(one.ok()) << one.status();
@@ -447,7 +433,7 @@ TEST(LoopTest, BodySignatureMismatchesAreInvalid) {
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("1 scan outputs"));
 
   // Trip count of the wrong type, fed at run time.
-  auto exec = CreateOrDie(LoopModel(true));
+  auto exec = MustCreate(LoopModel(true));
   ASSERT_NE(exec, nullptr);
   onnx::ModelProto bad_m = LoopModel(true);
   bad_m.mutable_graph()
@@ -484,26 +470,26 @@ onnx::ModelProto LoopInIfModel() {
   return Model(Graph("main", {iff},
                      {Vi("c", TP::BOOL, {{}}), Vi("x", TP::FLOAT, {{2}})},
                      {Vi("y", TP::FLOAT)},
-                     {{"w", F({2}, {10, 20})},
+                     {{"w", Floats({2}, {10, 20})},
                       {"M", Tensor::Scalar<int64_t>(3)},
                       {"t", Tensor::Scalar<bool>(true)}}));
 }
 
 TEST(NestingTest, LoopInsideIfReadsValuesTwoScopesOut) {
-  auto exec = CreateOrDie(LoopInIfModel());
+  auto exec = MustCreate(LoopInIfModel());
   ASSERT_NE(exec, nullptr);
-  const Tensor x = F({2}, {1, -2});
+  const Tensor x = Floats({2}, {1, -2});
   auto then_out = exec->Run({{"c", Tensor::Scalar<bool>(true)}, {"x", x}});
   ASSERT_TRUE(then_out.ok()) << then_out.status();
   // x + 3 (w + x) = 4x + 3w.
-  EXPECT_EQ(Floats((*then_out)[0]), (std::vector<float>{34, 52}));
+  EXPECT_EQ(Values<float>((*then_out)[0]), (std::vector<float>{34, 52}));
   auto else_out = exec->Run({{"c", Tensor::Scalar<bool>(false)}, {"x", x}});
   ASSERT_TRUE(else_out.ok()) << else_out.status();
-  EXPECT_EQ(Floats((*else_out)[0]), (std::vector<float>{-1, 2}));
+  EXPECT_EQ(Values<float>((*else_out)[0]), (std::vector<float>{-1, 2}));
 }
 
 TEST(NestingTest, ConcurrentRunsOnThePoolAgree) {
-  auto exec = CreateOrDie(LoopInIfModel());
+  auto exec = MustCreate(LoopInIfModel());
   ASSERT_NE(exec, nullptr);
   ThreadPool pool(2);
   std::atomic<int> wrong{0};
@@ -514,13 +500,13 @@ TEST(NestingTest, ConcurrentRunsOnThePoolAgree) {
         const float v = static_cast<float>(t * 100 + r);
         Executor::RunOptions ro;
         ro.pool = &pool;
-        auto out = exec->Run(
-            {{"c", Tensor::Scalar<bool>(r % 2 == 0)}, {"x", F({2}, {v, v})}},
-            ro);
+        auto out = exec->Run({{"c", Tensor::Scalar<bool>(r % 2 == 0)},
+                              {"x", Floats({2}, {v, v})}},
+                             ro);
         const std::vector<float> want =
             r % 2 == 0 ? std::vector<float>{4 * v + 30, 4 * v + 60}
                        : std::vector<float>{-v, -v};
-        if (!out.ok() || Floats((*out)[0]) != want) ++wrong;
+        if (!out.ok() || Values<float>((*out)[0]) != want) ++wrong;
       }
     });
   }
@@ -588,7 +574,7 @@ TEST(ScanTest, ReverseDirectionsAndNonZeroAxes) {
   WithInts(scan, "scan_input_directions", {1, 0});
   WithInts(scan, "scan_output_axes", {-1, 0});
   WithInts(scan, "scan_output_directions", {0, 1});
-  auto exec = CreateOrDie(Model(
+  auto exec = MustCreate(Model(
       Graph("main", {scan},
             {Vi("s0", TP::FLOAT, {{2}}), Vi("X1", TP::FLOAT, {{2, 3}}),
              Vi("X2", TP::FLOAT, {{3, 2}})},
@@ -597,8 +583,9 @@ TEST(ScanTest, ReverseDirectionsAndNonZeroAxes) {
   ASSERT_NE(exec, nullptr);
   const std::vector<float> s0 = {1, -1}, x1 = {1, 2, 3, 4, 5, 6},
                            x2 = {0.5f, 1, -1, 2, 3, -0.5f};
-  auto out = exec->Run(
-      {{"s0", F({2}, s0)}, {"X1", F({2, 3}, x1)}, {"X2", F({3, 2}, x2)}});
+  auto out = exec->Run({{"s0", Floats({2}, s0)},
+                        {"X1", Floats({2, 3}, x1)},
+                        {"X2", Floats({3, 2}, x2)}});
   ASSERT_TRUE(out.ok()) << out.status();
 
   std::vector<float> s = s0, o1(6), o2(6);
@@ -611,11 +598,11 @@ TEST(ScanTest, ReverseDirectionsAndNonZeroAxes) {
       o2[(2 - t) * 2 + k] = a - b;  // O2[L-1-t, k]
     }
   }
-  EXPECT_EQ(Floats((*out)[0]), s);
+  EXPECT_EQ(Values<float>((*out)[0]), s);
   EXPECT_EQ((*out)[1].shape(), (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(Floats((*out)[1]), o1);
+  EXPECT_EQ(Values<float>((*out)[1]), o1);
   EXPECT_EQ((*out)[2].shape(), (std::vector<int64_t>{3, 2}));
-  EXPECT_EQ(Floats((*out)[2]), o2);
+  EXPECT_EQ(Values<float>((*out)[2]), o2);
 }
 
 TEST(ScanTest, MismatchedSequenceLengthsAndScan8SequenceLens) {
@@ -625,13 +612,13 @@ TEST(ScanTest, MismatchedSequenceLengthsAndScan8SequenceLens) {
   onnx::NodeProto scan = N("Scan", {"A", "B"}, {"O"}, "pair_scan");
   WithGraph(scan, "body", body);
   WithInt(scan, "num_scan_inputs", 2);
-  auto exec = CreateOrDie(
+  auto exec = MustCreate(
       Model(Graph("main", {scan}, {Vi("A", TP::FLOAT), Vi("B", TP::FLOAT)},
                   {Vi("O", TP::FLOAT)}),
             16));
   ASSERT_NE(exec, nullptr);
-  auto out = exec->Run(
-      {{"A", F({3, 2}, {1, 2, 3, 4, 5, 6})}, {"B", F({2, 2}, {1, 2, 3, 4})}});
+  auto out = exec->Run({{"A", Floats({3, 2}, {1, 2, 3, 4, 5, 6})},
+                        {"B", Floats({2, 2}, {1, 2, 3, 4})}});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("'pair_scan'"));
 
@@ -650,17 +637,17 @@ TEST(ScanTest, MismatchedSequenceLengthsAndScan8SequenceLens) {
 }
 
 TEST(ControlFlowMemoryTest, NoBufferOutlivesARun) {
-  auto loop = CreateOrDie(LoopModel(true));
-  auto nested = CreateOrDie(LoopInIfModel());
+  auto loop = MustCreate(LoopModel(true));
+  auto nested = MustCreate(LoopInIfModel());
   ASSERT_NE(loop, nullptr);
   ASSERT_NE(nested, nullptr);
   const absl::flat_hash_map<std::string, Tensor> loop_feeds = {
       {"M", Tensor::Scalar<int64_t>(10)},
       {"c", Tensor::Scalar<bool>(true)},
-      {"a0", F({2}, {1, 2})},
-      {"x", F({2}, {3, 4})}};
+      {"a0", Floats({2}, {1, 2})},
+      {"x", Floats({2}, {3, 4})}};
   const absl::flat_hash_map<std::string, Tensor> nested_feeds = {
-      {"c", Tensor::Scalar<bool>(true)}, {"x", F({2}, {1, 2})}};
+      {"c", Tensor::Scalar<bool>(true)}, {"x", Floats({2}, {1, 2})}};
   const int64_t before = Tensor::LiveBuffers();
   for (int r = 0; r < 3; ++r) {
     auto a = loop->Run(loop_feeds);

@@ -20,10 +20,6 @@ using TP = onnx::TensorProto;
 Tensor F32(std::vector<int64_t> shape, std::vector<float> v) {
   return T1<float>(std::move(shape), std::move(v));
 }
-Tensor I64(std::vector<int64_t> shape, std::vector<int64_t> v) {
-  return T1<int64_t>(std::move(shape), std::move(v));
-}
-
 // ======================================================== NonMaxSuppression
 
 OneNode Nms(Tensor boxes, Tensor scores, Tensor max_out, Tensor iou,

@@ -4,10 +4,13 @@
 // both modes, BitShift and Bitwise*, Sum / Mean, the integer and unsigned
 // types of the arithmetic and comparison ops; and 16-bit floats: Cast
 // rounding to nearest even (straight from double too), FromProto's typed
-// fields, and ops computing FLOAT16 / BFLOAT16 in float.
+// fields, and ops computing FLOAT16 / BFLOAT16 in float; the comparisons
+// and logic (broadcasting, BOOL out, feeding Where), variadic Max / Min and
+// Abs / Sign / Exp / Log with their error codes, against hand-computed values.
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,10 +21,12 @@
 #include "gtest/gtest.h"
 #include "tests/core/executor/node_tester.h"
 #include "tests/core/executor/op_golden.h"
+#include "tests/core/graph/test_models.h"
 
 namespace quantd::executor {
 namespace {
 
+using ::quantd::testing::ModelBuilder;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -506,6 +511,229 @@ TEST(HalfTest, GraphDeclaredFloatOutputsAreNotNarrowed) {
   EXPECT_EQ((*out)[1].dtype(), TP::FLOAT);
   EXPECT_EQ((*out)[2].dtype(), TP::FLOAT);
   EXPECT_FLOAT_EQ((*out)[1].data<float>()[0], 2.5f);
+}
+
+// ------------------------------------------------------------ comparisons
+
+TEST(OpsComparisonTest, GreaterBroadcastsRowOverMatrix) {
+  absl::StatusOr<Tensor> y = OneNode("Greater", 13)
+                                 .In(T1<float>({2, 3}, {1, 5, 3, -1, 0, 9}))
+                                 .In(T1<float>({3}, {0, 5, 2}))
+                                 .Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<bool>(*y),
+              ElementsAre(true, false, true, false, false, true));
+}
+
+TEST(OpsComparisonTest, LessBroadcastsColumnAgainstRowInt64) {
+  absl::StatusOr<Tensor> y = OneNode("Less", 9)
+                                 .In(T1<int64_t>({2, 1}, {1, 4}))
+                                 .In(T1<int64_t>({1, 3}, {0, 2, 4}))
+                                 .Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<bool>(*y),
+              ElementsAre(false, true, true, false, false, false));
+}
+
+TEST(OpsComparisonTest, OrEqualVariantsIncludeTies) {
+  absl::StatusOr<Tensor> ge = OneNode("GreaterOrEqual", 12)
+                                  .In(T1<int32_t>({}, {2}))
+                                  .In(T1<int32_t>({4}, {1, 2, 3, -7}))
+                                  .Run1();
+  ASSERT_TRUE(ge.ok()) << ge.status();
+  EXPECT_EQ(ge->shape(), (std::vector<int64_t>{4}));
+  EXPECT_THAT(Values<bool>(*ge), ElementsAre(true, true, false, true));
+  absl::StatusOr<Tensor> le = OneNode("LessOrEqual", 16)
+                                  .In(T1<double>({3}, {1.5, 2.0, 2.5}))
+                                  .In(T1<double>({1}, {2.0}))
+                                  .Run1();
+  ASSERT_TRUE(le.ok()) << le.status();
+  EXPECT_THAT(Values<bool>(*le), ElementsAre(true, true, false));
+}
+
+TEST(OpsComparisonTest, NanComparesFalse) {
+  absl::StatusOr<Tensor> y = OneNode("Greater", 13)
+                                 .In(T1<float>({2}, {kNan, 1}))
+                                 .In(T1<float>({2}, {0, kNan}))
+                                 .Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<bool>(*y), ElementsAre(false, false));
+}
+
+TEST(OpsComparisonTest, ShapesThatDoNotBroadcastNameTheNode) {
+  absl::StatusOr<Tensor> y = OneNode("Less", 13)
+                                 .In(T1<float>({2, 3}, {1, 2, 3, 4, 5, 6}))
+                                 .In(T1<float>({2}, {1, 2}))
+                                 .Run1();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("node 'q'"));
+  EXPECT_THAT(y.status().message(), HasSubstr("do not broadcast"));
+}
+
+TEST(OpsComparisonTest, MixedInputTypesAreInvalid) {
+  absl::StatusOr<Tensor> y = OneNode("Greater", 13)
+                                 .In(T1<float>({1}, {1}))
+                                 .In(T1<int64_t>({1}, {1}))
+                                 .Run1();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("node 'q'"));
+}
+
+// ------------------------------------------------------------------ logic
+
+TEST(OpsLogicTest, AndOrXorBroadcast) {
+  const Tensor a = T1<bool>({2, 2}, {true, true, false, false});
+  const Tensor b = T1<bool>({2}, {true, false});
+  struct Case {
+    const char* op;
+    std::vector<bool> want;
+  };
+  for (const Case& c : {Case{"And", {true, false, false, false}},
+                        Case{"Or", {true, true, true, false}},
+                        Case{"Xor", {false, true, true, false}}}) {
+    absl::StatusOr<Tensor> y = OneNode(c.op, 7).In(a).In(b).Run1();
+    ASSERT_TRUE(y.ok()) << c.op << ": " << y.status();
+    EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 2})) << c.op;
+    EXPECT_THAT(Values<bool>(*y), ElementsAreArray(c.want)) << c.op;
+  }
+}
+
+TEST(OpsLogicTest, NotFlips) {
+  absl::StatusOr<Tensor> y =
+      OneNode("Not", 7).In(T1<bool>({3}, {true, false, true})).Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<bool>(*y), ElementsAre(false, true, false));
+}
+
+TEST(OpsLogicTest, NonBoolInputIsRefusedAtCreate) {
+  absl::StatusOr<std::unique_ptr<Executor>> e = OneNode("And", 7)
+                                                    .In(T1<float>({1}, {1}))
+                                                    .In(T1<float>({1}, {0}))
+                                                    .Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("node 'q'"));
+  EXPECT_THAT(e.status().message(), HasSubstr("FLOAT"));
+}
+
+TEST(OpsLogicTest, ComparisonFeedsWhereAndLogic) {
+  // The shape of a typical condition: (x > 0) and not (x > 2) selects x.
+  ModelBuilder b(13);
+  b.Input("x", {4})
+      .Initializer("zero", {}, {0.0f})
+      .Initializer("two", {}, {2.0f})
+      .Node("Greater", {"x", "zero"}, {"pos"})
+      .Node("Greater", {"x", "two"}, {"big"})
+      .Node("Not", {"big"}, {"small"})
+      .Node("And", {"pos", "small"}, {"cond"})
+      .Node("Where", {"cond", "x", "zero"}, {"y"})
+      .Output("y", {4});
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(b.Build());
+  ASSERT_TRUE(e.ok()) << e.status();
+  absl::StatusOr<std::vector<Tensor>> out =
+      (*e)->Run({{"x", T1<float>({4}, {-1, 1, 2, 3})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Values<float>((*out)[0]), ElementsAre(0, 1, 2, 0));
+}
+
+// ------------------------------------------------------------ elementwise
+
+TEST(OpsElementwiseTest, VariadicMaxMinBroadcastThreeInputs) {
+  const Tensor a = T1<float>({2, 1}, {1, 6});
+  const Tensor b = T1<float>({3}, {0, 4, 8});
+  const Tensor c = T1<float>({}, {3});
+  absl::StatusOr<Tensor> mx = OneNode("Max", 13).In(a).In(b).In(c).Run1();
+  ASSERT_TRUE(mx.ok()) << mx.status();
+  EXPECT_EQ(mx->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Values<float>(*mx), ElementsAre(3, 4, 8, 6, 6, 8));
+  absl::StatusOr<Tensor> mn = OneNode("Min", 13).In(a).In(b).In(c).Run1();
+  ASSERT_TRUE(mn.ok()) << mn.status();
+  EXPECT_THAT(Values<float>(*mn), ElementsAre(0, 1, 1, 0, 3, 3));
+  absl::StatusOr<Tensor> one =
+      OneNode("Max", 13).In(T1<int64_t>({2}, {5, -5})).Run1();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(Values<int64_t>(*one), ElementsAre(5, -5));
+}
+
+TEST(OpsElementwiseTest, MaxPropagatesNan) {
+  absl::StatusOr<Tensor> y = OneNode("Max", 13)
+                                 .In(T1<float>({2}, {kNan, 1}))
+                                 .In(T1<float>({2}, {0, kNan}))
+                                 .Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  const std::vector<float> v = Values<float>(*y);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_TRUE(std::isnan(v[1]));
+}
+
+TEST(OpsElementwiseTest, MaxBeforeOpset8NeedsEqualShapes) {
+  absl::StatusOr<Tensor> y = OneNode("Max", 7)
+                                 .In(T1<float>({2}, {1, 2}))
+                                 .In(T1<float>({1}, {3}))
+                                 .Run1();
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("node 'q'"));
+  absl::StatusOr<Tensor> same = OneNode("Min", 7)
+                                    .In(T1<float>({2}, {1, 2}))
+                                    .In(T1<float>({2}, {3, 0}))
+                                    .Run1();
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_THAT(Values<float>(*same), ElementsAre(1, 0));
+}
+
+TEST(OpsElementwiseTest, AbsSignExpLog) {
+  const Tensor x = T1<float>({4}, {-2, 0, 0.5f, kNan});
+  absl::StatusOr<Tensor> abs = OneNode("Abs", 13).In(x).Run1();
+  ASSERT_TRUE(abs.ok()) << abs.status();
+  std::vector<float> v = Values<float>(*abs);
+  EXPECT_EQ(v[0], 2);
+  EXPECT_EQ(v[1], 0);
+  EXPECT_EQ(v[2], 0.5f);
+  EXPECT_TRUE(std::isnan(v[3]));
+  absl::StatusOr<Tensor> sign = OneNode("Sign", 13).In(x).Run1();
+  ASSERT_TRUE(sign.ok()) << sign.status();
+  v = Values<float>(*sign);
+  EXPECT_EQ(v[0], -1);
+  EXPECT_EQ(v[1], 0);
+  EXPECT_EQ(v[2], 1);
+  EXPECT_TRUE(std::isnan(v[3]));
+  absl::StatusOr<Tensor> isign =
+      OneNode("Sign", 9).In(T1<int64_t>({3}, {-9, 0, 4})).Run1();
+  ASSERT_TRUE(isign.ok()) << isign.status();
+  EXPECT_THAT(Values<int64_t>(*isign), ElementsAre(-1, 0, 1));
+  absl::StatusOr<Tensor> iabs =
+      OneNode("Abs", 13).In(T1<int32_t>({2}, {-3, 3})).Run1();
+  ASSERT_TRUE(iabs.ok()) << iabs.status();
+  EXPECT_THAT(Values<int32_t>(*iabs), ElementsAre(3, 3));
+
+  absl::StatusOr<Tensor> ex =
+      OneNode("Exp", 13).In(T1<float>({3}, {0, 1, -kInf})).Run1();
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  v = Values<float>(*ex);
+  EXPECT_EQ(v[0], 1);
+  EXPECT_NEAR(v[1], 2.7182817f, 1e-6);
+  EXPECT_EQ(v[2], 0);
+  absl::StatusOr<Tensor> lg =
+      OneNode("Log", 13).In(T1<double>({3}, {1, M_E, 0})).Run1();
+  ASSERT_TRUE(lg.ok()) << lg.status();
+  const std::vector<double> d = Values<double>(*lg);
+  EXPECT_EQ(d[0], 0);
+  EXPECT_NEAR(d[1], 1, 1e-15);
+  EXPECT_EQ(d[2], -std::numeric_limits<double>::infinity());
+}
+
+TEST(OpsElementwiseTest, ExpOfIntsIsRefusedAtCreate) {
+  absl::StatusOr<std::unique_ptr<Executor>> e =
+      OneNode("Exp", 13).In(T1<int64_t>({1}, {1})).Create();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(e.status().message(), HasSubstr("INT64"));
 }
 
 }  // namespace

@@ -23,21 +23,6 @@ namespace {
 using TP = onnx::TensorProto;
 using ::quantd::testing::SourcePath;
 
-Tensor Golden(const std::string& name) {
-  absl::StatusOr<Tensor> t =
-      ReadNpyFile(SourcePath("tests/data/executor/rnn_image/" + name + ".npy"));
-  EXPECT_TRUE(t.ok()) << name << ": " << t.status();
-  return t.ok() ? *t : Tensor();
-}
-
-Tensor ToDouble(const Tensor& t) {
-  Tensor d(TP::DOUBLE, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i) {
-    d.mutable_data<double>()[i] = t.data<float>()[i];
-  }
-  return d;
-}
-
 // ------------------------------------------------------------------- Resize
 
 struct ResizeCase {
@@ -79,14 +64,14 @@ TEST(OpsImageTest, ResizeMatchesTorchInterpolate) {
       {"nearest_exact", "nearest", "half_pixel", "round_prefer_ceil", -0.75f,
        false},
   };
-  const Tensor x = Golden("resize_x");
+  const Tensor x = RnnImageGolden("resize_x");
   ThreadPool pool(2);
   for (const ResizeCase& c : cases) {
     for (bool dbl : {false, true}) {
       OneNode n = ResizeNode(c, dbl ? ToDouble(x) : x, {1, 2, 9, 4});
       absl::StatusOr<Tensor> y = n.Run1(dbl ? &pool : nullptr);
       ASSERT_TRUE(y.ok()) << c.golden << ": " << y.status();
-      ExpectClose(*y, Golden(absl::StrCat("resize_", c.golden)), 1e-5,
+      ExpectClose(*y, RnnImageGolden(absl::StrCat("resize_", c.golden)), 1e-5,
                   absl::StrCat(c.golden, " ", c.coord, dbl ? " double" : ""));
     }
   }
@@ -103,9 +88,10 @@ TEST(OpsImageTest, ResizeAntialiasMatchesTorch) {
   };
   for (const ResizeCase& c : cases) {
     absl::StatusOr<Tensor> y =
-        ResizeNode(c, Golden("resize_x_small"), {1, 1, 5, 4}).Run1();
+        ResizeNode(c, RnnImageGolden("resize_x_small"), {1, 1, 5, 4}).Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden(absl::StrCat("resize_", c.golden)), 1e-5, c.golden);
+    ExpectClose(*y, RnnImageGolden(absl::StrCat("resize_", c.golden)), 1e-5,
+                c.golden);
   }
 }
 
@@ -230,8 +216,9 @@ TEST(OpsImageTest, ConvTransposeMatchesTorch) {
     // 2-D: groups 2, strides (2, 3), pads (1, 0), output_padding (1, 2),
     // dilations (2, 1).
     OneNode n("ConvTranspose", 11);
-    n.inputs = {cv(Golden("convt2d_x")), cv(Golden("convt2d_w")),
-                cv(Golden("convt2d_b"))};
+    n.inputs = {cv(RnnImageGolden("convt2d_x")),
+                cv(RnnImageGolden("convt2d_w")),
+                cv(RnnImageGolden("convt2d_b"))};
     n.constant = {false, true, true};
     n.Int("group", 2)
         .IntList("strides", {2, 3})
@@ -241,7 +228,7 @@ TEST(OpsImageTest, ConvTransposeMatchesTorch) {
         .IntList("kernel_shape", {3, 2});
     absl::StatusOr<Tensor> y = n.Run1(dbl ? &pool : nullptr);
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("convt2d_y"), 1e-5, "2-D");
+    ExpectClose(*y, RnnImageGolden("convt2d_y"), 1e-5, "2-D");
 
     // The same through output_shape: H keeps its begin pad of 1, W extends
     // by 2 at the end.
@@ -253,21 +240,22 @@ TEST(OpsImageTest, ConvTransposeMatchesTorch) {
         .IntList("output_shape", {12, 13});
     y = o.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("convt2d_y"), 1e-5, "2-D output_shape");
+    ExpectClose(*y, RnnImageGolden("convt2d_y"), 1e-5, "2-D output_shape");
 
     OneNode one("ConvTranspose", 11);
-    one.inputs = {cv(Golden("convt1d_x")), cv(Golden("convt1d_w")),
-                  cv(Golden("convt1d_b"))};
+    one.inputs = {cv(RnnImageGolden("convt1d_x")),
+                  cv(RnnImageGolden("convt1d_w")),
+                  cv(RnnImageGolden("convt1d_b"))};
     one.IntList("strides", {2}).IntList("pads", {1, 1});
     y = one.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("convt1d_y"), 1e-5, "1-D");
+    ExpectClose(*y, RnnImageGolden("convt1d_y"), 1e-5, "1-D");
   }
 }
 
 TEST(OpsImageTest, ConvTransposeRejectsMismatches) {
   OneNode n("ConvTranspose", 11);
-  n.inputs = {Golden("convt2d_x"), Golden("convt1d_w")};
+  n.inputs = {RnnImageGolden("convt2d_x"), RnnImageGolden("convt1d_w")};
   absl::Status s = n.Run().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   n.inputs = {Tensor(TP::FLOAT, {1, 1, 2, 2, 2, 2}),
@@ -314,29 +302,35 @@ TEST(OpsImageTest, SpaceToDepthInvertsDepthToSpaceDcr) {
 // ------------------------------------------------- normalisations and pools
 
 TEST(OpsImageTest, NormalisationsMatchTorch) {
-  const Tensor x = Golden("norm_x");
+  const Tensor x = RnnImageGolden("norm_x");
   ThreadPool pool(2);
   for (bool dbl : {false, true}) {
     auto cv = [&](const Tensor& t) { return dbl ? ToDouble(t) : t; };
     OneNode in("InstanceNormalization", 7);
-    in.inputs = {cv(x), cv(Golden("norm_w")), cv(Golden("norm_b"))};
+    in.inputs = {cv(x), cv(RnnImageGolden("norm_w")),
+                 cv(RnnImageGolden("norm_b"))};
     absl::StatusOr<Tensor> y = in.Run1(&pool);
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_instance"), 1e-5, "InstanceNormalization");
+    ExpectClose(*y, RnnImageGolden("norm_instance"), 1e-5,
+                "InstanceNormalization");
 
     OneNode g21("GroupNormalization", 21);
-    g21.inputs = {cv(x), cv(Golden("norm_w")), cv(Golden("norm_b"))};
+    g21.inputs = {cv(x), cv(RnnImageGolden("norm_w")),
+                  cv(RnnImageGolden("norm_b"))};
     g21.Int("num_groups", 3);
     y = g21.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_group21"), 1e-5, "GroupNormalization-21");
+    ExpectClose(*y, RnnImageGolden("norm_group21"), 1e-5,
+                "GroupNormalization-21");
 
     OneNode g18("GroupNormalization", 18);
-    g18.inputs = {cv(x), cv(Golden("norm_wg")), cv(Golden("norm_bg"))};
+    g18.inputs = {cv(x), cv(RnnImageGolden("norm_wg")),
+                  cv(RnnImageGolden("norm_bg"))};
     g18.Int("num_groups", 3);
     y = g18.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_group18"), 1e-5, "GroupNormalization-18");
+    ExpectClose(*y, RnnImageGolden("norm_group18"), 1e-5,
+                "GroupNormalization-18");
     // Opset 18 scales are per group: per-channel ones do not fit.
     g18.inputs = g21.inputs;
     EXPECT_EQ(g18.Run().status().code(), absl::StatusCode::kInvalidArgument);
@@ -346,32 +340,34 @@ TEST(OpsImageTest, NormalisationsMatchTorch) {
     lp1.Int("p", 1).Int("axis", 1);
     y = lp1.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_lp1_axis1"), 1e-6, "LpNormalization p=1");
+    ExpectClose(*y, RnnImageGolden("norm_lp1_axis1"), 1e-6,
+                "LpNormalization p=1");
     OneNode lp2("LpNormalization", 7);
     lp2.inputs = {cv(x)};
     y = lp2.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_lp2_last"), 1e-6, "LpNormalization p=2");
+    ExpectClose(*y, RnnImageGolden("norm_lp2_last"), 1e-6,
+                "LpNormalization p=2");
 
     OneNode gm("GlobalMaxPool", 7);
     gm.inputs = {cv(x)};
     y = gm.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_globalmax"), 0, "GlobalMaxPool");
+    ExpectClose(*y, RnnImageGolden("norm_globalmax"), 0, "GlobalMaxPool");
 
     OneNode gl("GlobalLpPool", 7);
     gl.inputs = {cv(x)};
     gl.Int("p", 3);
     y = gl.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_globallp3"), 1e-5, "GlobalLpPool p=3");
+    ExpectClose(*y, RnnImageGolden("norm_globallp3"), 1e-5, "GlobalLpPool p=3");
 
     OneNode lpp("LpPool", 18);
     lpp.inputs = {cv(x)};
     lpp.IntList("kernel_shape", {2, 3}).IntList("strides", {1, 2});
     y = lpp.Run1();
     ASSERT_TRUE(y.ok()) << y.status();
-    ExpectClose(*y, Golden("norm_lppool"), 1e-5, "LpPool");
+    ExpectClose(*y, RnnImageGolden("norm_lppool"), 1e-5, "LpPool");
   }
   OneNode lp3("LpNormalization", 7);
   lp3.inputs = {x};
@@ -379,7 +375,7 @@ TEST(OpsImageTest, NormalisationsMatchTorch) {
   absl::Status s = lp3.Run().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   OneNode g("GroupNormalization", 21);
-  g.inputs = {x, Golden("norm_w"), Golden("norm_b")};
+  g.inputs = {x, RnnImageGolden("norm_w"), RnnImageGolden("norm_b")};
   g.Int("num_groups", 4);  // 6 channels.
   EXPECT_EQ(g.Run().status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -49,13 +49,6 @@ void ExpectMatches(const Tensor& got, const Tensor& want, double tol,
   }
 }
 
-void ExpectError(const absl::StatusOr<Tensor>& r, absl::StatusCode code,
-                 const std::string& part) {
-  ASSERT_FALSE(r.ok()) << "expected an error containing '" << part << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status();
-  EXPECT_THAT(r.status().message(), HasSubstr(part));
-}
-
 // ------------------------------------------------------------------ Einsum
 
 struct EinsumCase {

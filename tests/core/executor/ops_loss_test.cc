@@ -18,14 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-Tensor F(std::vector<int64_t> shape, std::vector<float> v) {
-  return Tensor::FromVector<float>(std::move(shape), v);
-}
 Tensor D(std::vector<int64_t> shape, std::vector<double> v) {
   return Tensor::FromVector<double>(std::move(shape), v);
-}
-Tensor I64(std::vector<int64_t> shape, std::vector<int64_t> v) {
-  return Tensor::FromVector<int64_t>(std::move(shape), v);
 }
 Tensor I32(std::vector<int64_t> shape, std::vector<int32_t> v) {
   return Tensor::FromVector<int32_t>(std::move(shape), v);
@@ -35,10 +29,10 @@ Tensor I32(std::vector<int64_t> shape, std::vector<int32_t> v) {
 //   x = [[-1,-2,-.5,-3],[-.25,-1.5,-2.5,-.75],[-2,-.1,-1,-4]], t = [2,0,1],
 //   w = [.5,2,1,3].
 Tensor NllX() {
-  return F({3, 4}, {-1.0f, -2.0f, -0.5f, -3.0f, -0.25f, -1.5f, -2.5f, -0.75f,
-                    -2.0f, -0.1f, -1.0f, -4.0f});
+  return Floats({3, 4}, {-1.0f, -2.0f, -0.5f, -3.0f, -0.25f, -1.5f, -2.5f,
+                         -0.75f, -2.0f, -0.1f, -1.0f, -4.0f});
 }
-Tensor NllW() { return F({4}, {0.5f, 2.0f, 1.0f, 3.0f}); }
+Tensor NllW() { return Floats({4}, {0.5f, 2.0f, 1.0f, 3.0f}); }
 
 OneNode Nll(const std::string& reduction, std::vector<Tensor> inputs) {
   OneNode n("NegativeLogLikelihoodLoss", 13);
@@ -54,7 +48,7 @@ TEST(NllLossTest, ReductionsWithoutWeight) {
   absl::StatusOr<Tensor> none =
       Nll("none", {NllX(), I64({3}, {2, 0, 1})}).Run1();
   ASSERT_TRUE(none.ok()) << none.status();
-  ExpectClose(*none, F({3}, {0.5f, 0.25f, 0.1f}), 1e-6, "none");
+  ExpectClose(*none, Floats({3}, {0.5f, 0.25f, 0.1f}), 1e-6, "none");
   absl::StatusOr<Tensor> sum = Nll("sum", {NllX(), I64({3}, {2, 0, 1})}).Run1();
   ASSERT_TRUE(sum.ok()) << sum.status();
   ExpectClose(*sum, Tensor::Scalar<float>(0.85f), 1e-6, "sum");
@@ -69,7 +63,7 @@ TEST(NllLossTest, WeightedMeanDividesBySummedWeights) {
   absl::StatusOr<Tensor> none =
       Nll("none", {NllX(), I64({3}, {2, 0, 1}), NllW()}).Run1();
   ASSERT_TRUE(none.ok()) << none.status();
-  ExpectClose(*none, F({3}, {0.5f, 0.125f, 0.2f}), 1e-6, "none");
+  ExpectClose(*none, Floats({3}, {0.5f, 0.125f, 0.2f}), 1e-6, "none");
   absl::StatusOr<Tensor> mean =
       Nll("mean", {NllX(), I64({3}, {2, 0, 1}), NllW()}).Run1();
   ASSERT_TRUE(mean.ok()) << mean.status();
@@ -136,13 +130,13 @@ TEST(NllLossTest, ShapeAndTypeErrors) {
   EXPECT_EQ(Nll("sum", {NllX(), I64({2}, {0, 1})}).Run1().status().code(),
             absl::StatusCode::kInvalidArgument);
   // Weight not [C].
-  EXPECT_EQ(Nll("sum", {NllX(), I64({3}, {0, 1, 2}), F({3}, {1, 1, 1})})
+  EXPECT_EQ(Nll("sum", {NllX(), I64({3}, {0, 1, 2}), Floats({3}, {1, 1, 1})})
                 .Run1()
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
   // Rank 1 input.
-  EXPECT_EQ(Nll("sum", {F({3}, {1, 2, 3}), I64({3}, {0, 1, 2})})
+  EXPECT_EQ(Nll("sum", {Floats({3}, {1, 2, 3}), I64({3}, {0, 1, 2})})
                 .Run1()
                 .status()
                 .code(),
@@ -160,7 +154,7 @@ TEST(NllLossTest, ShapeAndTypeErrors) {
 // --------------------------------------------------- SoftmaxCrossEntropyLoss
 
 // Scores [[1,2,3],[.5,-1,2]], labels [2,1]; numpy log_softmax along axis 1.
-Tensor SceX() { return F({2, 3}, {1.0f, 2.0f, 3.0f, 0.5f, -1.0f, 2.0f}); }
+Tensor SceX() { return Floats({2, 3}, {1.0f, 2.0f, 3.0f, 0.5f, -1.0f, 2.0f}); }
 const std::vector<float> kSceLogProb = {
     -2.4076059644443806f, -1.4076059644443804f, -0.4076059644443804f,
     -1.7413112966571571f, -3.241311296657157f,  -0.24131129665715703f};
@@ -172,9 +166,9 @@ TEST(SceLossTest, NoneWithLogProb) {
   n.outputs = 2;
   absl::StatusOr<std::vector<Tensor>> y = n.Run();
   ASSERT_TRUE(y.ok()) << y.status();
-  ExpectClose((*y)[0], F({2}, {0.4076059644443804f, 3.241311296657157f}), 1e-6,
-              "loss");
-  ExpectClose((*y)[1], F({2, 3}, kSceLogProb), 1e-6, "log_prob");
+  ExpectClose((*y)[0], Floats({2}, {0.4076059644443804f, 3.241311296657157f}),
+              1e-6, "loss");
+  ExpectClose((*y)[1], Floats({2, 3}, kSceLogProb), 1e-6, "log_prob");
 }
 
 TEST(SceLossTest, MeanAndWeightedMean) {
@@ -184,7 +178,7 @@ TEST(SceLossTest, MeanAndWeightedMean) {
   ASSERT_TRUE(mean.ok()) << mean.status();
   ExpectClose(*mean, Tensor::Scalar<float>(1.8244586305507688f), 1e-6, "mean");
   // w = [1, 3, .5]: (.4076 * .5 + 3.2413 * 3) / 3.5.
-  n.inputs.push_back(F({3}, {1.0f, 3.0f, 0.5f}));
+  n.inputs.push_back(Floats({3}, {1.0f, 3.0f, 0.5f}));
   absl::StatusOr<Tensor> wmean = n.Run1();
   ASSERT_TRUE(wmean.ok()) << wmean.status();
   ExpectClose(*wmean, Tensor::Scalar<float>(2.8364962491981887f), 1e-6,
@@ -195,7 +189,7 @@ TEST(SceLossTest, LargeScoresStayFinite) {
   // log_softmax of [1000, 0] is [0, -1000] exactly, not inf - inf.
   OneNode n("SoftmaxCrossEntropyLoss", 13);
   n.String("reduction", "sum");
-  n.inputs = {F({1, 2}, {1000.0f, 0.0f}), I64({1}, {1})};
+  n.inputs = {Floats({1, 2}, {1000.0f, 0.0f}), I64({1}, {1})};
   absl::StatusOr<Tensor> y = n.Run1();
   ASSERT_TRUE(y.ok()) << y.status();
   ExpectClose(*y, Tensor::Scalar<float>(1000.0f), 1e-3, "sum");
@@ -251,7 +245,7 @@ TEST(WindowTest, DefaultsToFloatAndTakesInt32) {
   absl::StatusOr<Tensor> y =
       Window("HannWindow", Tensor::Scalar<int32_t>(4)).Run1();
   ASSERT_TRUE(y.ok()) << y.status();
-  ExpectClose(*y, F({4}, {0.0f, 0.5f, 1.0f, 0.5f}), 1e-6, "hann");
+  ExpectClose(*y, Floats({4}, {0.0f, 0.5f, 1.0f, 0.5f}), 1e-6, "hann");
   absl::StatusOr<Tensor> empty =
       Window("HannWindow", Tensor::Scalar<int32_t>(0)).Run1();
   ASSERT_TRUE(empty.ok()) << empty.status();
@@ -301,11 +295,11 @@ TEST(DetTest, BatchedWithPivoting) {
   // numpy.linalg.det: [[2,1,3],[0,4,1],[5,2,0]] -> -59, a row swap of the
   // identity -> -1.
   OneNode n("Det", 11);
-  n.inputs = {
-      F({2, 3, 3}, {2, 1, 3, 0, 4, 1, 5, 2, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1})};
+  n.inputs = {Floats({2, 3, 3},
+                     {2, 1, 3, 0, 4, 1, 5, 2, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1})};
   absl::StatusOr<Tensor> y = n.Run1();
   ASSERT_TRUE(y.ok()) << y.status();
-  ExpectClose(*y, F({2}, {-59.0f, -1.0f}), 1e-4, "det");
+  ExpectClose(*y, Floats({2}, {-59.0f, -1.0f}), 1e-4, "det");
 }
 
 TEST(DetTest, ZeroPivotsSingularAndEmpty) {
@@ -322,18 +316,18 @@ TEST(DetTest, ZeroPivotsSingularAndEmpty) {
   ExpectClose(*s, Tensor::Scalar<double>(0.0), 1e-12, "singular");
   // The determinant of a 0 x 0 matrix is 1.
   OneNode empty("Det", 11);
-  empty.inputs = {F({2, 0, 0}, {})};
+  empty.inputs = {Floats({2, 0, 0}, {})};
   absl::StatusOr<Tensor> e = empty.Run1();
   ASSERT_TRUE(e.ok()) << e.status();
-  ExpectClose(*e, F({2}, {1.0f, 1.0f}), 0, "empty");
+  ExpectClose(*e, Floats({2}, {1.0f, 1.0f}), 0, "empty");
 }
 
 TEST(DetTest, Errors) {
   OneNode rect("Det", 11);
-  rect.inputs = {F({2, 3}, {1, 2, 3, 4, 5, 6})};
+  rect.inputs = {Floats({2, 3}, {1, 2, 3, 4, 5, 6})};
   EXPECT_EQ(rect.Run1().status().code(), absl::StatusCode::kInvalidArgument);
   OneNode vec("Det", 11);
-  vec.inputs = {F({3}, {1, 2, 3})};
+  vec.inputs = {Floats({3}, {1, 2, 3})};
   EXPECT_EQ(vec.Run1().status().code(), absl::StatusCode::kInvalidArgument);
   OneNode ints("Det", 11);
   ints.inputs = {I64({2, 2}, {1, 2, 3, 4})};

@@ -29,29 +29,6 @@ using ::quantd::testing::ModelBuilder;
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(gen);
-  return v;
-}
-
-void AddStringAttr(onnx::ModelProto* m, const std::string& name,
-                   const std::string& value) {
-  auto* nodes = m->mutable_graph()->mutable_node();
-  auto* a = nodes->Mutable(nodes->size() - 1)->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(value);
-}
-
-std::unique_ptr<Executor> MustCreate(const onnx::ModelProto& m) {
-  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(m);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *std::move(e) : nullptr;
-}
-
 // Prints the first position where got and want differ by more than tol.
 void ExpectNear(const float* got, const std::vector<float>& want, double tol,
                 const std::string& what) {
@@ -62,10 +39,6 @@ void ExpectNear(const float* got, const std::vector<float>& want, double tol,
       return;
     }
   }
-}
-
-Tensor Floats(std::vector<int64_t> shape, std::vector<float> v) {
-  return Tensor::FromVector<float>(std::move(shape), v);
 }
 
 // 1, 2, ..., n in `shape`.

@@ -56,10 +56,6 @@ Tensor IntTensor(int32_t type, std::vector<int64_t> shape,
   return t;
 }
 
-Tensor Floats(std::vector<int64_t> shape, const std::vector<float>& v) {
-  return Tensor::FromVector<float>(std::move(shape), v);
-}
-
 std::vector<int64_t> Ints(const Tensor& t) { return t.ToInt64Vector(); }
 std::vector<float> FloatsOf(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.size());

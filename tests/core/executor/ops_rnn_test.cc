@@ -26,22 +26,6 @@ namespace {
 using TP = onnx::TensorProto;
 using ::quantd::testing::SourcePath;
 
-Tensor Golden(const std::string& name) {
-  absl::StatusOr<Tensor> t =
-      ReadNpyFile(SourcePath("tests/data/executor/rnn_image/" + name + ".npy"));
-  EXPECT_TRUE(t.ok()) << name << ": " << t.status();
-  return t.ok() ? *t : Tensor();
-}
-
-Tensor ToDouble(const Tensor& t) {
-  if (t.dtype() != TP::FLOAT) return t;
-  Tensor d(TP::DOUBLE, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i) {
-    d.mutable_data<double>()[i] = t.data<float>()[i];
-  }
-  return d;
-}
-
 Tensor Random(std::vector<int64_t> shape, uint32_t seed, float scale = 1) {
   Tensor t(TP::FLOAT, std::move(shape));
   std::mt19937 gen(seed);
@@ -55,13 +39,13 @@ Tensor Random(std::vector<int64_t> shape, uint32_t seed, float scale = 1) {
 OneNode LstmBidirNode(bool dbl) {
   auto cv = [&](const Tensor& t) { return dbl ? ToDouble(t) : t; };
   OneNode n("LSTM", 14);
-  n.inputs = {cv(Golden("lstm_bidir_x")),
-              cv(Golden("lstm_bidir_w")),
-              cv(Golden("lstm_bidir_r")),
-              cv(Golden("lstm_bidir_b")),
+  n.inputs = {cv(RnnImageGolden("lstm_bidir_x")),
+              cv(RnnImageGolden("lstm_bidir_w")),
+              cv(RnnImageGolden("lstm_bidir_r")),
+              cv(RnnImageGolden("lstm_bidir_b")),
               Tensor(),
-              cv(Golden("lstm_bidir_h0")),
-              cv(Golden("lstm_bidir_c0"))};
+              cv(RnnImageGolden("lstm_bidir_h0")),
+              cv(RnnImageGolden("lstm_bidir_c0"))};
   n.outputs = 3;
   n.Int("hidden_size", 4);
   n.attrs.push_back(StrAttr("direction", "bidirectional"));
@@ -76,9 +60,9 @@ TEST(OpsRnnTest, LstmBidirectionalWithInitialStatesMatchesTorch) {
           LstmBidirNode(dbl).Run(threaded ? &pool : nullptr);
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ((*out)[0].dtype(), dbl ? TP::DOUBLE : TP::FLOAT);
-      ExpectClose((*out)[0], Golden("lstm_bidir_y"), 1e-5, "Y");
-      ExpectClose((*out)[1], Golden("lstm_bidir_yh"), 1e-5, "Y_h");
-      ExpectClose((*out)[2], Golden("lstm_bidir_yc"), 1e-5, "Y_c");
+      ExpectClose((*out)[0], RnnImageGolden("lstm_bidir_y"), 1e-5, "Y");
+      ExpectClose((*out)[1], RnnImageGolden("lstm_bidir_yh"), 1e-5, "Y_h");
+      ExpectClose((*out)[2], RnnImageGolden("lstm_bidir_yc"), 1e-5, "Y_c");
     }
   }
 }
@@ -87,16 +71,16 @@ TEST(OpsRnnTest, GruBidirectionalBatchMajorPaddedMatchesTorch) {
   // PyTorch's GRU is ONNX's linear_before_reset = 1; layout 1 is its
   // batch_first; pack_padded_sequence is sequence_lens.
   OneNode n("GRU", 14);
-  n.inputs = {Golden("gru_bidir_x"),    Golden("gru_bidir_w"),
-              Golden("gru_bidir_r"),    Golden("gru_bidir_b"),
-              Golden("gru_bidir_lens"), Golden("gru_bidir_h0")};
+  n.inputs = {RnnImageGolden("gru_bidir_x"),    RnnImageGolden("gru_bidir_w"),
+              RnnImageGolden("gru_bidir_r"),    RnnImageGolden("gru_bidir_b"),
+              RnnImageGolden("gru_bidir_lens"), RnnImageGolden("gru_bidir_h0")};
   n.outputs = 2;
   n.Int("hidden_size", 4).Int("linear_before_reset", 1).Int("layout", 1);
   n.attrs.push_back(StrAttr("direction", "bidirectional"));
   absl::StatusOr<std::vector<Tensor>> out = n.Run();
   ASSERT_TRUE(out.ok()) << out.status();
-  ExpectClose((*out)[0], Golden("gru_bidir_y"), 1e-5, "Y");
-  ExpectClose((*out)[1], Golden("gru_bidir_yh"), 1e-5, "Y_h");
+  ExpectClose((*out)[0], RnnImageGolden("gru_bidir_y"), 1e-5, "Y");
+  ExpectClose((*out)[1], RnnImageGolden("gru_bidir_yh"), 1e-5, "Y_h");
 }
 
 // A bidirectional node is a forward and a reverse node side by side.
@@ -279,7 +263,7 @@ TEST(OpsRnnTest, AnySubsetOfOutputs) {
   absl::StatusOr<std::vector<Tensor>> out = (*e)->Run(feeds);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 1u);
-  ExpectClose((*out)[0], Golden("lstm_bidir_yc"), 1e-5, "Y_c");
+  ExpectClose((*out)[0], RnnImageGolden("lstm_bidir_yc"), 1e-5, "Y_c");
 }
 
 // ---------------------------------------------------------------- refusals

@@ -19,13 +19,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using TP = onnx::TensorProto;
 
-void ExpectError(const absl::StatusOr<Tensor>& r, absl::StatusCode code,
-                 const std::string& part) {
-  ASSERT_FALSE(r.ok()) << "expected an error containing '" << part << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status();
-  EXPECT_THAT(r.status().message(), HasSubstr(part));
-}
-
 // --------------------------------------------------------------------- Pad
 
 absl::StatusOr<Tensor> Pad1D(const std::string& mode, int64_t opset,

@@ -2,12 +2,14 @@
 // scripts/ort_eval.js) on real exported models: the digits CNN, the
 // transformer-encoder fixture, and torchvision ResNet-18 / MobileNetV2 with
 // random weights (exported at test time; 47 MB, not committed). Outputs must
-// agree within 1e-4 relative: max |ours - ort| / max |ort|.
+// agree within 1e-4 relative: max |ours - ort| / max |ort|. Also a head
+// built here that mixes the reductions with the comparison / logic ops.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/thread_pool.h"
@@ -15,22 +17,21 @@
 #include "core/executor/npy.h"
 #include "core/graph/model_io.h"
 #include "gtest/gtest.h"
+#include "tests/core/executor/node_tester.h"
+#include "tests/core/graph/test_models.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
 namespace quantd::executor {
 namespace {
 
+using ::quantd::testing::ModelBuilder;
 using ::quantd::testing::RunCommand;
 using ::quantd::testing::SourcePath;
 using ::quantd::testing::TempDir;
+using TP = onnx::TensorProto;
 
 constexpr double kMaxRelativeDiff = 1e-4;
-
-bool OrtAvailable() {
-  return std::filesystem::exists(std::string(QUANTD_ORT_NODE_PATH) +
-                                 "/onnxruntime-node");
-}
 
 // Runs the model on x in the executor and in ORT; returns the relative
 // difference of the first outputs (or -1 after a test failure).
@@ -150,6 +151,75 @@ void TorchvisionParity(const std::string& name, bool mobilenet) {
 
 TEST(OrtParityTest, ResNet18) { TorchvisionParity("resnet18", false); }
 TEST(OrtParityTest, MobileNetV2) { TorchvisionParity("mobilenet_v2", true); }
+
+// A head and a condition mixing the reductions (ops_reduce.cc) with the
+// comparisons, logic, variadic Max / Min and unary math (ops_elementwise.cc),
+// built here rather than exported: log-sum-exp, products, mins, an ArgMax, a
+// comparison / logic chain feeding Where. Held to 1e-5 relative.
+TEST(OpsLogicReduceOrtParityTest, HeadAndConditionMatchOnnxRuntime) {
+  // scripts/setup.sh installs it: a missing runtime is a broken set-up.
+  ASSERT_TRUE(OrtAvailable())
+      << "no onnxruntime-node under " << QUANTD_ORT_NODE_PATH;
+  ModelBuilder b(13);
+  b.Input("x", {4, 5, 6})
+      .Initializer("half", {}, {0.5f})
+      .Initializer("zero", {}, {0.0f})
+      .Initializer("neg", {}, {-1.5f});
+  *b.model().mutable_graph()->add_initializer() = I64({1}, {2}).ToProto("ax2");
+  b.Node("ReduceMax", {"x"}, {"m"})
+      .Attr("axes", std::vector<int64_t>{2})
+      .Node("Sub", {"x", "m"}, {"d"})
+      .Node("Exp", {"d"}, {"e"})
+      .Node("ReduceSum", {"e", "ax2"}, {"s"})
+      .Node("Log", {"s"}, {"ls"})
+      .Node("Abs", {"x"}, {"ax"})
+      .Node("ReduceProd", {"ax"}, {"p"})
+      .Attr("axes", std::vector<int64_t>{1})
+      .Node("ReduceMin", {"x"}, {"mn"})
+      .Attr("axes", std::vector<int64_t>{0, 2})
+      .Node("ReduceMean", {"x"}, {"rm"})
+      .Attr("axes", std::vector<int64_t>{0})
+      .Attr("keepdims", 0)
+      .Node("ArgMax", {"x"}, {"am"})
+      .Attr("axis", 1)
+      .Attr("select_last_index", 1)
+      .Node("Cast", {"am"}, {"amf"})
+      .Attr("to", int64_t{TP::FLOAT})
+      .Node("Mul", {"m", "half"}, {"hm"})
+      .Node("Greater", {"x", "mn"}, {"g"})
+      .Node("LessOrEqual", {"x", "hm"}, {"le"})
+      .Node("Not", {"le"}, {"nle"})
+      .Node("And", {"g", "nle"}, {"c1"})
+      .Node("GreaterOrEqual", {"x", "zero"}, {"ge"})
+      .Node("Xor", {"c1", "ge"}, {"c2"})
+      .Node("Less", {"x", "neg"}, {"lt"})
+      .Node("Or", {"c2", "lt"}, {"c3"})
+      .Node("Sign", {"x"}, {"sg"})
+      .Node("Where", {"c3", "x", "sg"}, {"w"})
+      .Node("Max", {"w", "ls", "amf"}, {"mx"})
+      .Node("Min", {"x", "mn"}, {"mi"})
+      .Node("Add", {"mx", "mi"}, {"t0"})
+      .Node("Add", {"t0", "p"}, {"t1"})
+      .Node("Add", {"t1", "rm"}, {"y"})
+      .Output("y", {4, 5, 6});
+
+  TempDir tmp;
+  const std::string model_path = tmp.File("head.onnx");
+  testing::WriteFileOrDie(model_path, b.Bytes());
+  Tensor x(TP::FLOAT, {4, 5, 6});
+  std::mt19937 gen(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < x.size(); ++i) x.mutable_data<float>()[i] = dist(gen);
+  const std::string x_path = tmp.File("x.npy");
+  ASSERT_TRUE(WriteNpyFile(x_path, x).ok());
+
+  const double rel = RelativeDiff(model_path, x_path, tmp);
+  std::cout << "measured: ORT parity of the logic/reduce head: "
+               "max|ours-ort|/max|ort| = "
+            << rel << std::endl;
+  EXPECT_GE(rel, 0.0);
+  EXPECT_LE(rel, 1e-5);
+}
 
 }  // namespace
 }  // namespace quantd::executor
