@@ -105,6 +105,12 @@ ABSL_FLAG(int32_t, weight_bits, 0,
           "for w4a8 / w4a4). 7 is ONNX Runtime's reduce_range: on x86 CPUs "
           "without VNNI its u8 x s8 kernels add pairs of products in int16, "
           "which 8-bit weights can saturate.");
+ABSL_FLAG(int64_t, min_num_elements_for_weights, 0,
+          "quantize: options.min_num_elements_for_weights, set when not 0 "
+          "(overrides --options): weights with fewer elements stay float; "
+          "-1 quantizes every weight. With static_range, ONNX Runtime's "
+          "extended level quantizes a float weight between a "
+          "DequantizeLinear and a QuantizeLinear itself, per tensor.");
 ABSL_FLAG(int32_t, holdout_batches, 0,
           "quantize (static_range with --calibration_data): the first N "
           "batches are kept back from calibration and the fidelity report "
@@ -133,6 +139,7 @@ constexpr char kUsage[] =
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
+    "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
@@ -167,11 +174,16 @@ int Fail(const absl::Status& status) {
 // The flags each command takes; anything else is a usage error.
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static auto* flags = new std::map<std::string, std::set<std::string>>{
-      {"quantize",
-       {"server", "model", "output", "options", "method", "precision", "op_set",
-        "json", "timeout", "calibration", "calibration_data",
-        "calibration_method", "batch_size", "sample_axis", "report",
-        "block_size", "target_sqnr_db", "weight_bits", "holdout_batches"}},
+      {"quantize", {"server",           "model",
+                    "output",           "options",
+                    "method",           "precision",
+                    "op_set",           "json",
+                    "timeout",          "calibration",
+                    "calibration_data", "calibration_method",
+                    "batch_size",       "sample_axis",
+                    "report",           "block_size",
+                    "target_sqnr_db",   "weight_bits",
+                    "holdout_batches",  "min_num_elements_for_weights"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -610,6 +622,10 @@ int RunQuantize() {
   }
   if (const int32_t n = absl::GetFlag(FLAGS_holdout_batches); n != 0) {
     config.set_holdout_batches(n);
+  }
+  if (const int64_t min = absl::GetFlag(FLAGS_min_num_elements_for_weights);
+      min != 0) {
+    config.mutable_options()->set_min_num_elements_for_weights(min);
   }
   if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
     config.mutable_weight_params()->set_bits(bits);

@@ -68,6 +68,11 @@ const CONFIGS = {
   // ORT's u8 x s8 kernels on CPUs without VNNI.
   static_tf_w8a8_wb7: { label: 'STATIC TF W8A8 7-bit weights', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_bits=7'] },
   static_tf_w8a8_wb7_t25: { label: 'STATIC TF W8A8 7-bit weights target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_bits=7', '--target_sqnr_db=25'] },
+  // Every weight quantized by quantd (none left for ONNX Runtime to quantize
+  // per tensor) and 7-bit weights (no int16 saturation in ORT's u8 x s8
+  // kernels on CPUs without VNNI): docs/accuracy.md, "ppocr_cls and ORT".
+  static_tf_w8a8_allw: { label: 'STATIC TF W8A8 all weights', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--min_num_elements_for_weights=-1'] },
+  static_tf_w8a8_allw_wb7: { label: 'STATIC TF W8A8 all weights 7-bit', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--min_num_elements_for_weights=-1', '--weight_bits=7'] },
   static_tf_w4a8: { label: 'STATIC TF W4A8', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
