@@ -7,6 +7,7 @@
 #include "core/engine/resolved_options.h"
 #include "core/graph/validate.h"
 #include "core/passes/op_sets.h"
+#include "core/passes/weight_plan.h"
 
 namespace quantd {
 namespace {
@@ -146,12 +147,6 @@ absl::Status CheckSupported(const tfq::QuantizationOptions& options) {
                    " is not available: ", why, "; ", SupportedList()));
 }
 
-const std::vector<std::string>& QuantizableOpTypes() {
-  static const auto* types =
-      new std::vector<std::string>{"Conv", "Gemm", "MatMul"};
-  return *types;
-}
-
 void FillServerInfo(quantd::v1::ServerInfo* info) {
   info->set_version(QUANTD_VERSION);
   std::vector<std::string> methods;
@@ -173,7 +168,9 @@ void FillServerInfo(quantd::v1::ServerInfo* info) {
     for (int p : info->precisions()) listed |= p == c.precision();
     if (!listed) info->add_precisions(c.precision());
   }
-  for (const auto& t : QuantizableOpTypes()) info->add_quantizable_op_types(t);
+  for (const char* t : passes::kQuantizableOpTypes) {
+    info->add_quantizable_op_types(t);
+  }
   for (const auto& c : CapabilityTable()) *info->add_capabilities() = c;
   info->set_min_input_opset(kMinInputOpset);
   info->set_max_checked_opset(graph::kMaxCheckedOpset);

@@ -22,9 +22,6 @@ const std::vector<quantd::v1::Capability>& CapabilityTable();
 absl::Status CheckSupported(
     const tensorflow::quantization::QuantizationOptions& options);
 
-// ONNX op types whose constant weights quantd quantizes.
-const std::vector<std::string>& QuantizableOpTypes();
-
 // Fills the capability part of GetServerInfo (methods, op sets, precisions,
 // op types, capability table, opset range).
 void FillServerInfo(quantd::v1::ServerInfo* info);

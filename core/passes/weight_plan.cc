@@ -340,9 +340,11 @@ class Planner {
 }  // namespace
 
 bool IsQuantizableOp(const onnx::NodeProto& node) {
-  return IsDefaultDomain(node) &&
-         (node.op_type() == "Conv" || node.op_type() == "Gemm" ||
-          node.op_type() == "MatMul");
+  if (!IsDefaultDomain(node)) return false;
+  for (const char* op : kQuantizableOpTypes) {
+    if (node.op_type() == op) return true;
+  }
+  return false;
 }
 
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,

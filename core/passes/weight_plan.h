@@ -22,6 +22,10 @@
 
 namespace quantd::passes {
 
+// The ONNX op types whose constant weights quantd quantizes (default
+// domain), as GetServerInfo lists them.
+inline constexpr const char* kQuantizableOpTypes[] = {"Conv", "Gemm", "MatMul"};
+
 // A default-domain Conv, Gemm or MatMul: the ops whose weight (input 1) the
 // passes quantize.
 bool IsQuantizableOp(const onnx::NodeProto& node);
