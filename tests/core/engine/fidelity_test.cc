@@ -23,7 +23,10 @@ namespace {
 
 namespace tfq = tensorflow::quantization;
 using ::quantd::testing::ModelBuilder;
+using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -433,6 +436,32 @@ TEST(RunQuantizeFidelityTest, RangesFromConfigSkipWithTheReason) {
   EXPECT_FALSE(f.evaluated());
   EXPECT_THAT(f.skipped_reason(), HasSubstr("config.calibration"));
   EXPECT_TRUE(run.fidelity_progress.empty());
+}
+
+TEST(RunQuantizeFidelityTest, SmallFloatWeightsAreNamedForOnnxRuntime) {
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()->set_min_num_elements_for_weights(
+      kIn * kHidden * kClasses + 1);
+  for (const char* name : {"x", "h", "r", "logits"}) {
+    quantd::v1::TensorRange* r = config.mutable_calibration()->add_ranges();
+    r->set_tensor_name(name);
+    r->set_min(-4);
+    r->set_max(4);
+  }
+  JobRun run = RunWithBatches(config, model, 0);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_EQ(run.result->summary.skipped_size(), 2);
+  EXPECT_THAT(run.result->summary.validations(),
+              Contains(AllOf(HasSubstr("2 weight(s) under"),
+                             HasSubstr("ONNX Runtime's extended"))));
+  // Every weight quantized: no such note.
+  config.mutable_options()->set_min_num_elements_for_weights(-1);
+  run = RunWithBatches(config, model, 0);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_THAT(run.result->summary.validations(),
+              Not(Contains(HasSubstr("ONNX Runtime's extended"))));
 }
 
 TEST(RunQuantizeFidelityTest, DynamicRangeSkipsWithTheReason) {
