@@ -341,6 +341,16 @@ quantd::v1::QuantizeConfig StaticRange() {
   return c;
 }
 
+// config.calibration ranges [-4, 4] for every tensor of FloatModel.
+void AddRangesForEveryTensor(quantd::v1::QuantizeConfig* config) {
+  for (const char* name : {"x", "h", "r", "logits"}) {
+    quantd::v1::TensorRange* r = config->mutable_calibration()->add_ranges();
+    r->set_tensor_name(name);
+    r->set_min(-4);
+    r->set_max(4);
+  }
+}
+
 bool ExecutorRunsQdq() {
   const std::vector<std::string> ops = executor::Executor::SupportedOps();
   return std::count(ops.begin(), ops.end(), "QuantizeLinear") > 0 &&
@@ -424,12 +434,7 @@ TEST(RunQuantizeFidelityTest, RangesFromConfigSkipWithTheReason) {
   const onnx::ModelProto model = FloatModel(
       Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
   quantd::v1::QuantizeConfig config = StaticRange();
-  for (const char* name : {"x", "h", "r", "logits"}) {
-    quantd::v1::TensorRange* r = config.mutable_calibration()->add_ranges();
-    r->set_tensor_name(name);
-    r->set_min(-4);
-    r->set_max(4);
-  }
+  AddRangesForEveryTensor(&config);
   JobRun run = RunWithBatches(config, model, 0);
   ASSERT_TRUE(run.result.ok()) << run.result.status();
   const quantd::v1::FidelityReport& f = run.result->summary.fidelity();
@@ -444,12 +449,7 @@ TEST(RunQuantizeFidelityTest, SmallFloatWeightsAreNamedForOnnxRuntime) {
   quantd::v1::QuantizeConfig config = StaticRange();
   config.mutable_options()->set_min_num_elements_for_weights(
       kIn * kHidden * kClasses + 1);
-  for (const char* name : {"x", "h", "r", "logits"}) {
-    quantd::v1::TensorRange* r = config.mutable_calibration()->add_ranges();
-    r->set_tensor_name(name);
-    r->set_min(-4);
-    r->set_max(4);
-  }
+  AddRangesForEveryTensor(&config);
   JobRun run = RunWithBatches(config, model, 0);
   ASSERT_TRUE(run.result.ok()) << run.result.status();
   EXPECT_EQ(run.result->summary.skipped_size(), 2);
@@ -608,13 +608,7 @@ TEST(AccuracySearchJobTest, RefusedWhereItCannotMeasure) {
 
   quantd::v1::QuantizeConfig ranges_only = StaticRange();
   ranges_only.set_target_sqnr_db(30);
-  for (const char* name : {"x", "h", "r", "logits"}) {
-    quantd::v1::TensorRange* r =
-        ranges_only.mutable_calibration()->add_ranges();
-    r->set_tensor_name(name);
-    r->set_min(-4);
-    r->set_max(4);
-  }
+  AddRangesForEveryTensor(&ranges_only);
   run = RunWithBatches(ranges_only, model, 0);
   EXPECT_EQ(run.result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(run.result.status().message(), HasSubstr("config.calibration"));
