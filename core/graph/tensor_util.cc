@@ -16,32 +16,51 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 using onnx::TensorProto;
 
-// Bytes per element in raw_data; 0 for types with no fixed size.
-int64_t RawElementBytes(int32_t type) {
+// Bits per element in raw_data; 0 for types with no fixed size (strings)
+// and for numbers that are no ONNX type.
+int64_t ElementBits(int32_t type) {
   switch (type) {
     case TensorProto::FLOAT:
     case TensorProto::INT32:
     case TensorProto::UINT32:
-      return 4;
+      return 32;
     case TensorProto::UINT8:
     case TensorProto::INT8:
     case TensorProto::BOOL:
-      return 1;
+    case kFloat8E4M3Fn:
+    case kFloat8E4M3Fnuz:
+    case kFloat8E5M2:
+    case kFloat8E5M2Fnuz:
+    case kFloat8E8M0:
+      return 8;
     case TensorProto::UINT16:
     case TensorProto::INT16:
     case TensorProto::FLOAT16:
     case TensorProto::BFLOAT16:
-      return 2;
+      return 16;
     case TensorProto::INT64:
     case TensorProto::UINT64:
     case TensorProto::DOUBLE:
     case TensorProto::COMPLEX64:
-      return 8;
+      return 64;
     case TensorProto::COMPLEX128:
-      return 16;
+      return 128;
+    case kUint4:
+    case kInt4:
+    case kFloat4E2M1:
+      return 4;
+    case kUint2:
+    case kInt2:
+      return 2;
     default:
       return 0;
   }
+}
+
+// Bytes per element in raw_data for whole-byte types; 0 otherwise.
+int64_t RawElementBytes(int32_t type) {
+  const int64_t bits = ElementBits(type);
+  return bits % 8 == 0 ? bits / 8 : 0;
 }
 
 // Number of entries of the typed field that holds `type`, and how many
@@ -63,6 +82,14 @@ std::pair<int64_t, int64_t> TypedFieldSize(const TensorProto& t) {
       return {t.uint64_data_size(), 1};
     case TensorProto::STRING:
       return {t.string_data_size(), 1};
+    case kUint4:
+    case kInt4:
+    case kFloat4E2M1:
+    case kUint2:
+    case kInt2:
+      // Packed as in raw_data, one byte per int32_data entry; the caller
+      // counts bytes for these.
+      return {t.int32_data_size(), 1};
     default:
       return {t.int32_data_size(), 1};
   }
@@ -84,6 +111,10 @@ bool HasExternalData(const TensorProto& tensor) {
   return tensor.data_location() == TensorProto::EXTERNAL;
 }
 
+bool IsOnnxDataType(int32_t type) {
+  return type > TensorProto::UNDEFINED && type <= kNewestOnnxDataType;
+}
+
 absl::Status CheckTensorSize(const TensorProto& tensor) {
   if (HasExternalData(tensor)) return absl::OkStatus();
   const int64_t n = NumElements(tensor);
@@ -91,13 +122,18 @@ absl::Status CheckTensorSize(const TensorProto& tensor) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor '", tensor.name(), "' has a negative or overflowing shape"));
   }
+  const int64_t bits = ElementBits(tensor.data_type());
   int64_t have = 0;
   int64_t want = n;
-  if (tensor.has_raw_data()) {
-    const int64_t elem = RawElementBytes(tensor.data_type());
-    if (elem == 0) return absl::OkStatus();  // Strings etc.: not checkable.
-    have = static_cast<int64_t>(tensor.raw_data().size());
-    absl::StatusOr<int64_t> bytes = CheckedByteSize(n, elem);
+  if (tensor.has_raw_data() || bits % 8 != 0) {
+    // Sub-byte types are packed in raw_data and in int32_data alike.
+    if (bits == 0) return absl::OkStatus();  // Strings: not checkable.
+    have = tensor.has_raw_data()
+               ? static_cast<int64_t>(tensor.raw_data().size())
+               : TypedFieldSize(tensor).first;
+    const int64_t per_byte = bits < 8 ? 8 / bits : 1;
+    absl::StatusOr<int64_t> bytes = n / per_byte + (n % per_byte != 0);
+    if (bits >= 8) bytes = CheckedByteSize(n, bits / 8);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", tensor.name(), "': ", bytes.status().message()));

@@ -13,6 +13,24 @@
 
 namespace quantd::graph {
 
+// ONNX element types newer than libonnx 1.12's enum (onnx.proto's
+// TensorProto.DataType numbers), which models may carry: ONNX Runtime 1.30
+// loads all of them.
+inline constexpr int32_t kFloat8E4M3Fn = 17;
+inline constexpr int32_t kFloat8E4M3Fnuz = 18;
+inline constexpr int32_t kFloat8E5M2 = 19;
+inline constexpr int32_t kFloat8E5M2Fnuz = 20;
+inline constexpr int32_t kUint4 = 21;
+inline constexpr int32_t kInt4 = 22;
+inline constexpr int32_t kFloat4E2M1 = 23;
+inline constexpr int32_t kFloat8E8M0 = 24;
+inline constexpr int32_t kUint2 = 25;
+inline constexpr int32_t kInt2 = 26;
+inline constexpr int32_t kNewestOnnxDataType = kInt2;
+
+// True for a TensorProto.DataType number ONNX defines (UNDEFINED is not).
+bool IsOnnxDataType(int32_t type);
+
 // Product of the dims (1 for a scalar). -1 when a dim is negative or the
 // product overflows.
 int64_t NumElements(const onnx::TensorProto& tensor);
@@ -20,7 +38,8 @@ int64_t NumElements(const onnx::TensorProto& tensor);
 std::vector<int64_t> Dims(const onnx::TensorProto& tensor);
 
 // OK when the tensor's data (raw_data or the typed field) holds exactly
-// NumElements values; external data is not checked (it is not in the bytes).
+// NumElements values (sub-byte types packed, as ONNX stores them); external
+// data is not checked (it is not in the bytes).
 absl::Status CheckTensorSize(const onnx::TensorProto& tensor);
 
 // True when the values live outside the model bytes.

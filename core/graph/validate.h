@@ -15,9 +15,38 @@ namespace quantd::graph {
 // The newest default-domain opset libonnx 1.12's checker knows.
 inline constexpr int64_t kMaxCheckedOpset = 17;
 
-// Runs onnx::checker::check_model when the model's default opset is <=
-// kMaxCheckedOpset and its IR version is one the checker knows, then
-// CheckStructure. Appends a description of each check that ran to
+// The newest IR version and default-domain opset ONNX Runtime 1.30 loads;
+// a model that declares a newer one is refused rather than guessed at.
+inline constexpr int64_t kNewestIrVersion = 13;
+inline constexpr int64_t kNewestOpset = 26;
+
+// Graphs nested in attributes (If, Loop, Scan bodies) deeper than this are
+// refused: every walk of a model recurses once per level.
+inline constexpr int kMaxGraphDepth = 32;
+
+// Longest name (tensor, node, graph, attribute, domain) accepted: names are
+// echoed in messages and metrics.
+inline constexpr size_t kMaxNameBytes = 16 * 1024;
+
+// The fields of the model that the core reads, checked once where the
+// model enters, in every graph and function, whatever its opset (the
+// checker below only knows opsets <= kMaxCheckedOpset):
+//  - IR version and opset imports within what ONNX Runtime loads; no
+//    domain imported twice;
+//  - every tensor (initializers, Constant and attribute values): an ONNX
+//    element type, dims >= 0 whose product fits, data of that size, values
+//    inside the model bytes (external data is refused: its paths are never
+//    opened), no segments; sparse tensors are refused (UNIMPLEMENTED);
+//  - every declared type (graph inputs, outputs, value_info): known element
+//    types, nested sequence/optional/map types included;
+//  - every attribute: one value field, matching its declared type;
+//  - names at most kMaxNameBytes, graphs nested at most kMaxGraphDepth.
+// INVALID_ARGUMENT (UNIMPLEMENTED for sparse tensors) naming what failed.
+absl::Status CheckModelFields(const onnx::ModelProto& model);
+
+// Runs CheckModelFields, then onnx::checker::check_model when the model's
+// default opset is <= kMaxCheckedOpset and its IR version is one the checker
+// knows, then CheckStructure. Appends a description of each check that ran to
 // `validations` (may be null). INVALID_ARGUMENT with the failing check's
 // message otherwise. `what` names the model in messages ("input model").
 absl::Status ValidateModel(const onnx::ModelProto& model,
