@@ -288,7 +288,8 @@ absl::StatusOr<onnx::ModelProto> ParseModelInPieces(
     return absl::InvalidArgumentError(absl::StrCat(
         "model bytes (", bytes.size(),
         " bytes) are not a valid ONNX ModelProto: the protobuf parse failed "
-        "(truncated or not an ONNX file)"));
+        "(truncated, not an ONNX file, or messages nested deeper than "
+        "protobuf's limit of 100)"));
   }
   if (!model.has_graph()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -111,14 +111,20 @@ class FieldChecker {
       QUANTD_RETURN_IF_ERROR(Name(n, "tensor name", here()));
     }
     for (const AttributeProto& a : node.attribute()) {
-      QUANTD_RETURN_IF_ERROR(Attribute(
-          a, absl::StrCat(here(), " attribute ", Quoted(a.name())), depth));
+      QUANTD_RETURN_IF_ERROR(
+          Attribute(a, absl::StrCat(here(), " attribute ", Quoted(a.name())),
+                    absl::StrCat("attribute ", Quoted(a.name()), " of node ",
+                                 index, " ", Quoted(node.name()), " (",
+                                 node.op_type().substr(0, 64), ")"),
+                    depth));
     }
     return absl::OkStatus();
   }
 
+  // `where` locates the attribute fully; `owner` names it and its node
+  // only, for the graphs it holds.
   absl::Status Attribute(const AttributeProto& a, const std::string& where,
-                         int depth) {
+                         const std::string& owner, int depth) {
     QUANTD_RETURN_IF_ERROR(Name(a.name(), "attribute name", where));
     if (a.name().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has no name"));
@@ -178,9 +184,17 @@ class FieldChecker {
     for (const TypeProto& tp : a.type_protos()) {
       QUANTD_RETURN_IF_ERROR(Type(tp, where, 0));
     }
-    if (a.has_g()) QUANTD_RETURN_IF_ERROR(Graph(a.g(), where, depth + 1));
+    // A subgraph is named by itself and its depth, not by the chain of
+    // graphs around it: messages stay short however deep the nesting.
+    auto subgraph = [&](const onnx::GraphProto& g) {
+      return Graph(g,
+                   absl::StrCat("graph ", Quoted(g.name()), " (depth ",
+                                depth + 1, ", ", owner, ")"),
+                   depth + 1);
+    };
+    if (a.has_g()) QUANTD_RETURN_IF_ERROR(subgraph(a.g()));
     for (const onnx::GraphProto& g : a.graphs()) {
-      QUANTD_RETURN_IF_ERROR(Graph(g, where, depth + 1));
+      QUANTD_RETURN_IF_ERROR(subgraph(g));
     }
     return absl::OkStatus();
   }
