@@ -54,60 +54,7 @@ quantd::v1::TensorBatch Hollow(const std::string& name,
   return batch;
 }
 
-// A memory figure of a process from /proc/PID/status ("VmRSS:" is its
-// RSS, "VmHWM:" its peak), in bytes (Linux).
-int64_t StatusBytes(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      return std::stoll(line.substr(field.size())) * 1024;
-    }
-  }
-  return -1;
-}
-
-int64_t RssBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
-
-// The RSS an idle process settles at: sampled every 100 ms until it has not
-// fallen for a second (the server's idle trimmer runs twice a second), at
-// most `limit`.
-int64_t SettledRssBytes(pid_t pid, absl::Duration limit) {
-  int64_t lowest = RssBytes(pid);
-  absl::Time lowest_at = absl::Now();
-  const absl::Time end = absl::Now() + limit;
-  while (absl::Now() < end && absl::Now() - lowest_at < absl::Seconds(1)) {
-    absl::SleepFor(absl::Milliseconds(100));
-    const int64_t rss = RssBytes(pid);
-    if (rss < lowest) {
-      lowest = rss;
-      lowest_at = absl::Now();
-    }
-  }
-  return lowest;
-}
-
-// The mappings holding the most resident memory, largest first: what an
-// RSS failure needs to be understood (a malloc arena, code pages, ...).
-std::string TopMappings(pid_t pid, int count) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
-  std::vector<std::pair<int64_t, std::string>> rows;
-  std::string line, mapping;
-  while (std::getline(in, line)) {
-    if (line.rfind("Rss:", 0) == 0) {
-      rows.emplace_back(std::stoll(line.substr(4)), mapping);
-    } else if (!line.empty() && std::isxdigit(line[0]) &&
-               line.find('-') < line.find(' ')) {
-      mapping = line;
-    }
-  }
-  std::sort(rows.begin(), rows.end(), std::greater<>());
-  std::string out;
-  for (int i = 0; i < count && i < static_cast<int>(rows.size()); ++i) {
-    absl::StrAppend(&out, rows[i].first, " kB  ", rows[i].second, "\n");
-  }
-  return out;
-}
+int64_t RssBytes(pid_t pid) { return ProcStatusBytes(pid, "VmRSS"); }
 
 class HostileE2eTest : public ::testing::Test {
  protected:
@@ -226,7 +173,7 @@ TEST_F(HostileE2eTest, PerChannelHistogramsStayWithinTheObserverBudget) {
 TEST_F(HostileE2eTest, FailedAllocationEndsOnlyThatCall) {
   ASSERT_NO_FATAL_FAILURE(Start({"--max_observer_bytes=17179869184"}));
   model_ = MatMulChainModel(512, 2);
-  const int64_t mapped = StatusBytes(server_->pid(), "VmSize:");
+  const int64_t mapped = ProcStatusBytes(server_->pid(), "VmSize");
   ASSERT_GT(mapped, 0);
   const rlimit limit = {static_cast<rlim_t>(mapped + (int64_t{512} << 20)),
                         static_cast<rlim_t>(mapped + (int64_t{512} << 20))};
@@ -344,7 +291,8 @@ TEST_F(HostileE2eTest, IdleServerGivesMemoryBack) {
   std::printf(
       "measured: idle server RSS %.1f MB after hostile and 48 MB "
       "calls, baseline %.1f MB, peak %.1f MB\n",
-      rss / 1e6, baseline / 1e6, StatusBytes(server_->pid(), "VmHWM:") / 1e6);
+      rss / 1e6, baseline / 1e6,
+      ProcStatusBytes(server_->pid(), "VmHWM") / 1e6);
   EXPECT_LE(rss, bound) << "largest mappings at the baseline:\n"
                         << baseline_mappings << "and now:\n"
                         << TopMappings(server_->pid(), 6);

@@ -9,13 +9,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -189,6 +194,42 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
     }
   }
   return -1;
+}
+
+int64_t SettledRssBytes(pid_t pid, absl::Duration limit) {
+  int64_t lowest = ProcStatusBytes(pid, "VmRSS");
+  absl::Time lowest_at = absl::Now();
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end && absl::Now() - lowest_at < absl::Seconds(1)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const int64_t rss = ProcStatusBytes(pid, "VmRSS");
+    if (rss < lowest) {
+      lowest = rss;
+      lowest_at = absl::Now();
+    }
+  }
+  return lowest;
+}
+
+std::string TopMappings(pid_t pid, int count) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::vector<std::pair<int64_t, std::string>> rows;
+  std::string line, mapping;
+  while (std::getline(in, line)) {
+    if (line.rfind("Rss:", 0) == 0) {
+      rows.emplace_back(std::stoll(line.substr(4)), mapping);
+    } else if (!line.empty() &&
+               std::isxdigit(static_cast<unsigned char>(line[0])) &&
+               line.find('-') < line.find(' ')) {
+      mapping = line;
+    }
+  }
+  std::sort(rows.begin(), rows.end(), std::greater<>());
+  std::string out;
+  for (int i = 0; i < count && i < static_cast<int>(rows.size()); ++i) {
+    out += std::to_string(rows[i].first) + " kB  " + rows[i].second + "\n";
+  }
+  return out;
 }
 
 bool ResetPeakRss(pid_t pid) {

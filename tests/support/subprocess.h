@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace quantd::testing {
 
 struct CommandResult {
@@ -74,6 +76,16 @@ std::string HttpGet(int port, const std::string& path);
 int64_t ProcStatusBytes(pid_t pid, const std::string& field);
 // Resets the peak resident set size (VmHWM) of `pid` to its current RSS.
 bool ResetPeakRss(pid_t pid);
+
+// The RSS an idle process settles at: sampled every 100 ms until it has not
+// fallen for a second (quantd's idle trimmer runs twice a second), for at
+// most `limit`.
+int64_t SettledRssBytes(pid_t pid, absl::Duration limit);
+
+// The `count` mappings of `pid` holding the most resident memory, largest
+// first, one per line: what an RSS failure needs to be understood (a malloc
+// arena, code pages, ...).
+std::string TopMappings(pid_t pid, int count);
 
 }  // namespace quantd::testing
 
