@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
+#   scripts/sanitize.sh [address|thread]
+#
 # Builds the server and the suites that feed it client input (the server's
-# unit tests, the engine's jobs and sessions, the hostile end-to-end tests)
-# with AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/
-# (override with SANITIZE_BUILD_DIR) and runs them. Any finding aborts the
+# unit tests, the engine's jobs and sessions, the hostile, corpus and fault
+# end-to-end tests) with AddressSanitizer + UndefinedBehaviorSanitizer into
+# build-asan/ (default), or with ThreadSanitizer into build-tsan/ plus the
+# executor's and the thread pool's tests (`thread`), and runs them. Override
+# the folder with SANITIZE_BUILD_DIR. Any finding aborts the
 # process it is in (-fno-sanitize-recover), so a server finding fails the
 # end-to-end test that provoked it. Slow tests that only compare accuracy
 # against ONNX Runtime stay out: they add build time, not coverage of input
@@ -10,7 +14,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-BUILD_DIR=${SANITIZE_BUILD_DIR:-build-asan}
+MODE=${1:-address}
+case "$MODE" in
+  address) SANITIZE=address,undefined; DEFAULT_DIR=build-asan ;;
+  thread) SANITIZE=thread; DEFAULT_DIR=build-tsan ;;
+  *) echo "usage: $0 [address|thread]" >&2; exit 2 ;;
+esac
+BUILD_DIR=${SANITIZE_BUILD_DIR:-$DEFAULT_DIR}
 SUITES=(
   # server/
   calibrate_service_test call_timer_test job_limits_test memory_test
@@ -19,17 +29,23 @@ SUITES=(
   batch_queue_test calibration_job_test calibration_session_test
   limits_test quantize_job_test
   # end to end, through the sanitized quantd
-  hostile_e2e_test
+  hostile_e2e_test hostile_corpus_e2e_test fault_e2e_test
 )
+if [[ "$MODE" == thread ]]; then
+  # Where core's threads meet: the pool, the parallel executor, the jobs.
+  SUITES+=(thread_pool_test executor_test)
+fi
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DQUANTD_SANITIZE=address,undefined "${launcher[@]}" >/dev/null
+  -DQUANTD_SANITIZE="$SANITIZE" "${launcher[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target quantd "${SUITES[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+# A data race fails the process it is in, server included.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # Tests that measure the real allocator stay out: ASan keeps freed memory
 # in its quarantine (calibration_memory_test saw +310 MB over 1000
 # batches, all of it the 256 MB quarantine and its bookkeeping) and never
@@ -48,7 +64,7 @@ for suite in "${SUITES[@]}"; do
   fi
 done
 if ((${#failed[@]})); then
-  echo "sanitize.sh: failed under ASan+UBSan: ${failed[*]}"
+  echo "sanitize.sh: failed under $SANITIZE: ${failed[*]}"
   exit 1
 fi
-echo "sanitize.sh: ${#SUITES[@]} suites passed under ASan+UBSan"
+echo "sanitize.sh: ${#SUITES[@]} suites passed under $SANITIZE"
