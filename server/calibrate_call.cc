@@ -89,8 +89,8 @@ class CalibrateReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<CalibrateRequest, CalibrateResponse>*
-StartCalibrateCall(grpc::CallbackServerContext* context, const CallDeps& deps) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartCalibrateCall(
+    grpc::CallbackServerContext* context, const CallDeps& deps) {
   auto* reactor = new CalibrateReactor(context, deps);
   reactor->Begin();
   return reactor;

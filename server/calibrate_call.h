@@ -10,9 +10,8 @@
 namespace quantd::server {
 
 // A started call (reading its first message); gRPC owns the reactor.
-grpc::ServerBidiReactor<quantd::v1::CalibrateRequest,
-                        quantd::v1::CalibrateResponse>*
-StartCalibrateCall(grpc::CallbackServerContext* context, const CallDeps& deps);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartCalibrateCall(
+    grpc::CallbackServerContext* context, const CallDeps& deps);
 
 }  // namespace quantd::server
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/status.h"
 
 namespace quantd::server {
@@ -32,6 +33,18 @@ void JobReactor<Request, Response>::OnReadDone(bool ok) {
     OnHalfClose();
     return;
   }
+  request_.Clear();
+  if (!grpc::SerializationTraits<Request>::Deserialize(&read_buffer_, &request_)
+           .ok()) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("message ", messages_in_ + 1, " is not a valid ",
+                     Request::descriptor()->full_name(),
+                     " (a truncated message, a wrong field type, or a string "
+                     "field that is not UTF-8)")));
+    return;
+  }
+  ++messages_in_;
   switch (receive_) {
     case Receive::kConfig:
       OnConfig();
@@ -146,7 +159,7 @@ void JobReactor<Request, Response>::ReadNext() {
     if (finished_) return;
     reading_ = true;
   }
-  this->StartRead(&request_);
+  this->StartRead(&read_buffer_);
   {
     absl::MutexLock lock(&mu_);
     reading_ = false;
@@ -327,12 +340,26 @@ template <typename Request, typename Response>
 bool JobReactor<Request, Response>::StartJob(bool with_queue) {
   receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
   ReleaseUpload();  // The job limit (and its queue) bounds it from here.
+  // A cancel (OnCancel, the call's time limit) sets finish_status_ and
+  // then StopJob aborts batches_: one that ran before batches_ was set here
+  // found nothing to abort, and the job would wait in Pop forever, holding
+  // its slot. Checking under the same lock that publishes batches_ closes
+  // that gap: either StopJob sees the queue, or this sees the call over.
+  bool over = false;
   if (with_queue) {
     queue_for_reads_ =
         std::make_shared<BatchQueue>(options_.calibration_queue_batches);
     queue_for_reads_->SetOnRoom([this] { ReadNext(); });
     absl::MutexLock lock(&mu_);
     batches_ = queue_for_reads_;
+    over = finish_status_.has_value();
+  } else {
+    absl::MutexLock lock(&mu_);
+    over = finish_status_.has_value();
+  }
+  if (over) {
+    if (queue_for_reads_ != nullptr) queue_for_reads_->Abort();
+    return false;
   }
   // The wait's reference, taken before a Release on another thread can
   // run OnSlot; not the last one when dropped here (gRPC's is held).
@@ -416,7 +443,23 @@ void JobReactor<Request, Response>::Pump() {
     action = NextActionLocked();
   }
   if (action == Action::kWrite) {
-    this->StartWrite(&current_);
+    // The last write is done with it (one write at a time).
+    write_buffer_.Clear();
+    bool own_buffer = false;
+    // Serializing a message the server built cannot fail short of memory;
+    // if it does, the call ends rather than sending something else.
+    if (!grpc::SerializationTraits<Response>::Serialize(
+             current_, &write_buffer_, &own_buffer)
+             .ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        writing_ = false;
+      }
+      FinishWith(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "a response could not be serialized"));
+      return;
+    }
+    this->StartWrite(&write_buffer_);
   } else if (action == Action::kFinish) {
     if (!final_status_.ok()) StopJob();
     RecordCall(metrics_, call_, final_status_);

@@ -74,8 +74,16 @@ enum class Part { kConfig, kModelChunk, kBatch, kNone };
 // cancelled and core has not noticed yet), so neither OnDone nor the done
 // callback deletes the object alone: the last one out does. The queue's
 // on_room runs inside the job's Pop, so the job's reference covers it too.
+//
+// Wire: the stream carries raw bytes (the service registers Quantize and
+// Calibrate as raw methods) and the reactor parses each message itself. A
+// message that does not parse (proto3 strings must be UTF-8) then ends the
+// call with INVALID_ARGUMENT; with typed methods gRPC reports it as a
+// failed read, indistinguishable from the client's half-close, and the call
+// went on without it.
 template <typename Request, typename Response>
-class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
+class JobReactor
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Starts reading (and the server's clock on the call, if it has a cap).
   // Separate from the constructor: a read may complete on another thread at
@@ -260,7 +268,9 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
 
   // Receive side: only touched by OnReadDone, which gRPC serializes (one
   // read outstanding at a time, whoever started it).
+  grpc::ByteBuffer read_buffer_;
   Request request_;
+  uint64_t messages_in_ = 0;  // Parsed so far, for messages.
   Receive receive_ = Receive::kConfig;
   uint64_t declared_ = 0;
   std::string model_;
@@ -280,6 +290,7 @@ class JobReactor : public grpc::ServerBidiReactor<Request, Response> {
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   // Owned by the one writer / the one finisher (writing_ / finished_).
   Response current_;
+  grpc::ByteBuffer write_buffer_;
   grpc::Status final_status_;
 };
 

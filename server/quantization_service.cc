@@ -52,20 +52,18 @@ QuantizationServiceImpl::QuantizationServiceImpl(JobRunner* jobs,
   deps_.options = &options_;
 }
 
-grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 QuantizationServiceImpl::Quantize(grpc::CallbackServerContext* context) {
   if (grpc::Status status = Admit(*context); !status.ok()) {
-    return new RefusedReactor<QuantizeRequest, QuantizeResponse>(
-        "Quantize", context, metrics_, status);
+    return new RefusedReactor("Quantize", context, metrics_, status);
   }
   return StartQuantizeCall(context, deps_);
 }
 
-grpc::ServerBidiReactor<CalibrateRequest, CalibrateResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 QuantizationServiceImpl::Calibrate(grpc::CallbackServerContext* context) {
   if (grpc::Status status = Admit(*context); !status.ok()) {
-    return new RefusedReactor<CalibrateRequest, CalibrateResponse>(
-        "Calibrate", context, metrics_, status);
+    return new RefusedReactor("Calibrate", context, metrics_, status);
   }
   return StartCalibrateCall(context, deps_);
 }

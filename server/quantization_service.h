@@ -29,8 +29,14 @@
 
 namespace quantd::server {
 
+// Quantize and Calibrate are raw methods: their reactors parse each message
+// themselves, so a message that does not parse is an error of its own rather
+// than a failed read (job_reactor.h).
 class QuantizationServiceImpl final
-    : public quantd::v1::QuantizationService::CallbackService {
+    : public quantd::v1::QuantizationService::WithRawCallbackMethod_Quantize<
+          quantd::v1::QuantizationService::WithRawCallbackMethod_Calibrate<
+              quantd::v1::QuantizationService::WithCallbackMethod_GetServerInfo<
+                  quantd::v1::QuantizationService::Service>>> {
  public:
   using Options = ServiceOptions;
 
@@ -42,13 +48,11 @@ class QuantizationServiceImpl final
   QuantizationServiceImpl(JobRunner* jobs, Metrics* metrics,
                           const Options& options);
 
-  grpc::ServerBidiReactor<quantd::v1::QuantizeRequest,
-                          quantd::v1::QuantizeResponse>*
-  Quantize(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Quantize(
+      grpc::CallbackServerContext* context) override;
 
-  grpc::ServerBidiReactor<quantd::v1::CalibrateRequest,
-                          quantd::v1::CalibrateResponse>*
-  Calibrate(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Calibrate(
+      grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* GetServerInfo(
       grpc::CallbackServerContext* context,

@@ -144,7 +144,7 @@ class QuantizeReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<QuantizeRequest, QuantizeResponse>* StartQuantizeCall(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartQuantizeCall(
     grpc::CallbackServerContext* context, const CallDeps& deps) {
   auto* reactor = new QuantizeReactor(context, deps);
   reactor->Begin();

@@ -12,8 +12,8 @@ namespace quantd::server {
 // A Quantize/Calibrate call refused before anything is read (bad token,
 // server busy): finishes at once with `status`, counted and logged like any
 // other call.
-template <typename Request, typename Response>
-class RefusedReactor final : public grpc::ServerBidiReactor<Request, Response> {
+class RefusedReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   RefusedReactor(const char* method, grpc::CallbackServerContext* context,
                  Metrics* metrics, const grpc::Status& status) {

@@ -702,6 +702,24 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
                  "bytes",
                  {Batch(std::string(1 << 20, 'b'), onnx::TensorProto::FLOAT,
                         {1, kDim}, kDim * sizeof(float))});
+  // proto3 strings must be UTF-8: such a message does not parse. The
+  // batches before it must not make the call succeed without it.
+  calibrate_case("tensor name that is not UTF-8", Code::INVALID_ARGUMENT,
+                 "message 4 is not a valid quantd.v1.CalibrateRequest",
+                 {InputBatch(kDim),
+                  Batch("\xff\xfe", onnx::TensorProto::FLOAT, {1, kDim},
+                        kDim * sizeof(float)),
+                  InputBatch(kDim)});
+  options_case(
+      "unit name that is not UTF-8", Code::INVALID_ARGUMENT,
+      "message 1 is not a valid quantd.v1.QuantizeRequest",
+      [](QuantizeConfig* q) {
+        auto* u = q->mutable_options()->add_unit_wise_quantization_precision();
+        u->set_unit_type(UnitWiseQuantizationPrecision::UNIT_NODE);
+        u->set_unit_name("matmul\xc3");
+        u->set_quantization_precision(
+            tensorflow::quantization::QuantizationPrecision::PRECISION_W8A8);
+      });
   calibrate_case("no batches", Code::INVALID_ARGUMENT, "batch", {});
   calibrate_case("empty batch", Code::INVALID_ARGUMENT, "batch",
                  {TensorBatch()});
