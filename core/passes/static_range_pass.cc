@@ -150,6 +150,11 @@ class StaticRangePass {
                           const std::string& tensor, int depth) const;
   absl::Status QuantizeBiases();
   absl::Status QuantizeBias(const BiasPlan& bias);
+  // The weight channels whose scale was raised so that `bias` fits int32 at
+  // input scale * weight scale (see the definition); 0 when none was.
+  int WidenWeightScalesForBias(const BiasPlan& bias,
+                               const std::vector<float>& bias_values,
+                               float input_scale);
   void Progress() {
     ++done_;
     if (hooks_.on_progress) hooks_.on_progress(done_, total_);
@@ -714,6 +719,94 @@ absl::Status StaticRangePass::QuantizeBiases() {
 
 // b_q[c] = round_half_even(b[c] / (s_in * s_w[c])), zero point 0, the
 // scale s_in * s_w[c] computed in float as ONNX Runtime's QDQ tools do.
+// A channel whose weights are all but zero (a BatchNormalization folded in
+// with a tiny gamma) gets a tiny weight scale, while its bias need not be
+// small: b / (s_in * s_w) then overflows int32 and the saturated bias shifts
+// every output of the channel. As ONNX Runtime's quantizer does (since
+// 1.17), such a channel's weight scale is raised until the bias fits, and
+// its int8 weights are re-expressed on the coarser grid: they were near
+// zero, so they lose little, and the bias is exact. 8-bit weights per
+// channel or per tensor; blocked and 4-bit weights keep the saturating bias
+// (the report says so).
+int StaticRangePass::WidenWeightScalesForBias(
+    const BiasPlan& bias, const std::vector<float>& bias_values,
+    float input_scale) {
+  const WeightPlan& w = weights_.weights[bias.weight];
+  std::vector<numerics::QuantParams>& wp =
+      quantized_weights_.params[bias.weight];
+  if (w.block_size > 0 || HasFourBitWeights(w.precision) || wp.empty() ||
+      !(input_scale > 0.0f)) {
+    return 0;
+  }
+  const bool per_channel = wp.size() > 1;
+  if (per_channel && wp.size() != bias_values.size()) return 0;
+  // Headroom below 2^31 - 1 for the float rounding of s_in * s_w.
+  constexpr double kInt32Room = 2147483647.0 * 0.999;
+  std::vector<double> needed(wp.size(), 0.0);
+  for (size_t c = 0; c < bias_values.size(); ++c) {
+    double& n = needed[per_channel ? c : 0];
+    n = std::max(n,
+                 std::fabs(static_cast<double>(bias_values[c])) / kInt32Room);
+  }
+  std::vector<size_t> widen;
+  for (size_t k = 0; k < wp.size(); ++k) {
+    if (static_cast<double>(input_scale) * wp[k].scale < needed[k]) {
+      widen.push_back(k);
+    }
+  }
+  if (widen.empty()) return 0;
+  const WeightNames& names = weight_names_[bias.weight];
+  TensorProto* values = nullptr;
+  TensorProto* scales = nullptr;
+  for (auto& t : *graph_->mutable_initializer()) {
+    if (t.name() == names.values) values = &t;
+    if (t.name() == names.scale) scales = &t;
+  }
+  if (values == nullptr || scales == nullptr ||
+      (values->data_type() != TensorProto::INT8 &&
+       values->data_type() != TensorProto::UINT8) ||
+      static_cast<int64_t>(values->raw_data().size()) != w.num_elements ||
+      scales->raw_data().size() != wp.size() * sizeof(float)) {
+    return 0;
+  }
+  numerics::ChannelLayout layout;
+  layout.inner = w.num_elements;
+  if (per_channel) {
+    absl::StatusOr<numerics::ChannelLayout> l =
+        numerics::LayoutFor(w.dims, w.axis);
+    if (!l.ok() || l->channels != static_cast<int64_t>(wp.size())) return 0;
+    layout = *l;
+  }
+  const bool is_signed = values->data_type() == TensorProto::INT8;
+  char* q = values->mutable_raw_data()->data();
+  float* scale_values =
+      reinterpret_cast<float*>(scales->mutable_raw_data()->data());
+  for (size_t k : widen) {
+    // Rounded up, so that s_in * s_w reaches what the bias needs.
+    const float raised =
+        std::nextafter(static_cast<float>(needed[k] / input_scale),
+                       std::numeric_limits<float>::infinity());
+    const double ratio = static_cast<double>(wp[k].scale) / raised;
+    const int32_t zp = wp[k].zero_point;
+    for (int64_t o = 0; o < layout.outer; ++o) {
+      char* row =
+          q + (o * layout.channels + static_cast<int64_t>(k)) * layout.inner;
+      for (int64_t i = 0; i < layout.inner; ++i) {
+        const int32_t old =
+            is_signed ? static_cast<int8_t>(row[i])
+                      : static_cast<int32_t>(static_cast<uint8_t>(row[i]));
+        // |old - zp| only shrinks (ratio < 1): no clamping is needed.
+        const int32_t now =
+            zp + static_cast<int32_t>(std::nearbyint((old - zp) * ratio));
+        row[i] = static_cast<char>(now);
+      }
+    }
+    wp[k].scale = raised;
+    scale_values[k] = raised;
+  }
+  return static_cast<int>(widen.size());
+}
+
 absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   auto in = activation_params_.find(bias.input);
   const WeightPlan& w = weights_.weights[bias.weight];
@@ -734,6 +827,7 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   }
   QUANTD_ASSIGN_OR_RETURN(std::vector<float> values,
                           graph::ReadFloatTensor(*tensor));
+  const int widened = WidenWeightScalesForBias(bias, values, in->second.scale);
   const int64_t n = static_cast<int64_t>(values.size());
   std::vector<float> scales(n);
   std::vector<int32_t> q(n);
@@ -810,6 +904,12 @@ absl::Status StaticRangePass::QuantizeBias(const BiasPlan& bias) {
   std::string note = absl::StrCat(
       "bias: scale = input scale of '", bias.input, "' (", in->second.scale,
       ") * weight scale of '", w.tensor, "', zero point 0");
+  if (widened > 0) {
+    absl::StrAppend(&note, "; the weight scale of ", widened,
+                    widened == 1 ? " channel was" : " channels were",
+                    " raised so that the bias fits int32 (the weights there "
+                    "are near zero; ONNX Runtime's quantizer does the same)");
+  }
   if (saturated > 0) {
     absl::StrAppend(&note, "; ", saturated,
                     " value(s) saturated to the int32 range");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -252,6 +253,55 @@ TEST_F(StaticPassTest, BiasIsInt32WithInputTimesWeightScale) {
     EXPECT_EQ(r->scheme().storage_type(), "INT32");
     EXPECT_EQ(r->scheme().bits(), 32);
   }
+}
+
+// A BN-folded channel with near-zero weights and a real bias: at
+// s_in * s_w the bias would be ~1e13 steps, far past int32. The channel's
+// weight scale is raised until it fits (as ONNX Runtime's quantizer does);
+// the bias then dequantizes to itself and the weights stay near zero.
+TEST_F(StaticPassTest, BiasThatOverflowsInt32WidensItsWeightChannel) {
+  ModelBuilder b(13);
+  std::vector<float> w = Wave(2 * 2 * 3 * 3, 5);
+  for (size_t i = 18; i < w.size(); ++i) w[i] *= 1e-9f;  // Channel 1.
+  b.Input("x", {1, 2, 4, 4})
+      .Initializer("W", {2, 2, 3, 3}, w)
+      .Initializer("B", {2}, {0.25f, 1.5f})
+      .Node("Conv", {"x", "W", "B"}, {"y"}, "conv")
+      .Attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+      .Output("y", {1, 2, 4, 4});
+  onnx::ModelProto m = b.Build();
+  SetRange("x", -1.0f, 3.0f);
+  const float s_in = 4.0f / 255.0f;
+  Run(&m);
+  const onnx::GraphProto& g = m.graph();
+  const onnx::NodeProto* bias_dq = ProducerOf(g, "B");
+  ASSERT_NE(bias_dq, nullptr);
+  const std::vector<int32_t> qb = Values<int32_t>(Init(g, bias_dq->input(0)));
+  const std::vector<float> sb = Values<float>(Init(g, bias_dq->input(1)));
+  ASSERT_EQ(qb.size(), 2u);
+  EXPECT_LT(std::abs(qb[1]), std::numeric_limits<int32_t>::max());
+  EXPECT_NEAR(qb[0] * sb[0], 0.25f, sb[0]);
+  EXPECT_NEAR(qb[1] * sb[1], 1.5f, 1e-6f);
+
+  const onnx::NodeProto* w_dq = ProducerOf(g, "W");
+  ASSERT_NE(w_dq, nullptr);
+  const std::vector<int8_t> qw = Values<int8_t>(Init(g, w_dq->input(0)));
+  const std::vector<float> sw = Values<float>(Init(g, w_dq->input(1)));
+  ASSERT_EQ(sw.size(), 2u);
+  // The bias scale is still s_in * s_w, with the raised s_w.
+  EXPECT_NEAR(sb[1], s_in * sw[1], 1e-6f * sb[1]);
+  EXPECT_GE(static_cast<double>(s_in) * sw[1] * 2147483647.0, 1.5);
+  for (int i = 0; i < 18; ++i) {  // Channel 0 untouched: max |w| at 127.
+    EXPECT_NEAR(qw[i] * sw[0], w[i], sw[0]) << i;
+  }
+  for (int i = 18; i < 36; ++i) {  // Channel 1: near zero, and stays so.
+    EXPECT_NEAR(qw[i] * sw[1], w[i], sw[1]) << i;
+    EXPECT_LE(std::abs(qw[i] * sw[1]), 1e-8f) << i;
+  }
+  const quantd::v1::TensorReport* r = ReportFor("B");
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->note(), HasSubstr("weight scale of 1 channel was raised"));
+  EXPECT_THAT(r->note(), ::testing::Not(HasSubstr("saturated")));
 }
 
 TEST_F(StaticPassTest, RunningTwiceInsertsNothing) {
