@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -57,6 +58,40 @@ absl::StatusOr<int64_t> NormalizeIndex(int64_t i, int64_t dim,
         absl::StrCat(what, " ", i, " is out of range for a dim of ", dim));
   }
   return j;
+}
+
+// GatherElements and ScatterElements: every element i of `idx` (same rank
+// as `x`, no larger off `axis`) addresses the element of `x` at its own
+// position with the coordinate on `axis` replaced by its value. Calls
+// visit(i, offset of that element in x) in index order; INVALID_ARGUMENT
+// when idx exceeds x off the axis or an index is out of range.
+absl::Status ForEachElementIndex(
+    const Tensor& x, const Tensor& idx, int axis,
+    absl::FunctionRef<void(int64_t i, int64_t offset)> visit) {
+  const int rank = x.rank();
+  for (int d = 0; d < rank; ++d) {
+    if (d != axis && idx.dim(d) > x.dim(d)) {
+      return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
+                                  " exceed data ", ShapeString(x.shape()),
+                                  " on axis ", d));
+    }
+  }
+  const std::vector<int64_t> strides = RowMajorStrides(x.shape());
+  std::vector<int64_t> pos(rank, 0);
+  for (int64_t i = 0; i < idx.size(); ++i) {
+    QUANTD_ASSIGN_OR_RETURN(int64_t j,
+                            NormalizeIndex(idx.IntAt(i), x.dim(axis)));
+    int64_t off = 0;
+    for (int d = 0; d < rank; ++d) {
+      off += (d == axis ? j : pos[d]) * strides[d];
+    }
+    visit(i, off);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++pos[d] < idx.dim(d)) break;
+      pos[d] = 0;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The one element of a scalar (or one-element) integer input.
@@ -391,34 +426,13 @@ class GatherElementsKernel : public Kernel {
                                   " differ in rank"));
     }
     QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
-    for (int d = 0; d < x.rank(); ++d) {
-      if (d != axis && idx.dim(d) > x.dim(d)) {
-        return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
-                                    " exceed data ", ShapeString(x.shape()),
-                                    " on axis ", d));
-      }
-    }
     Tensor y(x.dtype(), idx.shape());
-    const std::vector<int64_t> strides = RowMajorStrides(x.shape());
-    const int rank = x.rank();
     return BySize(ElementSize(x.dtype()), [&](auto tag) -> absl::Status {
       using U = decltype(tag);
       const U* in = static_cast<const U*>(x.raw());
       U* out = static_cast<U*>(y.raw());
-      std::vector<int64_t> pos(rank, 0);
-      for (int64_t i = 0; i < idx.size(); ++i) {
-        QUANTD_ASSIGN_OR_RETURN(int64_t j,
-                                NormalizeIndex(idx.IntAt(i), x.dim(axis)));
-        int64_t off = 0;
-        for (int d = 0; d < rank; ++d) {
-          off += (d == axis ? j : pos[d]) * strides[d];
-        }
-        out[i] = in[off];
-        for (int d = rank - 1; d >= 0; --d) {
-          if (++pos[d] < idx.dim(d)) break;
-          pos[d] = 0;
-        }
-      }
+      QUANTD_RETURN_IF_ERROR(ForEachElementIndex(
+          x, idx, axis, [&](int64_t i, int64_t off) { out[i] = in[off]; }));
       (*ctx.outputs)[0] = std::move(y);
       return absl::OkStatus();
     });
@@ -573,37 +587,16 @@ class ScatterElementsKernel : public Kernel {
           ShapeString(x.shape()), ") in type and rank"));
     }
     QUANTD_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_, x.rank()));
-    for (int d = 0; d < x.rank(); ++d) {
-      if (d != axis && idx.dim(d) > x.dim(d)) {
-        return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),
-                                    " exceed data ", ShapeString(x.shape()),
-                                    " on axis ", d));
-      }
-    }
     Tensor y(x.dtype(), x.shape());
     if (x.bytes() > 0) std::memcpy(y.raw(), x.raw(), x.bytes());
-    const std::vector<int64_t> strides = RowMajorStrides(x.shape());
-    const int rank = x.rank();
     absl::Status s =
         ScatterDispatch(combine_, x.dtype(), [&](auto tag) -> absl::Status {
           using T = decltype(tag);
           const T* u = static_cast<const T*>(upd.raw());
           T* out = static_cast<T*>(y.raw());
-          std::vector<int64_t> pos(rank, 0);
-          for (int64_t i = 0; i < idx.size(); ++i) {
-            QUANTD_ASSIGN_OR_RETURN(int64_t j,
-                                    NormalizeIndex(idx.IntAt(i), x.dim(axis)));
-            int64_t off = 0;
-            for (int d = 0; d < rank; ++d) {
-              off += (d == axis ? j : pos[d]) * strides[d];
-            }
+          return ForEachElementIndex(x, idx, axis, [&](int64_t i, int64_t off) {
             Apply(combine_, out + off, u[i]);
-            for (int d = rank - 1; d >= 0; --d) {
-              if (++pos[d] < idx.dim(d)) break;
-              pos[d] = 0;
-            }
-          }
-          return absl::OkStatus();
+          });
         });
     if (!s.ok()) return s;
     (*ctx.outputs)[0] = std::move(y);
