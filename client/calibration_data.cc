@@ -177,6 +177,16 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
           source.path, ": sample axis ", input.sample_axis,
           " is out of range for an array of rank ", tensor->rank()));
     }
+    // Samples of no values each: a 128-byte file could declare 2^62 of
+    // them and make an endless stream of empty batches.
+    if (source.sample_axis != CalibrationInput::kWhole && tensor->size() == 0 &&
+        tensor->dim(source.sample_axis) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source.path, ": an array of shape ",
+          quantd::executor::ShapeString(tensor->shape()), " has ",
+          tensor->dim(source.sample_axis), " samples on axis ",
+          source.sample_axis, " but no values: every sample would be empty"));
+    }
     source.tensor = std::move(*tensor);
     for (const Source& other : sources) {
       if (other.name == source.name) {

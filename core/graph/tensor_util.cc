@@ -173,8 +173,11 @@ absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
   QUANTD_RETURN_IF_ERROR(CheckTensorSize(tensor));
   std::vector<float> values(NumElements(tensor));
   if (tensor.has_raw_data()) {
-    std::memcpy(values.data(), tensor.raw_data().data(),
-                values.size() * sizeof(float));
+    // An empty vector's data() may be null, which memcpy must not see.
+    if (!values.empty()) {
+      std::memcpy(values.data(), tensor.raw_data().data(),
+                  values.size() * sizeof(float));
+    }
   } else {
     std::copy(tensor.float_data().begin(), tensor.float_data().end(),
               values.begin());

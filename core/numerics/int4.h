@@ -29,7 +29,8 @@ inline bool IsFourBitType(int32_t onnx_type) {
 }
 
 // Bytes needed for n packed 4-bit values.
-inline int64_t PackedInt4Bytes(int64_t n) { return (n + 1) / 2; }
+// Written so that no n >= 0 overflows (n + 1 would at INT64_MAX).
+inline int64_t PackedInt4Bytes(int64_t n) { return n / 2 + (n & 1); }
 
 // Packs values already on a 4-bit grid: [-8, 7] when is_signed, else
 // [0, 15]. INVALID_ARGUMENT naming the first value off the grid.

@@ -162,6 +162,20 @@ TEST_F(CalibrationDataTest, TensorProtoFilesUseTheirNameUnlessGivenOne) {
   EXPECT_EQ((*renamed)->Next()->tensors(0).name(), "other");
 }
 
+// Found by fuzzing: a 128-byte .npy of shape (2^62, 0) holds no values but
+// would have made 2^62 empty samples, an endless stream of empty batches.
+TEST_F(CalibrationDataTest, SamplesWithoutValuesAreRefused) {
+  const std::string empty =
+      Npy("empty.npy", Tensor::FromVector<float>({int64_t{1} << 40, 0}, {}));
+  auto data = CalibrationData::Open({{"", empty}}, 4);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), HasSubstr("no values"));
+  // No samples at all is refused as before.
+  const std::string none =
+      Npy("none.npy", Tensor::FromVector<float>({0, 3}, {}));
+  EXPECT_FALSE(CalibrationData::Open({{"", none}}, 4).ok());
+}
+
 TEST_F(CalibrationDataTest, ErrorsAreNamed) {
   const std::string x = Npy("x.npy", Samples(2));
   EXPECT_EQ(CalibrationData::Open({{"", x}}, 0).status().code(),
