@@ -10,6 +10,12 @@
 #                   localhost, with fake jobs: fuzz/request_stream_fuzzer.cc
 #   options         ResolveQuantizeRequest / ResolveCalibrateRequest
 #                   (core/engine/request_options.h): fuzz/options_fuzzer.cc
+#   npy             the client's calibration-data reader (ParseNpy,
+#                   ReadTensorFile, CalibrationData batches):
+#                   fuzz/npy_fuzzer.cc
+#   tensor_proto    the TensorProto readers (core/graph/tensor_util.h,
+#                   Tensor::FromProto, CheckModelFields):
+#                   fuzz/tensor_proto_fuzzer.cc
 #
 # `scripts/fuzz.sh [seconds]` (a number first) fuzzes parse_model, as it
 # always did.
@@ -22,8 +28,8 @@
 # written to $BUILD_DIR/fuzz-artifacts/; rerun one with
 #   $BUILD_DIR/fuzz/<target>_fuzzer <file>
 # and, once the bug is fixed, add it to the target's seed script
-# (fuzz/make_parse_seeds.py, make_stream_seeds.py, make_options_seeds.py) as
-# regress_*.
+# (fuzz/make_parse_seeds.py, make_stream_seeds.py, make_options_seeds.py,
+# make_npy_seeds.py, make_tensor_proto_seeds.py) as regress_*.
 #
 # A long run, e.g. overnight on 2 cores:
 #   JOBS=2 scripts/fuzz.sh parse_model 28800
@@ -63,8 +69,15 @@ case "$TARGET" in
     target_flags=(-max_len=4096)
     corpus_name=fuzz-corpus-options
     ;;
+  npy | tensor_proto)
+    # Seeds are 10-330 bytes; 4096 leaves room for longer data and
+    # headers.
+    target_flags=(-max_len=4096)
+    corpus_name=fuzz-corpus-$TARGET
+    ;;
   *)
-    echo "unknown target '$TARGET' (parse_model, request_stream, options)" >&2
+    echo "unknown target '$TARGET' (parse_model, request_stream, options," \
+      "npy, tensor_proto)" >&2
     exit 2
     ;;
 esac
