@@ -345,16 +345,15 @@ bool JobReactor<Request, Response>::StartJob(bool with_queue) {
   // found nothing to abort, and the job would wait in Pop forever, holding
   // its slot. Checking under the same lock that publishes batches_ closes
   // that gap: either StopJob sees the queue, or this sees the call over.
-  bool over = false;
   if (with_queue) {
     queue_for_reads_ =
         std::make_shared<BatchQueue>(options_.calibration_queue_batches);
     queue_for_reads_->SetOnRoom([this] { ReadNext(); });
+  }
+  bool over;
+  {
     absl::MutexLock lock(&mu_);
     batches_ = queue_for_reads_;
-    over = finish_status_.has_value();
-  } else {
-    absl::MutexLock lock(&mu_);
     over = finish_status_.has_value();
   }
   if (over) {
