@@ -7,6 +7,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/engine/fidelity.h"
+#include "core/passes/unit_precision.h"
 #include "core/passes/weight_plan.h"
 
 namespace quantd {
@@ -57,21 +59,41 @@ double WorstOutputSqnr(const quantd::v1::FidelityReport& report) {
   return worst;
 }
 
-std::vector<std::string> PickNodesToRaise(
+std::string SearchUnit::Describe() const {
+  return scope.empty() ? name : absl::StrCat(name, " (in ", scope, ")");
+}
+
+std::vector<SearchUnit> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
-    const absl::flat_hash_set<std::string>& at_full,
-    const absl::flat_hash_set<std::string>& excluded, int count) {
+    const absl::flat_hash_set<SearchUnit>& at_full,
+    const absl::flat_hash_set<SearchUnit>& excluded, int count,
+    const graph::InlinedFunctions* inlined) {
   absl::flat_hash_map<std::string, double> sqnr;
   for (const auto& l : report.layers()) sqnr[l.tensor_name()] = l.sqnr_db();
-  absl::flat_hash_map<std::string, int> name_count;
-  for (const auto& n : float_graph.node()) ++name_count[n.name()];
 
-  std::vector<std::pair<double, std::string>> drops;
-  for (const auto& n : float_graph.node()) {
-    if (!passes::IsQuantizableOp(n) || n.name().empty() ||
-        name_count[n.name()] != 1 || at_full.contains(n.name()) ||
-        excluded.contains(n.name()) || n.output_size() == 0) {
+  struct Candidate {
+    SearchUnit unit;
+    const onnx::NodeProto* node;
+  };
+  std::vector<Candidate> nodes;
+  absl::flat_hash_map<SearchUnit, int> unit_count;
+  ForEachComparedNode(
+      float_graph, [&](const onnx::NodeProto& n, const onnx::NodeProto* owner) {
+        if (!passes::IsQuantizableOp(n)) return;
+        SearchUnit u{owner == nullptr ? "" : passes::BodyScope(*owner, inlined),
+                     n.name()};
+        ++unit_count[u];
+        if (inlined != nullptr && inlined->origins.contains(n.name())) return;
+        nodes.push_back({std::move(u), &n});
+      });
+
+  std::vector<std::pair<double, SearchUnit>> drops;
+  for (const Candidate& c : nodes) {
+    const onnx::NodeProto& n = *c.node;
+    if (n.name().empty() || unit_count[c.unit] != 1 ||
+        at_full.contains(c.unit) || excluded.contains(c.unit) ||
+        excluded.contains(SearchUnit{"", n.name()}) || n.output_size() == 0) {
       continue;
     }
     auto out = sqnr.find(n.output(0));
@@ -82,15 +104,15 @@ std::vector<std::string> PickNodesToRaise(
       if (it != sqnr.end()) in = std::max(in, NoiseRatio(it->second));
     }
     const double added = NoiseRatio(out->second) - in;
-    if (added > 0) drops.emplace_back(added, n.name());
+    if (added > 0) drops.emplace_back(added, c.unit);
   }
-  // Most noise added first; ties in graph order (stable).
+  // Most noise added first; ties in visiting order (stable).
   std::stable_sort(
       drops.begin(), drops.end(),
       [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::string> out;
+  std::vector<SearchUnit> out;
   for (int i = 0; i < count && i < static_cast<int>(drops.size()); ++i) {
-    out.push_back(drops[i].second);
+    out.push_back(std::move(drops[i].second));
   }
   return out;
 }

@@ -5,10 +5,12 @@
 #define QUANTD_CORE_ENGINE_ACCURACY_SEARCH_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "core/graph/function_inline.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 #include "tensorflow/quantization/quantization_options.pb.h"
@@ -33,20 +35,43 @@ absl::Status CheckTargetSqnr(const quantd::v1::QuantizeConfig& config);
 // when no output was compared.
 double WorstOutputSqnr(const quantd::v1::FidelityReport& report);
 
-// Up to `count` main-graph Conv / Gemm / MatMul nodes of `float_graph` to
-// raise next, the ones that add the most error first: for each node the
-// noise-to-signal power ratio (10^(-SQNR/10)) of its output in `report`
-// minus the largest ratio among its inputs (a graph input or constant is
-// exact: 0). In linear power, not dB: a first layer going from exact to
-// 40 dB adds 1e-4, far less than a layer going from 20 to 10 dB (0.09).
-// Only nodes that add noise, have a name no other main-graph node has, and
-// are in neither `at_full` (nothing left to raise) nor `excluded` (e.g.
-// named by the request's own unit entries).
-std::vector<std::string> PickNodesToRaise(
+// A node the search can give its own precision, as a UNIT_NODE entry names
+// it: `scope` is the entry's func_name ("" for the main graph, else the
+// owning If node's unit scope, passes::BodyScope) and `name` the node's name
+// there.
+struct SearchUnit {
+  std::string scope;
+  std::string name;
+
+  friend bool operator==(const SearchUnit& a, const SearchUnit& b) {
+    return a.scope == b.scope && a.name == b.name;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const SearchUnit& u) {
+    return H::combine(std::move(h), u.scope, u.name);
+  }
+  // "name", or "name (in scope)" for a node inside an If branch.
+  std::string Describe() const;
+};
+
+// Up to `count` Conv / Gemm / MatMul nodes of `float_graph` (main graph and
+// If branches, the nodes the fidelity report compares) to raise next, the
+// ones that add the most error first: for each node the noise-to-signal
+// power ratio (10^(-SQNR/10)) of its output in `report` minus the largest
+// ratio among its inputs (a graph input or constant is exact: 0). In linear
+// power, not dB: a first layer going from exact to 40 dB adds 1e-4, far less
+// than a layer going from 20 to 10 dB (0.09). Only nodes that add noise,
+// have a name no other node of their scope has, and are in neither
+// `at_full` (nothing left to raise) nor `excluded` (named by the request's
+// own unit entries; an entry without func_name excludes that name in every
+// scope). Nodes inlined from local functions (in `inlined`, may be null) are
+// left out: their precision is their function's, shared by every call.
+std::vector<SearchUnit> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
-    const absl::flat_hash_set<std::string>& at_full,
-    const absl::flat_hash_set<std::string>& excluded, int count);
+    const absl::flat_hash_set<SearchUnit>& at_full,
+    const absl::flat_hash_set<SearchUnit>& excluded, int count,
+    const graph::InlinedFunctions* inlined = nullptr);
 
 }  // namespace quantd
 

@@ -55,7 +55,29 @@ int64_t ArgMax(const float* row, int64_t n) {
   return best;
 }
 
+void VisitComparedNodes(
+    const onnx::GraphProto& graph, const onnx::NodeProto* owner,
+    const std::function<void(const onnx::NodeProto&, const onnx::NodeProto*)>&
+        visit) {
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (node.op_type() == "If" &&
+        (node.domain().empty() || node.domain() == "ai.onnx")) {
+      for (const onnx::AttributeProto& a : node.attribute()) {
+        if (a.has_g()) VisitComparedNodes(a.g(), &node, visit);
+      }
+    }
+    visit(node, owner);
+  }
+}
+
 }  // namespace
+
+void ForEachComparedNode(
+    const onnx::GraphProto& graph,
+    const std::function<void(const onnx::NodeProto&, const onnx::NodeProto*)>&
+        visit) {
+  VisitComparedNodes(graph, nullptr, visit);
+}
 
 void Top1Counts::Add(const float* ref, const float* q, int64_t n_rows,
                      int64_t classes) {
@@ -74,13 +96,14 @@ absl::StatusOr<std::unique_ptr<FidelityEvaluator>> FidelityEvaluator::Create(
   e->float_ = std::move(ex);
   absl::flat_hash_set<std::string> inputs;
   for (const auto& i : float_model.graph().input()) inputs.insert(i.name());
-  for (const onnx::NodeProto& node : float_model.graph().node()) {
+  ForEachComparedNode(float_model.graph(), [&](const onnx::NodeProto& node,
+                                               const onnx::NodeProto*) {
     for (const std::string& out : node.output()) {
       if (out.empty() || inputs.contains(out)) continue;
       if (!e->layer_names_.insert(out).second) continue;
       e->layers_.push_back({out, node.name(), node.op_type()});
     }
-  }
+  });
   e->output_names_ = e->float_->output_names();
   return e;
 }

@@ -6,6 +6,7 @@
 #define QUANTD_CORE_ENGINE_FIDELITY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,16 @@ struct Top1Counts {
   void Add(const float* ref, const float* q, int64_t rows, int64_t classes);
 };
 
+// Calls `visit(node, owner)` for every node whose outputs the fidelity
+// report compares: the main graph's nodes (owner null) and, recursively, the
+// nodes of If branches (owner: the innermost If), a branch's nodes before
+// their If. Loop and Scan bodies are left out: their values are produced
+// once per iteration, and one sum per name would mix the iterations.
+void ForEachComparedNode(
+    const onnx::GraphProto& graph,
+    const std::function<void(const onnx::NodeProto& node,
+                             const onnx::NodeProto* owner)>& visit);
+
 class FidelityEvaluator {
  public:
   // Builds the float model's executor and notes its graph order, before the
@@ -105,7 +116,8 @@ class FidelityEvaluator {
 
   std::unique_ptr<executor::Executor> float_;
   std::unique_ptr<executor::Executor> quantized_;
-  // Node outputs of the float model in graph order (graph inputs excluded).
+  // Outputs of the float model's compared nodes (ForEachComparedNode), in
+  // that order; graph inputs excluded.
   std::vector<Layer> layers_;
   absl::flat_hash_set<std::string> layer_names_;
   absl::flat_hash_map<std::string, ErrorSums> layer_sums_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -14,6 +15,20 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+
+// The picks as SearchUnit::Describe() strings.
+std::vector<std::string> Pick(
+    const onnx::GraphProto& g, const quantd::v1::FidelityReport& report,
+    int count, const absl::flat_hash_set<SearchUnit>& at_full = {},
+    const absl::flat_hash_set<SearchUnit>& excluded = {},
+    const graph::InlinedFunctions* inlined = nullptr) {
+  std::vector<std::string> out;
+  for (const SearchUnit& u :
+       PickNodesToRaise(g, report, at_full, excluded, count, inlined)) {
+    out.push_back(u.Describe());
+  }
+  return out;
+}
 
 quantd::v1::FidelityReport Report(
     const std::vector<std::pair<std::string, double>>& layers,
@@ -51,31 +66,97 @@ onnx::GraphProto Chain() {
 TEST(PickNodesToRaiseTest, RanksByNoiseAddedNotByDbDrop) {
   const auto report =
       Report({{"a", 40}, {"r", 39}, {"b", 10}, {"y0", 9}, {"y", 9}});
-  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 3),
-              ElementsAre("conv_b", "mm", "conv_a"));
-  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 1),
-              ElementsAre("conv_b"));
+  EXPECT_THAT(Pick(Chain(), report, 3), ElementsAre("conv_b", "mm", "conv_a"));
+  EXPECT_THAT(Pick(Chain(), report, 1), ElementsAre("conv_b"));
   // Already float or named by the request: not picked again.
-  EXPECT_THAT(PickNodesToRaise(Chain(), report, {"conv_b"}, {"mm"}, 3),
+  EXPECT_THAT(Pick(Chain(), report, 3, {{"", "conv_b"}}, {{"", "mm"}}),
               ElementsAre("conv_a"));
 }
 
 TEST(PickNodesToRaiseTest, SkipsNodesThatAddNoNoiseOrAreUnnamed) {
   // conv_b's output is as good as its input: nothing to gain there.
   auto report = Report({{"a", 30}, {"r", 30}, {"b", 30}, {"y0", 20}});
-  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 5),
-              ElementsAre("mm", "conv_a"));
+  EXPECT_THAT(Pick(Chain(), report, 5), ElementsAre("mm", "conv_a"));
   onnx::GraphProto g = Chain();
   g.mutable_node(3)->clear_name();        // mm
   g.mutable_node(2)->set_name("conv_a");  // conv_b: a duplicate
-  EXPECT_THAT(PickNodesToRaise(g, report, {}, {}, 5), IsEmpty());
+  EXPECT_THAT(Pick(g, report, 5), IsEmpty());
 }
 
 TEST(PickNodesToRaiseTest, NanOutputIsTheWorst) {
   const auto report =
       Report({{"a", 20}, {"r", 20}, {"b", std::nan("")}, {"y0", 5}});
-  EXPECT_THAT(PickNodesToRaise(Chain(), report, {}, {}, 1),
-              ElementsAre("conv_b"));
+  EXPECT_THAT(Pick(Chain(), report, 1), ElementsAre("conv_b"));
+}
+
+onnx::NodeProto BranchNode(const std::string& op, const std::string& in,
+                           const std::string& w, const std::string& out,
+                           const std::string& name) {
+  onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  n.add_input(in);
+  n.add_input(w);
+  n.add_output(out);
+  return n;
+}
+
+// x -> conv_a -> a, then If(c) whose branches hold a MatMul each (mm_t: a ->
+// t, mm_e: a -> e) and a Loop whose body holds mm_l; the If's output y.
+onnx::GraphProto WithBranches() {
+  onnx::GraphProto g = Chain();
+  g.mutable_node()->DeleteSubrange(1, 4);  // Keep conv_a.
+  onnx::NodeProto* node = g.add_node();
+  node->set_op_type("If");
+  node->set_name("gate");
+  node->add_input("c");
+  node->add_output("y");
+  for (const auto& [attr, mm, out] : {std::tuple{"then_branch", "mm_t", "t"},
+                                      std::tuple{"else_branch", "mm_e", "e"}}) {
+    onnx::AttributeProto* a = node->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g()->add_node() = BranchNode("MatMul", "a", "Wm", out, mm);
+    a->mutable_g()->add_output()->set_name(out);
+  }
+  onnx::NodeProto* loop = g.add_node();
+  loop->set_op_type("Loop");
+  loop->set_name("loop");
+  onnx::AttributeProto* body = loop->add_attribute();
+  body->set_name("body");
+  body->set_type(onnx::AttributeProto::GRAPH);
+  *body->mutable_g()->add_node() = BranchNode("MatMul", "a", "Wm", "l", "mm_l");
+  return g;
+}
+
+TEST(PickNodesToRaiseTest, ReachesIfBranchesNotLoopBodies) {
+  const auto report =
+      Report({{"a", 40}, {"t", 10}, {"e", 20}, {"l", 5}, {"y", 10}});
+  EXPECT_THAT(Pick(WithBranches(), report, 5),
+              ElementsAre("mm_t (in gate)", "mm_e (in gate)", "conv_a"));
+  // A request's entry with func_name excludes that node; one without
+  // excludes the name in every scope.
+  EXPECT_THAT(Pick(WithBranches(), report, 5, {}, {{"gate", "mm_t"}}),
+              ElementsAre("mm_e (in gate)", "conv_a"));
+  EXPECT_THAT(
+      Pick(WithBranches(), report, 5, {{"gate", "mm_e"}}, {{"", "mm_t"}}),
+      ElementsAre("conv_a"));
+
+  // Two nodes of one name in the If's scope (one per branch) cannot be
+  // named apart.
+  onnx::GraphProto dup = WithBranches();
+  dup.mutable_node(1)
+      ->mutable_attribute(1)
+      ->mutable_g()
+      ->mutable_node(0)
+      ->set_name("mm_t");
+  EXPECT_THAT(Pick(dup, report, 5), ElementsAre("conv_a"));
+
+  // A node inlined from a local function has its function's precision.
+  graph::InlinedFunctions inlined;
+  inlined.origins["mm_t"] = graph::NodeOrigin{"F", "", "mm", "call", true};
+  EXPECT_THAT(Pick(WithBranches(), report, 5, {}, {}, &inlined),
+              ElementsAre("mm_e (in gate)", "conv_a"));
 }
 
 TEST(WorstOutputSqnrTest, MinimumWithNanAsMinusInfinity) {

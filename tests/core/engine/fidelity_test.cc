@@ -569,7 +569,9 @@ TEST(AccuracySearchJobTest, FourBitNodesGoToEightBitsBeforeFloat) {
   for (const auto& r : a.rounds()) {
     for (const std::string& n : r.raised_this_round()) {
       const std::string node = n.substr(0, n.find(':'));
-      if (++raises[node] == 2) EXPECT_THAT(n, HasSubstr("PRECISION_FULL"));
+      if (++raises[node] == 2) {
+        EXPECT_THAT(n, HasSubstr("PRECISION_FULL"));
+      }
     }
   }
   // (Sizes need not grow here: on a model this small the QDQ nodes and
@@ -577,6 +579,80 @@ TEST(AccuracySearchJobTest, FourBitNodesGoToEightBitsBeforeFloat) {
   for (const auto& r : a.rounds()) EXPECT_GT(r.model_bytes(), 0u);
   quantd::v1::QuantizeConfig replay = StaticRange();
   replay.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  *replay.mutable_options()->mutable_unit_wise_quantization_precision() =
+      a.unit_wise_quantization_precision();
+  JobRun again = RunWithBatches(replay, model, 4);
+  ASSERT_TRUE(again.result.ok()) << again.result.status();
+  EXPECT_EQ(again.result->model, run.result->model);
+}
+
+// FloatModel with both MatMuls inside the then-branch of If "gate" (on a
+// constant true condition); the else-branch is one MatMul of its own.
+onnx::ModelProto BranchModel() {
+  onnx::ModelProto m = FloatModel(Values(kIn * kHidden, 1, 0.3f),
+                                  Values(kHidden * kClasses, 2, 0.3f));
+  onnx::GraphProto* g = m.mutable_graph();
+  onnx::GraphProto then_branch;
+  *then_branch.mutable_node() = g->node();
+  then_branch.mutable_node(2)->set_output(0, "logits_then");
+  *then_branch.add_output() = g->output(0);
+  then_branch.mutable_output(0)->set_name("logits_then");
+  onnx::GraphProto else_branch;
+  onnx::NodeProto* e = else_branch.add_node();
+  e->set_op_type("MatMul");
+  e->set_name("mm_else");
+  e->add_input("x");
+  e->add_input("W3");
+  e->add_output("logits_else");
+  *else_branch.add_output() = g->output(0);
+  else_branch.mutable_output(0)->set_name("logits_else");
+  *g->add_initializer() = ModelBuilder::FloatTensor(
+      "W3", {kIn, kClasses}, Values(kIn * kClasses, 3, 0.3f));
+  onnx::TensorProto* cond = g->add_initializer();
+  cond->set_name("cond");
+  cond->set_data_type(onnx::TensorProto::BOOL);
+  cond->add_int32_data(1);
+  g->clear_node();
+  onnx::NodeProto* gate = g->add_node();
+  gate->set_op_type("If");
+  gate->set_name("gate");
+  gate->add_input("cond");
+  gate->add_output("logits");
+  for (auto& [name, body] : {std::pair{"then_branch", &then_branch},
+                             std::pair{"else_branch", &else_branch}}) {
+    onnx::AttributeProto* a = gate->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = *body;
+    a->mutable_g()->set_name(name);
+  }
+  return m;
+}
+
+// The report compares the tensors of the branch that ran, and the search
+// raises nodes inside it by their If's scope; the entries replay.
+TEST(AccuracySearchJobTest, ReachesNodesInsideIfBranches) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = BranchModel();
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.set_target_sqnr_db(150);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::QuantizeSummary& s = run.result->summary;
+  std::vector<std::string> layers;
+  for (const auto& l : s.fidelity().layers()) layers.push_back(l.tensor_name());
+  EXPECT_THAT(layers, Contains("h"));
+  const quantd::v1::AccuracySearch& a = s.accuracy_search();
+  EXPECT_TRUE(a.met()) << a.note();
+  ASSERT_GE(a.rounds_size(), 2);
+  EXPECT_LT(a.rounds(0).output_sqnr_db(), 150);
+  EXPECT_THAT(a.rounds(1).raised_this_round(0), HasSubstr("(in gate)"));
+  ASSERT_GE(a.unit_wise_quantization_precision_size(), 1);
+  for (const auto& u : a.unit_wise_quantization_precision()) {
+    EXPECT_EQ(u.func_name(), "gate");
+    EXPECT_THAT(u.unit_name(), ::testing::AnyOf("mm1", "mm2"));
+  }
+  quantd::v1::QuantizeConfig replay = StaticRange();
   *replay.mutable_options()->mutable_unit_wise_quantization_precision() =
       a.unit_wise_quantization_precision();
   JobRun again = RunWithBatches(replay, model, 4);
