@@ -35,9 +35,10 @@ namespace {
 
 using quantd::v1::Stage;
 
-// STATIC_RANGE weights left float for their size. ONNX Runtime's extended
-// level (its default) quantizes such a weight itself, one scale per tensor,
-// where its node sits between quantization points (docs/accuracy.md).
+// STATIC_RANGE weights left float for their size, whose nodes then compute
+// in float and read float inputs: ONNX Runtime's extended level (its
+// default) quantizes the float weight of a Conv or Gemm that reads a
+// DequantizeLinear itself, one scale per tensor (docs/accuracy.md).
 std::string SmallFloatWeightsNote(
     const std::vector<quantd::v1::SkippedTensor>& skipped, int64_t minimum) {
   int small = 0;
@@ -47,11 +48,11 @@ std::string SmallFloatWeightsNote(
   if (small == 0) return "";
   return absl::StrCat(
       small, " weight(s) under min_num_elements_for_weights (", minimum,
-      " elements) stay float; where such a weight's node sits between "
-      "quantization points, ONNX Runtime's extended optimization level (its "
-      "default) quantizes it itself with one scale per tensor, which cost the "
-      "ppocr direction classifier 9 dB; min_num_elements_for_weights = -1 "
-      "quantizes them here, per channel (docs/accuracy.md)");
+      " elements) stay float, and their nodes read float inputs: behind a "
+      "quantization point, ONNX Runtime's extended optimization level (its "
+      "default) would quantize such a weight itself with one scale per "
+      "tensor; min_num_elements_for_weights = -1 quantizes them here, per "
+      "channel (docs/accuracy.md)");
 }
 
 class QuantizeJob {
@@ -527,23 +528,26 @@ absl::Status QuantizeJob::SearchForTarget() {
   const onnx::ModelProto float_model = model_;
   const quantd::v1::QuantizeSummary base = result_.summary;
   const passes::UnitPrecisionEntries user_units = options_.static_range.units;
-  absl::flat_hash_set<std::string> excluded;
+  absl::flat_hash_set<SearchUnit> excluded;
   for (const Entry& e : user_units) {
-    if (e.unit_type() == Entry::UNIT_NODE) excluded.insert(e.unit_name());
+    if (e.unit_type() == Entry::UNIT_NODE) {
+      excluded.insert(SearchUnit{e.func_name(), e.unit_name()});
+    }
   }
   using tensorflow::quantization::QuantizationPrecision;
   // Nodes the search raised, in the order it first raised them, and where
   // each stands now; the others are at the model-wide precision.
-  std::vector<std::string> raised;
-  absl::flat_hash_map<std::string, QuantizationPrecision> level;
-  absl::flat_hash_set<std::string> at_full;
+  std::vector<SearchUnit> raised;
+  absl::flat_hash_map<SearchUnit, QuantizationPrecision> level;
+  absl::flat_hash_set<SearchUnit> at_full;
   auto units_now = [&] {
     passes::UnitPrecisionEntries units = user_units;
-    for (const std::string& name : raised) {
+    for (const SearchUnit& unit : raised) {
       Entry e;
       e.set_unit_type(Entry::UNIT_NODE);
-      e.set_unit_name(name);
-      e.set_quantization_precision(level[name]);
+      e.set_unit_name(unit.name);
+      if (!unit.scope.empty()) e.set_func_name(unit.scope);
+      e.set_quantization_precision(level[unit]);
       units.push_back(std::move(e));
     }
     return units;
@@ -564,13 +568,14 @@ absl::Status QuantizeJob::SearchForTarget() {
     if (round == 0) {
       evaluator = std::move(fidelity_);
     } else {
-      const std::vector<std::string> picks = PickNodesToRaise(
-          float_model.graph(), last, at_full, excluded, NodesToRaise(round));
+      const std::vector<SearchUnit> picks =
+          PickNodesToRaise(float_model.graph(), last, at_full, excluded,
+                           NodesToRaise(round), &options_.static_range.inlined);
       if (picks.empty()) {
         stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
         break;
       }
-      for (const std::string& n : picks) {
+      for (const SearchUnit& n : picks) {
         auto [it, first] =
             level.try_emplace(n, options_.static_range.precision);
         if (first) raised.push_back(n);
@@ -579,7 +584,7 @@ absl::Status QuantizeJob::SearchForTarget() {
           at_full.insert(n);
         }
         this_round.push_back(absl::StrCat(
-            n, ": ",
+            n.Describe(), ": ",
             tensorflow::quantization::QuantizationPrecision_Name(it->second)));
       }
       model_ = float_model;

@@ -98,17 +98,23 @@ class StaticRangePass {
   void AddCandidate(const graph::GraphIndex& index, const std::string& tensor,
                     int node, absl::flat_hash_set<std::string>* seen);
   void PlanBiases(const graph::GraphIndex& index);
-  // unit_wise_quantization_precision: a quantizable node at PRECISION_FULL
-  // proposes no activation point (its inputs and output are candidates
-  // only when a non-FULL quantizable node proposes them) and is never
-  // rewired to a dequantized tensor: it keeps reading the float one. So a
-  // point goes on a tensor when a non-FULL quantizable node proposes it
-  // (by the usual input/output rule) and at least one reader remains once
-  // the FULL quantizable readers are left out; the other readers (any
-  // non-quantizable op, non-FULL quantizable ops) read the dequantized
-  // tensor as before.
+  // A quantizable node that computes in float: PRECISION_FULL by
+  // unit_wise_quantization_precision, or reading a weight left float for
+  // its size (min_num_elements_for_weights). It proposes no activation
+  // point (its inputs and output are candidates only when a quantized node
+  // proposes them) and is never rewired to a dequantized tensor: it keeps
+  // reading the float one. So a point goes on a tensor when a quantized
+  // node proposes it (by the usual input/output rule) and at least one
+  // reader remains once the float quantizable readers are left out; the
+  // other readers (any non-quantizable op, quantized ops) read the
+  // dequantized tensor as before. Why a small weight's node must not read a
+  // point: ONNX Runtime's extended level (its default; WeightBiasQuantization)
+  // quantizes the float weight of a Conv or Gemm fed by a DequantizeLinear
+  // itself, one int8 scale per tensor, so that node would not stay float.
   bool KeepsFloat(const NodeProto& node) const {
-    return IsQuantizableOp(node) && units_.IsFull(node);
+    if (!IsQuantizableOp(node)) return false;
+    if (units_.IsFull(node)) return true;
+    return node.input_size() > 1 && small_weights_.contains(node.input(1));
   }
   std::vector<int> PointReaders(const std::vector<int>& readers) const {
     std::vector<int> out;
@@ -180,6 +186,9 @@ class StaticRangePass {
   std::vector<ActivationPlan> activations_;
   std::vector<BiasPlan> biases_;
   std::vector<SkippedTensor> skipped_;  // Activations and biases.
+  // Weights left float for their size (SKIP_TOO_FEW_ELEMENTS): their
+  // readers keep float inputs (KeepsFloat).
+  absl::flat_hash_set<std::string> small_weights_;
   // Body tensors without a range, left float (see the header).
   std::vector<std::string> unreached_;
 
@@ -246,6 +255,12 @@ absl::Status StaticRangePass::Plan() {
   skipped_.clear();
   const graph::GraphIndex index(*graph_);
   weights_ = PlanWeights(*graph_, index, options_, ir_version_, &units_);
+  small_weights_.clear();
+  for (const SkippedTensor& s : weights_.skipped) {
+    if (s.reason() == quantd::v1::SKIP_TOO_FEW_ELEMENTS) {
+      small_weights_.insert(s.tensor_name());
+    }
+  }
   PlanActivations(index);
   // In a body, a tensor without a range that the main graph does not
   // define was made in a branch or iteration calibration never ran: it

@@ -23,8 +23,11 @@
 // reader (a graph output stays float to the caller), for a tensor read
 // inside a subgraph, or for a tensor that already feeds a QuantizeLinear or
 // comes out of a DequantizeLinear (so a second run adds nothing); scopes
-// skip points as _InsertQuantOp does. Activations are quantized whether or
-// not the node's weight is (min_num_elements_for_weights is about weights).
+// skip points as _InsertQuantOp does. A node whose weight stays float for
+// its size (min_num_elements_for_weights) computes in float like a FULL
+// unit below: it proposes no point and reads float inputs, because ONNX
+// Runtime's default level quantizes, per tensor, the float weight of a Conv
+// or Gemm that reads a DequantizeLinear.
 // op_set XLA and UNIFORM_QUANTIZED: the QDQ graph above is then rewritten
 // by LowerQdqToXla (xla_lowering.h) or LowerQdqToUniformQuantized
 // (uniform_quantized_lowering.h); nodes they cannot express stay QDQ and are
@@ -38,7 +41,7 @@
 // main-graph tensor always runs, so one without a range is an error.
 // Unit-wise precision (unit_precision.h): a quantizable node at FULL suggests
 // no point, and is never rewired to a dequantized tensor; a tensor still gets
-// a point when a non-FULL node suggests it and it has other readers.
+// a point when a quantized node suggests it and it has other readers.
 #ifndef QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
 #define QUANTD_CORE_PASSES_STATIC_RANGE_PASS_H_
 

@@ -19,6 +19,9 @@ MODEL = os.path.join(DIGITS_DIR, "model.onnx")
 CALIB_X = os.path.join(DIGITS_DIR, "calib_x.npy")
 DYNAMIC = {"quantization_method": {"experimental_method": "DYNAMIC_RANGE"}}
 STATIC = {"quantization_method": {"experimental_method": "STATIC_RANGE"}}
+# Every weight quantized: the first convolution's (72 elements) would stay
+# float with the default minimum, and so would its input.
+STATIC_ALL_WEIGHTS = dict(STATIC, min_num_elements_for_weights=-1)
 INT8, UINT8 = onnx.TensorProto.INT8, onnx.TensorProto.UINT8
 
 _server = None
@@ -136,7 +139,8 @@ class QuantdClientTest(unittest.TestCase):
         self.assertEqual(batches.num_batches, 4)
         progress = []
         with Stopwatch() as sw:
-            inline = self.client.quantize(self.model_bytes, STATIC, calibration_batches=batches,
+            inline = self.client.quantize(self.model_bytes, STATIC_ALL_WEIGHTS,
+                                          calibration_batches=batches,
                                           on_progress=progress.append)
         measured("python client STATIC_RANGE digits, 64 samples inline", sw.seconds)
         self.assertEqual(inline.summary.method, "STATIC_RANGE")
@@ -163,7 +167,8 @@ class QuantdClientTest(unittest.TestCase):
 
         # The same ranges through Calibrate give the same model.
         calibration = self.client.calibrate(self.model_bytes, NpyBatches(CALIB_X, batch_size=16))
-        two_calls = self.client.quantize(self.model_bytes, STATIC, calibration=calibration)
+        two_calls = self.client.quantize(self.model_bytes, STATIC_ALL_WEIGHTS,
+                                         calibration=calibration)
         self.assertEqual(two_calls.model, inline.model)
 
     def test_calibrate_ranges(self):
