@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/passes/op_sets.h"
 
 namespace quantd::passes {
 
@@ -62,14 +63,16 @@ absl::Status ResolveBlockSize(const QuantOpParams& w,
         "channel several scales, per_channel = false asks for one scale for "
         "the whole tensor; set one or the other"));
   }
-  if (op_set != tensorflow::quantization::TF) {
+  // Blocks live in DequantizeLinear-21; only the QDQ lowering keeps it. Every
+  // op set has a STATIC_RANGE row, and its lowering is the op set's.
+  const OpSetRow* row = FindOpSet(Method::kStaticRange, op_set);
+  if (row != nullptr && row->lowering != Lowering::kQdq) {
     return absl::UnimplementedError(absl::StrCat(
         "weight_params.block_size is not implemented for op_set ",
-        tensorflow::quantization::OpSet_Name(op_set),
-        ": its lowering takes one weight scale per output channel (",
-        op_set == tensorflow::quantization::XLA ? "MatMulInteger / ConvInteger"
-                                                : "the uniform quantized ops",
-        "); use op_set TF, whose DequantizeLinear-21 takes blocks"));
+        tensorflow::quantization::OpSet_Name(op_set), ": its lowering (",
+        row->lowered_ops,
+        ") takes one weight scale per output channel; use op_set TF, whose "
+        "DequantizeLinear-21 takes blocks"));
   }
   weights->block_size = b;
   return absl::OkStatus();

@@ -131,6 +131,9 @@ TEST(ResolveWeightPassOptionsTest, BlocksNeedPerChannelAndOpSetTf) {
     o = ResolveWeightPassOptions(config);
     EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_THAT(Message(o), HasSubstr(tfq::OpSet_Name(op_set)));
+    // The op set table's lowering names the ops that take no blocks.
+    EXPECT_THAT(Message(o), HasSubstr(op_set == tfq::XLA ? "MatMulInteger"
+                                                         : "QLinearConv"));
   }
 }
 
