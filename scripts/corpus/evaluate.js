@@ -76,6 +76,7 @@ const CONFIGS = {
   static_tf_w4a8: { label: 'STATIC TF W4A8', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
+  static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
 };
 const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean)
   : Object.keys(CONFIGS).filter((c) => !CONFIGS[c].extra);
