@@ -21,8 +21,8 @@
 // [--tls_cert_file=C.pem --tls_key_file=K.pem]] [--token_file=F]
 // [--retries=N]. --server may list several replicas, "IP:PORT,IP:PORT,...":
 // calls are spread over them (round_robin, in an order shuffled per run) and
-// a call refused with UNAVAILABLE is retried, on another replica if one is
-// up.
+// a call refused with UNAVAILABLE, or cancelled by a replica shutting down
+// (CANCELLED), is retried, on another replica if one is up.
 //
 // Exit codes: 0 success, 1 the call (or a file) failed, 2 usage. Errors go to
 // stderr as "<GRPC_CODE>: <message>".
@@ -76,7 +76,8 @@ ABSL_FLAG(double, timeout, 0,
           "Deadline of the call in seconds, retries included; 0: none.");
 ABSL_FLAG(int32_t, retries, 3,
           "Retries of a call refused with UNAVAILABLE (replica down or "
-          "draining), with exponential backoff and jitter; 0: none.");
+          "draining) or CANCELLED by a replica shutting down, with "
+          "exponential backoff and jitter; 0: none.");
 ABSL_FLAG(int64_t, batch_size, 32, "Samples per calibration batch.");
 ABSL_FLAG(bool, per_channel, false,
           "calibrate: also collect per-channel ranges.");

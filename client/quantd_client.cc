@@ -371,6 +371,14 @@ Client::Client(Options options)
   stub_ = quantd::v1::QuantizationService::NewStub(channel_);
 }
 
+bool Client::IsRetriedCode(absl::StatusCode code) {
+  // This client cancels a call only for its BatchSource's error (returned
+  // as is), so a CANCELLED here came from the server's side: a replica that
+  // shut down as the call arrived, before any service code saw it.
+  return code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kCancelled;
+}
+
 absl::Duration Client::RetryBackoff(const Options::Retry& retry_options,
                                     int retry, double jitter_unit) {
   absl::Duration backoff = retry_options.initial_backoff;
@@ -402,8 +410,7 @@ absl::Status Client::RunWithRetries(
     grpc::ClientContext context;
     PrepareContext(&context, deadline);
     const Attempt result = attempt(&context);
-    if (result.as_is ||
-        result.status.code() != absl::StatusCode::kUnavailable) {
+    if (result.as_is || !IsRetriedCode(result.status.code())) {
       return result.status;
     }
     if (!result.not_retryable.empty()) {

@@ -100,7 +100,9 @@ class Client {
     // See ChannelTarget; a fresh seed per Client.
     bool shuffle_addresses = true;
     // A call that fails with UNAVAILABLE (replica down, restarting or
-    // draining; connection lost) is made again, up to max_retries more
+    // draining; connection lost) or CANCELLED (a replica that shut down as
+    // the call arrived: this client never cancels a call it retries) is
+    // made again, up to max_retries more
     // times, after a backoff of initial_backoff * multiplier^(retry - 1),
     // capped at max_backoff, times a random factor in [1 - jitter,
     // 1 + jitter] (so that clients a failure hit together do not come back
@@ -109,7 +111,7 @@ class Client {
     // the calibration result), as the callbacks have seen them; a call whose
     // BatchSource had yielded a batch, unless a BatchRewind was given and
     // succeeds; an error of the BatchSource itself; a retry whose backoff
-    // would end past the deadline. A call given up on keeps its UNAVAILABLE
+    // would end past the deadline. A call given up on keeps its last
     // status, its message ending in why ("(gave up after 4 attempts)",
     // "(not retried: ...)"). With round_robin a retry goes to the next
     // replica, and one whose connection broke is no longer picked.
@@ -190,6 +192,8 @@ class Client {
   // [0, 1) (0.5: no jitter).
   static absl::Duration RetryBackoff(const Options::Retry& retry_options,
                                      int retry, double jitter_unit);
+  // UNAVAILABLE and CANCELLED (see Options::Retry).
+  static bool IsRetriedCode(absl::StatusCode code);
 
  private:
   // How one attempt ended: its status, and whether it may be made again.

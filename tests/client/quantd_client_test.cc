@@ -34,6 +34,7 @@ enum class Failure {
   kUnavailable,             // Before any response.
   kResultsThenUnavailable,  // A tensor report, then UNAVAILABLE.
   kInvalidArgument,
+  kCancelled,  // As a server that shuts down cancels.
 };
 
 // A QuantizationService whose first `fail_first` calls fail as `failure`
@@ -113,6 +114,8 @@ class FakeService final : public quantd::v1::QuantizationService::Service {
     switch (failure) {
       case Failure::kInvalidArgument:
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad model");
+      case Failure::kCancelled:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "Cancelled");
       case Failure::kUnavailable:
       case Failure::kResultsThenUnavailable:
         break;
@@ -266,6 +269,20 @@ TEST(ClientRetryTest, GivesUpAfterMaxRetries) {
   info = Client(options).GetServerInfo();
   EXPECT_EQ(info.status().message(), "replica going away");
   EXPECT_EQ(server.service().calls, 1);
+}
+
+// What a replica's gRPC server answers a call it cancels as it shuts down.
+TEST(ClientRetryTest, CancelledByTheServerIsRetried) {
+  FakeServer server;
+  server.service().fail_first = 1;
+  server.service().failure = Failure::kCancelled;
+  Client client(FastRetries(server.address()));
+  absl::StatusOr<QuantizeOutcome> outcome =
+      client.Quantize(quantd::v1::QuantizeConfig(), "model");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(server.service().calls, 2);
+  EXPECT_TRUE(Client::IsRetriedCode(absl::StatusCode::kCancelled));
+  EXPECT_FALSE(Client::IsRetriedCode(absl::StatusCode::kDeadlineExceeded));
 }
 
 TEST(ClientRetryTest, OtherCodesAreNotRetried) {

@@ -4,8 +4,8 @@ It follows the C++ SDK (client/quantd_client.cc): the same request streams
 (config, then the model in chunks, then calibration batches), the same
 protocol checks on the response streams, the same channel setup
 (round_robin over every resolved address, keepalive), the same retries
-(its own, of calls that failed with UNAVAILABLE before any response, and
-nothing else), and the same bearer token rules.
+(its own, of calls that failed with UNAVAILABLE or CANCELLED before any
+response, and nothing else), and the same bearer token rules.
 """
 
 import collections.abc
@@ -47,6 +47,9 @@ _KEEPALIVE_TIMEOUT_MS = 10 * 1000
 # each with a random jitter of +-20%.
 _INITIAL_BACKOFF_S = 0.2
 _MAX_BACKOFF_S = 2.0
+# Retried before any response: a replica refusing (draining, restarting) or
+# cancelling the call as it shuts down.
+_RETRIED_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 _MAX_RETRIES = 10
 
 
@@ -312,8 +315,10 @@ class QuantdClient:
     token: sent as "authorization: Bearer <token>" on every call. With TLS
         as call credentials; without TLS as plain metadata, readable by
         anyone on the path (only for loopback or a network you trust).
-    retries: extra attempts of a call that failed with UNAVAILABLE before
-        any response (a replica draining or restarting), 0..10; no other
+    retries: extra attempts of a call that failed with UNAVAILABLE or
+        CANCELLED before any response (a replica draining, restarting or
+        shutting down as the call arrived; the client itself never cancels a
+        call it would retry), 0..10; no other
         code is retried, nor a call whose one-shot batch source (a
         generator) was already read.
     chunk_bytes: size of the model chunks sent (the C++ SDK's 1 MiB).
@@ -555,7 +560,7 @@ class QuantdClient:
     def _with_retries(self, attempt: Callable[[Optional[float], Callable[[], None]], _T],
                       batches: Optional[_Batches] = None) -> _T:
         """Runs attempt(timeout, responded) again while it fails with
-        UNAVAILABLE before any response (`responded()` not called: no event
+        UNAVAILABLE or CANCELLED before any response (`responded()` not called: no event
         reached the caller's callbacks), `retries` times at most, within one
         deadline for the whole call. The service is stateless, so a retry
         (on another replica, round_robin) is safe."""
@@ -573,7 +578,7 @@ class QuantdClient:
             try:
                 return attempt(timeout, mark)
             except QuantdError as e:
-                if e.code != grpc.StatusCode.UNAVAILABLE or responded:
+                if e.code not in _RETRIED_CODES or responded:
                     raise
                 error = e
             if batches is not None and not batches.replayable():

@@ -73,6 +73,12 @@ class RetryTest(FakeServerTest):
         # Every attempt carries the token.
         self.assertTrue(all(m.get("authorization") == "Bearer t" for m in service.metadata))
 
+    def test_cancelled_by_a_replica_shutting_down_is_retried(self):
+        service = FlakyService(failures=1, code=grpc.StatusCode.CANCELLED)
+        with QuantdClient(self.serve(service), timeout=30, retries=2) as client:
+            self.assertEqual(client.server_info().version, "fake")
+        self.assertEqual(service.calls, 2)
+
     def test_retries_are_bounded(self):
         service = FlakyService(failures=10, code=grpc.StatusCode.UNAVAILABLE)
         with QuantdClient(self.serve(service), timeout=30, retries=1) as client:
