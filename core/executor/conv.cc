@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/base/multiversion.h"
 #include "core/base/parallel.h"
 #include "core/executor/gemm.h"
 
@@ -13,7 +14,7 @@
 // instruction set and picked at load time (GCC function multi-versioning):
 // the library itself targets baseline x86-64, where they would run 4 floats
 // at a time instead of 16. O3 lets GCC vectorize loops of unknown length.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if QUANTD_HAS_TARGET_CLONES
 #define QUANTD_MULTIVERSION \
   __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
 #else
@@ -24,7 +25,7 @@
 // vector extensions (16 floats, split into narrower registers where the
 // target has none) and built for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and
 // the baseline, picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if QUANTD_HAS_TARGET_CLONES
 #define QUANTD_MULTIVERSION_V \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

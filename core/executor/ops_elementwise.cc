@@ -11,6 +11,7 @@
 #include "Eigen/Core"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/multiversion.h"
 #include "core/base/parallel.h"
 #include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
@@ -28,7 +29,7 @@ using TP = onnx::TensorProto;
 // picked at load time (the library targets baseline x86-64, 4 floats at a
 // time): y = min(max(x, lo), hi) in std::max/std::min's order, so a NaN
 // stays NaN as in the Eigen form used for the other types.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if QUANTD_HAS_TARGET_CLONES
 __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
 #endif
 void ClampFloats(const float* __restrict x, int64_t n, float lo, float hi,

@@ -1,0 +1,17 @@
+// Whether GCC function multi-versioning (target_clones: a function built once
+// per instruction set, picked at load time by an ifunc resolver) is used.
+// Off for Clang (its target_clones differs) and under ThreadSanitizer: the
+// resolver runs while the dynamic loader relocates the binary, before the
+// TSan runtime is initialised, and its instrumented entry crashes every
+// binary at load.
+#ifndef QUANTD_CORE_BASE_MULTIVERSION_H_
+#define QUANTD_CORE_BASE_MULTIVERSION_H_
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
+#define QUANTD_HAS_TARGET_CLONES 1
+#else
+#define QUANTD_HAS_TARGET_CLONES 0
+#endif
+
+#endif  // QUANTD_CORE_BASE_MULTIVERSION_H_
