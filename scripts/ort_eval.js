@@ -227,16 +227,56 @@ async function openSession(ort, model, opts) {
   }
 }
 
+// IEEE half <-> number, round to nearest even (a model computing in float16
+// takes and returns its tensors as Uint16Array bit patterns).
+const F32 = new Float32Array(1);
+const U32 = new Uint32Array(F32.buffer);
+function toHalfBits(v) {
+  F32[0] = v;
+  const b = U32[0];
+  const sign = (b >>> 16) & 0x8000;
+  const exp = ((b >>> 23) & 0xff) - 127 + 15;
+  const mant = b & 0x7fffff;
+  if (((b >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  if (exp >= 31) return sign | 0x7c00;
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    const m = mant | 0x800000;
+    const shift = 14 - exp;
+    let h = m >>> shift;
+    const rest = m & ((1 << shift) - 1);
+    const half = 1 << (shift - 1);
+    if (rest > half || (rest === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = sign | (exp << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
+  return h;
+}
+function fromHalfBits(h) {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const mant = h & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 31) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
 function convertInput(x, wantType, file) {
   if (!wantType || wantType === x.type) return x;
   const conv = {
     float32: (d) => Float32Array.from(d, Number),
     float64: (d) => Float64Array.from(d, Number),
+    float16: (d) => Uint16Array.from(d, (v) => toHalfBits(Number(v))),
     int64: (d) => BigInt64Array.from(d, (v) => BigInt(Math.round(Number(v)))),
     int32: (d) => Int32Array.from(d, Number),
   }[wantType];
-  // Only lossless-enough conversions: f8->f4 and integer widenings/narrowings.
+  // Only lossless-enough conversions: f8->f4, integer widenings/narrowings,
+  // and float to float16 for a model that computes in half (its own input
+  // precision).
   const ok = (x.type === 'float64' && wantType === 'float32') ||
+             (x.type.startsWith('float') && wantType === 'float16') ||
              (!x.type.startsWith('float') && !wantType.startsWith('float'));
   if (!conv || !ok) throw new Error(`${file} holds ${x.type} but the model input wants ${wantType}`);
   return { data: conv(x.data), shape: x.shape, type: wantType };
@@ -286,7 +326,9 @@ async function runAll(ort, session, x, xfile, opts) {
     else if (dims.slice(1).join(',') !== outInner.join(',')) {
       throw new Error(`first output '${outName}' changes shape between batches`);
     }
-    chunks.push(o.type === 'float32' ? o.data.slice() : Float64Array.from(o.data, Number));
+    chunks.push(o.type === 'float32' ? o.data.slice()
+                : o.type === 'float16' ? Float64Array.from(o.data, fromHalfBits)
+                : Float64Array.from(o.data, Number));
   }
   const total = chunks.reduce((a, c) => a + c.length, 0);
   const data = outType === 'float32' ? new Float32Array(total) : new Float64Array(total);

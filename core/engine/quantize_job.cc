@@ -128,6 +128,9 @@ class QuantizeJob {
   double fidelity_setup_seconds_ = 0;
 
   onnx::ModelProto model_;
+  // The half graph inputs and outputs of a model that computed in
+  // FLOAT16 / BFLOAT16 (graph::WidenHalfCompute), restored at the end.
+  graph::PrepareReport half_interface_;
   // The input bytes' size and hash: the model is unchanged exactly when the
   // output bytes match them (the input is freed after parsing).
   size_t input_size_ = 0;
@@ -215,7 +218,8 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
     prepared.reordered_nodes += reordered;
     const std::string summary = prepared.Summary();
     if (!summary.empty()) result_.summary.add_validations("note: " + summary);
-    QUANTD_RETURN_IF_ERROR(graph::CheckNoHalfPrecisionCompute(model_));
+    half_interface_.half_inputs = std::move(prepared.half_inputs);
+    half_interface_.half_outputs = std::move(prepared.half_outputs);
   }
   EndStage();
   return cancel_.Check("validate");
@@ -655,6 +659,9 @@ absl::Status QuantizeJob::SearchForTarget() {
 absl::Status QuantizeJob::Serialize() {
   StartStage(quantd::v1::STAGE_SERIALIZE, 1,
              "checking and serializing the output model");
+  // A half model was quantized computing in float32; its callers still
+  // feed and read half tensors.
+  graph::RestoreHalfInterface(half_interface_, &model_);
   // Checking the in-memory model is the same as checking its bytes, and
   // lets the model be freed right after serializing.
   std::vector<std::string> validations;

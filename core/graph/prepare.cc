@@ -588,6 +588,109 @@ int64_t FoldBatchNormsIn(GraphProto* g, int64_t ir_version) {
   return folded;
 }
 
+// ------------------------------------------------------ half compute
+
+bool IsHalfType(int32_t t) {
+  return t == TensorProto::FLOAT16 || t == TensorProto::BFLOAT16;
+}
+
+// Widens a half tensor in place to FLOAT (same name and dims); false when
+// its data does not match its dims.
+bool WidenHalfTensor(TensorProto* t) {
+  std::vector<float> values;
+  if (!ReadHalfTensor(*t, &values)) return false;
+  TensorProto wide = MakeFloatTensor(t->name(), Dims(*t), values);
+  t->Swap(&wide);
+  return true;
+}
+
+// The half type a declared value had (0 when it is not a half tensor), after
+// making it FLOAT.
+int32_t WidenDeclaredType(onnx::ValueInfoProto* v) {
+  if (!v->type().has_tensor_type()) return 0;
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  const int32_t t = tt->elem_type();
+  if (!IsHalfType(t)) return 0;
+  tt->set_elem_type(TensorProto::FLOAT);
+  return t;
+}
+
+// Widens every half thing `graph` holds (and its bodies); counts what it
+// changed in `*widened`. INVALID_ARGUMENT names a malformed half tensor.
+absl::Status WidenHalfIn(GraphProto* graph, int64_t* widened) {
+  for (TensorProto& t : *graph->mutable_initializer()) {
+    if (!IsHalfType(t.data_type())) continue;
+    if (!WidenHalfTensor(&t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("half initializer '", t.name(),
+                       "' has data that does not match "
+                       "its dims"));
+    }
+    ++*widened;
+  }
+  for (NodeProto& node : *graph->mutable_node()) {
+    const bool default_domain = IsDefaultDomain(node);
+    const std::string& op = node.op_type();
+    for (onnx::AttributeProto& a : *node.mutable_attribute()) {
+      if (a.has_g())
+        QUANTD_RETURN_IF_ERROR(WidenHalfIn(a.mutable_g(), widened));
+      for (GraphProto& g : *a.mutable_graphs()) {
+        QUANTD_RETURN_IF_ERROR(WidenHalfIn(&g, widened));
+      }
+      if (!default_domain) continue;
+      const bool type_attr =
+          (op == "Cast" && a.name() == "to") ||
+          (a.name() == "dtype" &&
+           (op == "EyeLike" || op == "RandomNormal" || op == "RandomUniform" ||
+            op == "RandomNormalLike" || op == "RandomUniformLike" ||
+            op == "Multinomial" || op == "Bernoulli"));
+      if (type_attr && IsHalfType(static_cast<int32_t>(a.i()))) {
+        a.set_i(TensorProto::FLOAT);
+        ++*widened;
+      }
+      if (a.has_t() && IsHalfType(a.t().data_type()) &&
+          (op == "Constant" || op == "ConstantOfShape")) {
+        if (!WidenHalfTensor(a.mutable_t())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the half value of ", op, " node '", node.name(),
+                           "' has data that does not match its dims"));
+        }
+        ++*widened;
+      }
+    }
+  }
+  for (auto* values : {graph->mutable_input(), graph->mutable_output(),
+                       graph->mutable_value_info()}) {
+    for (onnx::ValueInfoProto& v : *values) {
+      if (WidenDeclaredType(&v) != 0) ++*widened;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool HasHalfValues(const GraphProto& graph) {
+  for (const auto& t : graph.initializer()) {
+    if (IsHalfType(t.data_type())) return true;
+  }
+  for (const auto* values : {&graph.input(), &graph.output()}) {
+    for (const auto& v : *values) {
+      if (v.type().has_tensor_type() &&
+          IsHalfType(v.type().tensor_type().elem_type())) {
+        return true;
+      }
+    }
+  }
+  for (const auto& node : graph.node()) {
+    for (const auto& a : node.attribute()) {
+      if (a.has_g() && HasHalfValues(a.g())) return true;
+      for (const auto& g : a.graphs()) {
+        if (HasHalfValues(g)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string PrepareReport::Summary() const {
@@ -609,6 +712,13 @@ std::string PrepareReport::Summary() const {
   if (folded_weight_casts > 0) {
     parts.push_back(absl::StrCat(folded_weight_casts,
                                  " fp16/bf16 weight Casts folded to float32"));
+  }
+  if (widened_half_tensors > 0) {
+    parts.push_back(absl::StrCat(
+        "computes in float32 instead of FLOAT16/BFLOAT16 (",
+        widened_half_tensors, " half tensors, types and casts widened; ",
+        half_inputs.size(), " half inputs and ", half_outputs.size(),
+        " half outputs keep their type through Casts)"));
   }
   if (folded_batch_norms > 0) {
     parts.push_back(absl::StrCat(folded_batch_norms,
@@ -680,30 +790,85 @@ absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
   return types;
 }
 
-absl::Status CheckNoHalfPrecisionCompute(const onnx::ModelProto& model) {
-  const GraphProto& g = model.graph();
-  const GraphIndex index(g);
-  for (const auto& node : g.node()) {
-    if (!IsWeightedOp(node)) continue;
-    for (int k = 0; k < node.input_size() && k < 2; ++k) {
-      const int i = index.Initializer(node.input(k));
-      if (i < 0) continue;
-      const int32_t type = g.initializer(i).data_type();
-      if (type == TensorProto::FLOAT16 || type == TensorProto::BFLOAT16) {
-        return absl::UnimplementedError(absl::StrCat(
-            "node ", Label(node), " computes in ",
-            TensorProto::DataType_Name(
-                static_cast<TensorProto::DataType>(type)),
-            " (its input '", node.input(k), "' is a ",
-            TensorProto::DataType_Name(
-                static_cast<TensorProto::DataType>(type)),
-            " initializer): quantd quantizes models that compute in float32 "
-            "(fp16 weights behind a Cast to FLOAT are supported); convert the "
-            "model to float32 first"));
+absl::StatusOr<bool> WidenHalfCompute(onnx::ModelProto* model,
+                                      PrepareReport* report) {
+  GraphProto* g = model->mutable_graph();
+  if (!HasHalfValues(*g)) return false;
+  for (const auto& v : g->input()) {
+    const int32_t t =
+        v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
+    if (IsHalfType(t)) report->half_inputs.push_back({v.name(), t});
+  }
+  for (const auto& v : g->output()) {
+    const int32_t t =
+        v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
+    if (IsHalfType(t)) report->half_outputs.push_back({v.name(), t});
+  }
+  QUANTD_RETURN_IF_ERROR(WidenHalfIn(g, &report->widened_half_tensors));
+  return true;
+}
+
+void RestoreHalfInterface(const PrepareReport& report,
+                          onnx::ModelProto* model) {
+  if (report.half_inputs.empty() && report.half_outputs.empty()) return;
+  GraphProto* g = model->mutable_graph();
+  UniqueNames names(*g);
+  auto declare =
+      [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* values,
+         const std::string& name, int32_t type) {
+        for (auto& v : *values) {
+          if (v.name() == name && v.type().has_tensor_type()) {
+            v.mutable_type()->mutable_tensor_type()->set_elem_type(type);
+          }
+        }
+      };
+  absl::flat_hash_set<std::string> output_names;
+  for (const auto& v : g->output()) output_names.insert(v.name());
+  for (const PrepareReport::HalfValue& in : report.half_inputs) {
+    // Node inputs (and bodies' outer reads) now read a float32 copy; a graph
+    // output that is the input itself stays as it is, half in and out.
+    const std::string wide = names.Make(in.name + "_float");
+    for (NodeProto& node : *g->mutable_node()) {
+      for (std::string& i : *node.mutable_input()) {
+        if (i == in.name) i = wide;
       }
+      if (HasSubgraph(node)) RenameSubgraphReads(in.name, wide, &node);
+    }
+    NodeProto cast =
+        MakeNode("Cast", names.Make(in.name + "_to_float"), {in.name}, {wide});
+    SetIntAttribute(&cast, "to", TensorProto::FLOAT);
+    InsertNode(std::move(cast), 0, g);
+    declare(g->mutable_input(), in.name, in.elem_type);
+    if (output_names.contains(in.name)) {
+      declare(g->mutable_output(), in.name, in.elem_type);
     }
   }
-  return absl::OkStatus();
+  absl::flat_hash_set<std::string> inputs;
+  for (const auto& v : g->input()) inputs.insert(v.name());
+  for (const PrepareReport::HalfValue& out : report.half_outputs) {
+    if (inputs.contains(out.name)) continue;  // Handled above.
+    const std::string wide = names.Make(out.name + "_float");
+    for (NodeProto& node : *g->mutable_node()) {
+      for (std::string& o : *node.mutable_output()) {
+        if (o == out.name) o = wide;
+      }
+      for (std::string& i : *node.mutable_input()) {
+        if (i == out.name) i = wide;
+      }
+      if (HasSubgraph(node)) RenameSubgraphReads(out.name, wide, &node);
+    }
+    for (TensorProto& t : *g->mutable_initializer()) {
+      if (t.name() == out.name) t.set_name(wide);
+    }
+    for (auto& v : *g->mutable_value_info()) {
+      if (v.name() == out.name) v.set_name(wide);
+    }
+    NodeProto cast =
+        MakeNode("Cast", names.Make(out.name + "_to_half"), {wide}, {out.name});
+    SetIntAttribute(&cast, "to", out.elem_type);
+    InsertNode(std::move(cast), g->node_size(), g);
+    declare(g->mutable_output(), out.name, out.elem_type);
+  }
 }
 
 absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
@@ -729,6 +894,9 @@ absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
   if (options.fold_weight_casts) {
     report.folded_weight_casts =
         FoldWeightCastsIn(model->mutable_graph(), model->ir_version());
+  }
+  if (options.widen_half_compute) {
+    QUANTD_RETURN_IF_ERROR(WidenHalfCompute(model, &report).status());
   }
   if (options.fold_batch_norms) {
     report.folded_batch_norms =

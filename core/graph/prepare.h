@@ -30,6 +30,16 @@ struct PrepareReport {
   int64_t folded_constant_nodes = 0;
   // Free-form notes from the steps (e.g. the opset upgrade).
   std::vector<std::string> notes;
+  // A model that computed in FLOAT16 / BFLOAT16 now computes in float32
+  // (WidenHalfCompute); its graph inputs and outputs that were half, with
+  // their types, for RestoreHalfInterface.
+  struct HalfValue {
+    std::string name;
+    int32_t elem_type = 0;
+  };
+  int64_t widened_half_tensors = 0;
+  std::vector<HalfValue> half_inputs;
+  std::vector<HalfValue> half_outputs;
 
   // One line for the summary ("prepared: ..."); empty when nothing was done.
   std::string Summary() const;
@@ -44,6 +54,7 @@ struct PrepareOptions {
   bool sort = true;
   bool lift_constants = true;
   bool fold_weight_casts = true;
+  bool widen_half_compute = true;
   bool fold_batch_norms = true;
   // Runs after lifting Constants and before the weight / BatchNorm folds
   // (e.g. the opset upgrade to 13). Null: skipped.
@@ -54,12 +65,31 @@ struct PrepareOptions {
 
 // Runs, in order: topological sort (every graph, bodies included), lifting
 // of Constant nodes, `upgrade`, folding of Cast(fp16 initializer -> FLOAT)
-// feeding Conv/ConvTranspose/Gemm/MatMul, BatchNormalization folding, then
-// `fold_constants`. INVALID_ARGUMENT when the graph has a cycle (naming a
-// node on it); other step errors pass through. The model's meaning (what
-// ONNX Runtime computes) is unchanged.
+// feeding Conv/ConvTranspose/Gemm/MatMul, WidenHalfCompute,
+// BatchNormalization folding, then `fold_constants`. INVALID_ARGUMENT when the
+// graph has a cycle (naming a node on it); other step errors pass through. The
+// model's meaning (what ONNX Runtime computes) is unchanged, except that a half
+// model computes in float32 (more precisely).
 absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
                                            const PrepareOptions& options);
+
+// A model that computes in FLOAT16 or BFLOAT16 (a half graph input, output
+// or initializer left after the weight-Cast fold) is made to compute in
+// float32, as quantd's executor computes half tensors anyway: half
+// initializers, Constant values and ConstantOfShape values become float32,
+// Casts and the dtype of EyeLike / Random* to a half type become FLOAT, and
+// every declared half type (graph inputs and outputs included, bodies too)
+// becomes FLOAT. Calibration batches then feed float32. `report` gets the
+// count and the half graph inputs and outputs; false when nothing was half.
+// INVALID_ARGUMENT for a half tensor whose data does not match its dims.
+absl::StatusOr<bool> WidenHalfCompute(onnx::ModelProto* model,
+                                      PrepareReport* report);
+
+// Gives a model widened by WidenHalfCompute back its half interface: each
+// input in `report.half_inputs` is declared half again and read through a
+// Cast to FLOAT, each output in `report.half_outputs` is made by a Cast to
+// its half type from the float32 value. The model between stays float32.
+void RestoreHalfInterface(const PrepareReport& report, onnx::ModelProto* model);
 
 // Stable topological sort of `graph` and, recursively, its subgraphs: nodes
 // keep their order where it is already valid; a node moves only after the
@@ -84,12 +114,6 @@ int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 // inference cannot tell is simply missing.
 absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
     const onnx::ModelProto& model);
-
-// UNIMPLEMENTED when a Conv/ConvTranspose/Gemm/MatMul of the main graph
-// computes in FLOAT16/BFLOAT16 (a weight initializer of that type read
-// directly, not through a Cast to FLOAT): quantd quantizes float32 compute
-// only. OK otherwise.
-absl::Status CheckNoHalfPrecisionCompute(const onnx::ModelProto& model);
 
 }  // namespace quantd::graph
 

@@ -12,8 +12,10 @@
 #include "core/engine/engine.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
+#include "core/graph/graph_edit.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
+#include "core/numerics/float16.h"
 #include "core/passes/fold_constants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,6 +100,19 @@ double OrtMaxDiff(const onnx::ModelProto& a, const onnx::ModelProto& b,
 executor::Tensor WaveTensor(std::vector<int64_t> shape, int seed) {
   return executor::Tensor::FromVector<float>(
       shape, Wave(testing::Product(shape), seed));
+}
+
+std::string WriteTemp(const testing::TempDir& dir, const onnx::ModelProto& m,
+                      const std::string& file) {
+  const std::string path = dir.File(file);
+  testing::WriteFileOrDie(path, m.SerializeAsString());
+  return path;
+}
+std::string WriteTempNpy(const testing::TempDir& dir, const executor::Tensor& t,
+                         const std::string& file) {
+  const std::string path = dir.File(file);
+  EXPECT_TRUE(executor::WriteNpyFile(path, t).ok());
+  return path;
 }
 
 TEST(SortTopologically, SortsStablyAndRefusesCycles) {
@@ -367,19 +382,122 @@ TEST(PrepareThroughQuantize, Fp16WeightsBehindCastAreQuantized) {
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->summary.quantized_tensors(), 1);
   EXPECT_FALSE(q->summary.model_unchanged());
+}
 
-  // The same weight read directly by the MatMul (fp16 compute): refused by
-  // name rather than silently left float.
+// A FLOAT16 tensor of `dims` from Wave values.
+onnx::TensorProto HalfTensor(const std::string& name,
+                             const std::vector<int64_t>& dims, int seed) {
+  const std::vector<float> v = Wave(testing::Product(dims), seed);
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT16);
+  for (int64_t d : dims) t.add_dims(d);
+  std::string raw;
+  for (float f : v) {
+    const uint16_t h = numerics::FloatToHalf(f);
+    raw.push_back(static_cast<char>(h & 0xff));
+    raw.push_back(static_cast<char>(h >> 8));
+  }
+  t.set_raw_data(raw);
+  return t;
+}
+
+// x (FLOAT16) -> MatMul W16 -> Add B16 -> Cast(to FLOAT16) -> Relu -> y
+// (FLOAT16): a model computing in half, as `model.half()` exports.
+ModelBuilder HalfModel() {
   ModelBuilder h;
-  h.Input("x", {2, 16}, onnx::TensorProto::FLOAT16)
-      .Output("y", {}, onnx::TensorProto::FLOAT16);
-  *h.model().mutable_graph()->add_initializer() = w;
-  h.Node("MatMul", {"x", "W16"}, {"y"}, "matmul16");
-  absl::StatusOr<QuantizeResult> half = Quantize(
-      h.Bytes(), tfq::QuantizationMethod::DYNAMIC_RANGE, tfq::TF, nullptr);
-  ASSERT_FALSE(half.ok());
-  EXPECT_EQ(half.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(half.status().message(), HasSubstr("matmul16"));
+  h.Input("x", {4, 16}, onnx::TensorProto::FLOAT16)
+      .Output("y", {4, 8}, onnx::TensorProto::FLOAT16);
+  *h.model().mutable_graph()->add_initializer() = HalfTensor("W16", {16, 8}, 1);
+  *h.model().mutable_graph()->add_initializer() = HalfTensor("B16", {8}, 2);
+  h.Node("MatMul", {"x", "W16"}, {"m"}, "matmul16")
+      .Node("Add", {"m", "B16"}, {"a"}, "add16")
+      .Node("Cast", {"a"}, {"c"}, "cast16")
+      .Attr("to", onnx::TensorProto::FLOAT16)
+      .Node("Relu", {"c"}, {"y"}, "relu16");
+  return h;
+}
+
+TEST(WidenHalfCompute, HalfModelComputesInFloat32) {
+  onnx::ModelProto m = HalfModel().Build();
+  absl::StatusOr<graph::PrepareReport> r =
+      graph::PrepareGraph(&m, graph::PrepareOptions());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->half_inputs.size(), 1u);
+  EXPECT_EQ(r->half_inputs[0].name, "x");
+  EXPECT_EQ(r->half_inputs[0].elem_type, onnx::TensorProto::FLOAT16);
+  ASSERT_EQ(r->half_outputs.size(), 1u);
+  EXPECT_EQ(r->half_outputs[0].name, "y");
+  // Two initializers, the Cast, the input and the output.
+  EXPECT_EQ(r->widened_half_tensors, 5);
+  EXPECT_THAT(r->Summary(), HasSubstr("computes in float32"));
+  for (const auto& t : m.graph().initializer()) {
+    EXPECT_EQ(t.data_type(), onnx::TensorProto::FLOAT) << t.name();
+  }
+  EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
+            onnx::TensorProto::FLOAT);
+  EXPECT_EQ(graph::IntAttribute(m.graph().node(2), "to", 0),
+            onnx::TensorProto::FLOAT);
+  // float32 values now: 4 bytes each.
+  EXPECT_EQ(FindInit(m.graph(), "W16")->raw_data().size(), 16u * 8u * 4u);
+
+  // Back to the caller's interface: half in and out through Casts.
+  graph::RestoreHalfInterface(*r, &m);
+  EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
+            onnx::TensorProto::FLOAT16);
+  EXPECT_EQ(m.graph().output(0).type().tensor_type().elem_type(),
+            onnx::TensorProto::FLOAT16);
+  EXPECT_EQ(CountOps(m.graph(), "Cast"), 3);
+  EXPECT_TRUE(graph::ValidateModel(m, "restored", nullptr).ok());
+  // ONNX Runtime: the float32-computing model against the half one.
+  testing::TempDir tmp;
+  const std::string json = testing::OrtEval(
+      {"compare", "--model", WriteTemp(tmp, HalfModel().Build(), "half.onnx"),
+       "--model2", WriteTemp(tmp, m, "wide.onnx"), "--x",
+       WriteTempNpy(tmp, WaveTensor({4, 16}, 9), "x.npy")});
+  // Half results either way; widening only rounds less on the way.
+  EXPECT_LE(testing::JsonNumber(json, "max_abs_diff"), 1e-2) << json;
+}
+
+TEST(WidenHalfCompute, FloatModelsAreLeftAlone) {
+  onnx::ModelProto m = ConvBnModel(true, 1, false).Build();
+  graph::PrepareReport r;
+  absl::StatusOr<bool> widened = graph::WidenHalfCompute(&m, &r);
+  ASSERT_TRUE(widened.ok());
+  EXPECT_FALSE(*widened);
+  EXPECT_EQ(r.widened_half_tensors, 0);
+}
+
+// Both methods on a model computing in half: quantized in float32, returned
+// with the half interface, and close to the half model in ONNX Runtime.
+TEST(PrepareThroughQuantize, HalfComputeModelIsQuantized) {
+  const std::string bytes = HalfModel().Bytes();
+  const executor::Tensor calib = WaveTensor({8, 16}, 4);
+  for (auto method : {tfq::QuantizationMethod::DYNAMIC_RANGE,
+                      tfq::QuantizationMethod::STATIC_RANGE}) {
+    absl::StatusOr<QuantizeResult> q = Quantize(
+        bytes, method, tfq::TF,
+        method == tfq::QuantizationMethod::STATIC_RANGE ? &calib : nullptr,
+        /*batch=*/4);
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_GT(q->summary.quantized_tensors(), 0);
+    absl::StatusOr<onnx::ModelProto> out = graph::ParseModel(q->model);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->graph().input(0).type().tensor_type().elem_type(),
+              onnx::TensorProto::FLOAT16);
+    EXPECT_EQ(out->graph().output(0).type().tensor_type().elem_type(),
+              onnx::TensorProto::FLOAT16);
+    testing::TempDir tmp;
+    const std::string json = testing::OrtEval(
+        {"compare", "--model", WriteTemp(tmp, HalfModel().Build(), "half.onnx"),
+         "--model2", WriteTemp(tmp, *out, "q.onnx"), "--x",
+         WriteTempNpy(tmp, WaveTensor({4, 16}, 9), "x.npy")});
+    std::printf(
+        "measured: half model, %s: %s\n",
+        tfq::QuantizationMethod::ExperimentalMethod_Name(method).c_str(),
+        json.c_str());
+    EXPECT_GE(testing::JsonNumber(json, "sqnr_db"), 25) << json;
+  }
 }
 
 TEST(PrepareThroughQuantize, ModelUnchangedExactlyWhenBytesAreEqual) {
