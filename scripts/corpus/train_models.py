@@ -16,6 +16,8 @@ Models (each trains in seconds on one thread):
   digits_cnn_fp16w        the same weights stored as FLOAT16 initializers, each
                           behind a Cast to float (fp16 storage, fp32 compute;
                           the form fp16-weight exports take on CPU); opset 13
+  digits_cnn_fp16         the same model computing in FLOAT16 (inputs, weights,
+                          outputs), as a `model.half()` export; opset 13
   digits_transformer_op17 rows as 8 tokens, 2 nn.TransformerEncoderLayer
                           (d=32, 4 heads), mean pool, Linear; opset 17
                           (LayerNormalization op)
@@ -199,6 +201,38 @@ def fp16_weights(src, dst):
     onnx.save(m, dst)
 
 
+def half_model(src, dst):
+    """The model as a `model.half()` export computes: every float initializer,
+    Constant value, Cast target and declared type (inputs and outputs too) in
+    FLOAT16. (torch cannot trace half convolutions on the CPU, so the float
+    export is converted instead.)"""
+    import onnx
+    from onnx import numpy_helper, TensorProto
+    m = onnx.load(src)
+
+    def half_tensor(t):
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+
+    def walk(g):
+        for t in g.initializer:
+            half_tensor(t)
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+                v.type.tensor_type.elem_type = TensorProto.FLOAT16
+        for n in g.node:
+            for a in n.attribute:
+                if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                    a.i = TensorProto.FLOAT16
+                if a.HasField("t"):
+                    half_tensor(a.t)
+                if a.HasField("g"):
+                    walk(a.g)
+    walk(m.graph)
+    onnx.checker.check_model(m)
+    onnx.save(m, dst)
+
+
 # ---------------------------------------------------------------- main
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -214,7 +248,8 @@ def main():
     calib = xtr[:N_CALIB]
     ex = torch.from_numpy(xte[:1])
 
-    if want("digits_cnn_op9") or want("digits_cnn_op13") or want("digits_cnn_fp16w"):
+    if (want("digits_cnn_op9") or want("digits_cnn_op13") or want("digits_cnn_fp16w")
+            or want("digits_cnn_fp16")):
         t0 = time.time()
         torch.manual_seed(SEED)
         m = DigitsCNN()
@@ -222,12 +257,19 @@ def main():
         secs = time.time() - t0
         acc = accuracy(m, xte, yte)
         for name, opset in (("digits_cnn_op9", 9), ("digits_cnn_op13", 13)):
-            if not want(name) and not (name == "digits_cnn_op13" and want("digits_cnn_fp16w")):
+            if not want(name) and not (name == "digits_cnn_op13" and
+                                       (want("digits_cnn_fp16w") or want("digits_cnn_fp16"))):
                 continue
             d = save_dir(args.out, name, eval_x=xte, eval_y=yte, calib_x=calib)
             export(m, ex, os.path.join(d, "model.onnx"), opset, fold=False)
             write_info(d, {"arch": "DigitsCNN (Conv+BN)", "opset": opset, "torch_top1": acc,
                            "train_seconds": round(secs, 1)})
+        if want("digits_cnn_fp16"):
+            d = save_dir(args.out, "digits_cnn_fp16", eval_x=xte, eval_y=yte, calib_x=calib)
+            half_model(os.path.join(args.out, "digits_cnn_op13", "model.onnx"),
+                       os.path.join(d, "model.onnx"))
+            write_info(d, {"arch": "DigitsCNN computing in FLOAT16", "opset": 13,
+                           "torch_top1_fp32": acc, "train_seconds": round(secs, 1)})
         if want("digits_cnn_fp16w"):
             d = save_dir(args.out, "digits_cnn_fp16w", eval_x=xte, eval_y=yte, calib_x=calib)
             fp16_weights(os.path.join(args.out, "digits_cnn_op13", "model.onnx"),
