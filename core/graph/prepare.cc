@@ -18,6 +18,7 @@
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/graph/unique_names.h"
+#include "core/numerics/float16.h"
 #include "onnx/shape_inference/implementation.h"
 
 namespace quantd::graph {
@@ -220,40 +221,6 @@ int64_t LiftIn(GraphProto* graph, bool main, int64_t ir_version) {
 
 // ------------------------------------------------------ fp16 weight casts
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // Subnormal: normalise.
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-float Bfloat16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // The values of a FLOAT16 / BFLOAT16 tensor as float32; false when they are
 // external or malformed.
 bool ReadHalfTensor(const TensorProto& t, std::vector<float>* out) {
@@ -278,7 +245,8 @@ bool ReadHalfTensor(const TensorProto& t, std::vector<float>* out) {
   out->resize(n);
   const bool bf16 = t.data_type() == TensorProto::BFLOAT16;
   for (int64_t i = 0; i < n; ++i) {
-    (*out)[i] = bf16 ? Bfloat16ToFloat(raw[i]) : HalfToFloat(raw[i]);
+    (*out)[i] = bf16 ? numerics::BFloat16ToFloat(raw[i])
+                     : numerics::HalfToFloat(raw[i]);
   }
   return true;
 }
