@@ -227,41 +227,9 @@ async function openSession(ort, model, opts) {
   }
 }
 
-// IEEE half <-> number, round to nearest even (a model computing in float16
-// takes and returns its tensors as Uint16Array bit patterns).
-const F32 = new Float32Array(1);
-const U32 = new Uint32Array(F32.buffer);
-function toHalfBits(v) {
-  F32[0] = v;
-  const b = U32[0];
-  const sign = (b >>> 16) & 0x8000;
-  const exp = ((b >>> 23) & 0xff) - 127 + 15;
-  const mant = b & 0x7fffff;
-  if (((b >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  if (exp >= 31) return sign | 0x7c00;
-  if (exp <= 0) {
-    if (exp < -10) return sign;
-    const m = mant | 0x800000;
-    const shift = 14 - exp;
-    let h = m >>> shift;
-    const rest = m & ((1 << shift) - 1);
-    const half = 1 << (shift - 1);
-    if (rest > half || (rest === half && (h & 1))) h++;
-    return sign | h;
-  }
-  let h = sign | (exp << 10) | (mant >>> 13);
-  const rest = mant & 0x1fff;
-  if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
-  return h;
-}
-function fromHalfBits(h) {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >>> 10) & 0x1f;
-  const mant = h & 0x3ff;
-  if (exp === 0) return sign * mant * 2 ** -24;
-  if (exp === 31) return mant ? NaN : sign * Infinity;
-  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
-}
+// IEEE half <-> number (round to nearest even), shared with the corpus
+// scripts: a model computing in float16 takes and returns Uint16Array bits.
+const { toHalf: toHalfBits, fromHalf: fromHalfBits } = require('./corpus/lib');
 
 function convertInput(x, wantType, file) {
   if (!wantType || wantType === x.type) return x;

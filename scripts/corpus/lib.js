@@ -75,21 +75,29 @@ function writeNpy(file, data, shape) {
 // ---------------------------------------------------------------- float16
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
+// Round to nearest, ties to even; overflow gives infinity, NaN stays NaN.
 function toHalf(v) {
   f32[0] = v;
-  const x = u32[0];
-  const sign = (x >>> 16) & 0x8000;
-  let e = ((x >>> 23) & 0xff) - 127 + 15;
-  let m = x & 0x7fffff;
-  if (((x >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (m ? 0x200 : 0);
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    m = (m | 0x800000) >>> (1 - e);
-    return sign | ((m + 0x1000) >>> 13);
+  const b = u32[0];
+  const sign = (b >>> 16) & 0x8000;
+  const exp = ((b >>> 23) & 0xff) - 127 + 15;
+  const mant = b & 0x7fffff;
+  if (((b >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  if (exp >= 31) return sign | 0x7c00;
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    const m = mant | 0x800000;
+    const shift = 14 - exp;
+    let h = m >>> shift;
+    const rest = m & ((1 << shift) - 1);
+    const half = 1 << (shift - 1);
+    if (rest > half || (rest === half && (h & 1))) h++;
+    return sign | h;
   }
-  const h = sign | (e << 10) | (m >>> 13);
-  return (m & 0x1000) ? h + 1 : h;  // round half up (close enough for inputs)
+  let h = sign | (exp << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
+  return h;
 }
 function fromHalf(h) {
   const s = h & 0x8000 ? -1 : 1;
