@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/engine/calibration_session.h"
 
@@ -60,8 +61,7 @@ void VisitComparedNodes(
     const std::function<void(const onnx::NodeProto&, const onnx::NodeProto*)>&
         visit) {
   for (const onnx::NodeProto& node : graph.node()) {
-    if (node.op_type() == "If" &&
-        (node.domain().empty() || node.domain() == "ai.onnx")) {
+    if (node.op_type() == "If" && IsDefaultDomain(node)) {
       for (const onnx::AttributeProto& a : node.attribute()) {
         if (a.has_g()) VisitComparedNodes(a.g(), &node, visit);
       }

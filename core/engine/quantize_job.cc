@@ -130,7 +130,7 @@ class QuantizeJob {
   onnx::ModelProto model_;
   // The half graph inputs and outputs of a model that computed in
   // FLOAT16 / BFLOAT16 (graph::WidenHalfCompute), restored at the end.
-  graph::PrepareReport half_interface_;
+  graph::HalfInterface half_interface_;
   // The input bytes' size and hash: the model is unchanged exactly when the
   // output bytes match them (the input is freed after parsing).
   size_t input_size_ = 0;
@@ -218,8 +218,7 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
     prepared.reordered_nodes += reordered;
     const std::string summary = prepared.Summary();
     if (!summary.empty()) result_.summary.add_validations("note: " + summary);
-    half_interface_.half_inputs = std::move(prepared.half_inputs);
-    half_interface_.half_outputs = std::move(prepared.half_outputs);
+    half_interface_ = std::move(prepared.half_interface);
   }
   EndStage();
   return cancel_.Check("validate");

@@ -166,19 +166,25 @@ bool SubgraphReads(const onnx::GraphProto& subgraph,
   return false;
 }
 
-namespace {
-
-void RenameReads(const std::string& from, const std::string& to,
-                 onnx::GraphProto* graph) {
-  for (auto& v : *graph->mutable_output()) {
-    if (v.name() == from) v.set_name(to);
-  }
+void RenameNodeReads(const std::string& from, const std::string& to,
+                     onnx::GraphProto* graph) {
   for (auto& node : *graph->mutable_node()) {
     for (auto& in : *node.mutable_input()) {
       if (in == from) in = to;
     }
     RenameSubgraphReads(from, to, &node);
   }
+}
+
+namespace {
+
+// A body's reads of `from`: its nodes and the outputs it returns.
+void RenameReads(const std::string& from, const std::string& to,
+                 onnx::GraphProto* graph) {
+  for (auto& v : *graph->mutable_output()) {
+    if (v.name() == from) v.set_name(to);
+  }
+  RenameNodeReads(from, to, graph);
 }
 
 }  // namespace

@@ -55,6 +55,11 @@ bool SubgraphReads(const onnx::GraphProto& subgraph, const std::string& tensor);
 void RenameSubgraphReads(const std::string& from, const std::string& to,
                          onnx::NodeProto* node);
 
+// Makes every node of `graph` (and of its subgraphs) read `to` wherever it
+// read `from`; the graph's own outputs are left as they are.
+void RenameNodeReads(const std::string& from, const std::string& to,
+                     onnx::GraphProto* graph);
+
 // Appends `tensor` to the initializers; with `also_input` (IR version < 4,
 // where every initializer must be a graph input) also declares it as a graph
 // input of the same type and shape.

@@ -572,15 +572,14 @@ bool WidenHalfTensor(TensorProto* t) {
   return true;
 }
 
-// The half type a declared value had (0 when it is not a half tensor), after
-// making it FLOAT.
-int32_t WidenDeclaredType(onnx::ValueInfoProto* v) {
-  if (!v->type().has_tensor_type()) return 0;
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  const int32_t t = tt->elem_type();
-  if (!IsHalfType(t)) return 0;
-  tt->set_elem_type(TensorProto::FLOAT);
-  return t;
+// Makes a declared half tensor type FLOAT; false when it was not half.
+bool WidenDeclaredType(onnx::ValueInfoProto* v) {
+  if (!v->type().has_tensor_type() ||
+      !IsHalfType(v->type().tensor_type().elem_type())) {
+    return false;
+  }
+  v->mutable_type()->mutable_tensor_type()->set_elem_type(TensorProto::FLOAT);
+  return true;
 }
 
 // Widens every half thing `graph` holds (and its bodies); counts what it
@@ -630,7 +629,7 @@ absl::Status WidenHalfIn(GraphProto* graph, int64_t* widened) {
   for (auto* values : {graph->mutable_input(), graph->mutable_output(),
                        graph->mutable_value_info()}) {
     for (onnx::ValueInfoProto& v : *values) {
-      if (WidenDeclaredType(&v) != 0) ++*widened;
+      if (WidenDeclaredType(&v)) ++*widened;
     }
   }
   return absl::OkStatus();
@@ -685,7 +684,8 @@ std::string PrepareReport::Summary() const {
     parts.push_back(absl::StrCat(
         "computes in float32 instead of FLOAT16/BFLOAT16 (",
         widened_half_tensors, " half tensors, types and casts widened; ",
-        half_inputs.size(), " half inputs and ", half_outputs.size(),
+        half_interface.inputs.size(), " half inputs and ",
+        half_interface.outputs.size(),
         " half outputs keep their type through Casts)"));
   }
   if (folded_batch_norms > 0) {
@@ -762,23 +762,22 @@ absl::StatusOr<bool> WidenHalfCompute(onnx::ModelProto* model,
                                       PrepareReport* report) {
   GraphProto* g = model->mutable_graph();
   if (!HasHalfValues(*g)) return false;
-  for (const auto& v : g->input()) {
-    const int32_t t =
-        v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
-    if (IsHalfType(t)) report->half_inputs.push_back({v.name(), t});
-  }
-  for (const auto& v : g->output()) {
-    const int32_t t =
-        v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
-    if (IsHalfType(t)) report->half_outputs.push_back({v.name(), t});
-  }
+  auto note_half = [](const auto& values,
+                      std::vector<HalfInterface::Value>* out) {
+    for (const onnx::ValueInfoProto& v : values) {
+      const int32_t t =
+          v.type().has_tensor_type() ? v.type().tensor_type().elem_type() : 0;
+      if (IsHalfType(t)) out->push_back({v.name(), t});
+    }
+  };
+  note_half(g->input(), &report->half_interface.inputs);
+  note_half(g->output(), &report->half_interface.outputs);
   QUANTD_RETURN_IF_ERROR(WidenHalfIn(g, &report->widened_half_tensors));
   return true;
 }
 
-void RestoreHalfInterface(const PrepareReport& report,
-                          onnx::ModelProto* model) {
-  if (report.half_inputs.empty() && report.half_outputs.empty()) return;
+void RestoreHalfInterface(const HalfInterface& half, onnx::ModelProto* model) {
+  if (half.inputs.empty() && half.outputs.empty()) return;
   GraphProto* g = model->mutable_graph();
   UniqueNames names(*g);
   auto declare =
@@ -790,40 +789,29 @@ void RestoreHalfInterface(const PrepareReport& report,
           }
         }
       };
-  absl::flat_hash_set<std::string> output_names;
-  for (const auto& v : g->output()) output_names.insert(v.name());
-  for (const PrepareReport::HalfValue& in : report.half_inputs) {
-    // Node inputs (and bodies' outer reads) now read a float32 copy; a graph
+  for (const HalfInterface::Value& in : half.inputs) {
+    // Nodes (and bodies' outer reads) now read a float32 copy; a graph
     // output that is the input itself stays as it is, half in and out.
     const std::string wide = names.Make(in.name + "_float");
-    for (NodeProto& node : *g->mutable_node()) {
-      for (std::string& i : *node.mutable_input()) {
-        if (i == in.name) i = wide;
-      }
-      if (HasSubgraph(node)) RenameSubgraphReads(in.name, wide, &node);
-    }
+    RenameNodeReads(in.name, wide, g);
     NodeProto cast =
         MakeNode("Cast", names.Make(in.name + "_to_float"), {in.name}, {wide});
     SetIntAttribute(&cast, "to", TensorProto::FLOAT);
     InsertNode(std::move(cast), 0, g);
     declare(g->mutable_input(), in.name, in.elem_type);
-    if (output_names.contains(in.name)) {
-      declare(g->mutable_output(), in.name, in.elem_type);
-    }
+    declare(g->mutable_output(), in.name, in.elem_type);
   }
   absl::flat_hash_set<std::string> inputs;
   for (const auto& v : g->input()) inputs.insert(v.name());
-  for (const PrepareReport::HalfValue& out : report.half_outputs) {
+  for (const HalfInterface::Value& out : half.outputs) {
     if (inputs.contains(out.name)) continue;  // Handled above.
+    // The float32 value gets a new name, and the output is cast from it.
     const std::string wide = names.Make(out.name + "_float");
+    RenameNodeReads(out.name, wide, g);
     for (NodeProto& node : *g->mutable_node()) {
       for (std::string& o : *node.mutable_output()) {
         if (o == out.name) o = wide;
       }
-      for (std::string& i : *node.mutable_input()) {
-        if (i == out.name) i = wide;
-      }
-      if (HasSubgraph(node)) RenameSubgraphReads(out.name, wide, &node);
     }
     for (TensorProto& t : *g->mutable_initializer()) {
       if (t.name() == out.name) t.set_name(wide);

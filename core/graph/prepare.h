@@ -18,6 +18,18 @@
 
 namespace quantd::graph {
 
+// The graph inputs and outputs of a model that computed in FLOAT16 /
+// BFLOAT16 before WidenHalfCompute made it compute in float32, with their
+// half types, for RestoreHalfInterface.
+struct HalfInterface {
+  struct Value {
+    std::string name;
+    int32_t elem_type = 0;
+  };
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+};
+
 // What PrepareGraph did, in counts, for the call summary.
 struct PrepareReport {
   int64_t opset_from = 0;
@@ -31,15 +43,9 @@ struct PrepareReport {
   // Free-form notes from the steps (e.g. the opset upgrade).
   std::vector<std::string> notes;
   // A model that computed in FLOAT16 / BFLOAT16 now computes in float32
-  // (WidenHalfCompute); its graph inputs and outputs that were half, with
-  // their types, for RestoreHalfInterface.
-  struct HalfValue {
-    std::string name;
-    int32_t elem_type = 0;
-  };
+  // (WidenHalfCompute): what was widened, and its half interface.
   int64_t widened_half_tensors = 0;
-  std::vector<HalfValue> half_inputs;
-  std::vector<HalfValue> half_outputs;
+  HalfInterface half_interface;
 
   // One line for the summary ("prepared: ..."); empty when nothing was done.
   std::string Summary() const;
@@ -80,16 +86,16 @@ absl::StatusOr<PrepareReport> PrepareGraph(onnx::ModelProto* model,
 // Casts and the dtype of EyeLike / Random* to a half type become FLOAT, and
 // every declared half type (graph inputs and outputs included, bodies too)
 // becomes FLOAT. Calibration batches then feed float32. `report` gets the
-// count and the half graph inputs and outputs; false when nothing was half.
+// count and the half interface; false when nothing was half.
 // INVALID_ARGUMENT for a half tensor whose data does not match its dims.
 absl::StatusOr<bool> WidenHalfCompute(onnx::ModelProto* model,
                                       PrepareReport* report);
 
 // Gives a model widened by WidenHalfCompute back its half interface: each
-// input in `report.half_inputs` is declared half again and read through a
-// Cast to FLOAT, each output in `report.half_outputs` is made by a Cast to
-// its half type from the float32 value. The model between stays float32.
-void RestoreHalfInterface(const PrepareReport& report, onnx::ModelProto* model);
+// input in `half.inputs` is declared half again and read through a Cast to
+// FLOAT, each output in `half.outputs` is made by a Cast to its half type
+// from the float32 value. The model between stays float32.
+void RestoreHalfInterface(const HalfInterface& half, onnx::ModelProto* model);
 
 // Stable topological sort of `graph` and, recursively, its subgraphs: nodes
 // keep their order where it is already valid; a node moves only after the

@@ -423,11 +423,11 @@ TEST(WidenHalfCompute, HalfModelComputesInFloat32) {
   absl::StatusOr<graph::PrepareReport> r =
       graph::PrepareGraph(&m, graph::PrepareOptions());
   ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->half_inputs.size(), 1u);
-  EXPECT_EQ(r->half_inputs[0].name, "x");
-  EXPECT_EQ(r->half_inputs[0].elem_type, onnx::TensorProto::FLOAT16);
-  ASSERT_EQ(r->half_outputs.size(), 1u);
-  EXPECT_EQ(r->half_outputs[0].name, "y");
+  ASSERT_EQ(r->half_interface.inputs.size(), 1u);
+  EXPECT_EQ(r->half_interface.inputs[0].name, "x");
+  EXPECT_EQ(r->half_interface.inputs[0].elem_type, onnx::TensorProto::FLOAT16);
+  ASSERT_EQ(r->half_interface.outputs.size(), 1u);
+  EXPECT_EQ(r->half_interface.outputs[0].name, "y");
   // Two initializers, the Cast, the input and the output.
   EXPECT_EQ(r->widened_half_tensors, 5);
   EXPECT_THAT(r->Summary(), HasSubstr("computes in float32"));
@@ -442,7 +442,7 @@ TEST(WidenHalfCompute, HalfModelComputesInFloat32) {
   EXPECT_EQ(FindInit(m.graph(), "W16")->raw_data().size(), 16u * 8u * 4u);
 
   // Back to the caller's interface: half in and out through Casts.
-  graph::RestoreHalfInterface(*r, &m);
+  graph::RestoreHalfInterface(r->half_interface, &m);
   EXPECT_EQ(m.graph().input(0).type().tensor_type().elem_type(),
             onnx::TensorProto::FLOAT16);
   EXPECT_EQ(m.graph().output(0).type().tensor_type().elem_type(),
