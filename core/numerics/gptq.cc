@@ -1,0 +1,231 @@
+#include "core/numerics/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "Eigen/Cholesky"
+#include "Eigen/Core"
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+
+namespace quantd::numerics {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatD =
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The output SQNRs are estimated on at most this many rows (evenly spaced):
+// exact, they would cost three more rows x cols^2 products.
+constexpr int64_t kReportRows = 512;
+
+absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
+                                       int64_t stride, const QuantSpec& spec) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, v[i * stride]);
+    hi = std::max(hi, v[i * stride]);
+  }
+  return ChooseQuantParams(lo, hi, spec);
+}
+
+// sum_r e_r H e_r^T / sum_r w_r H w_r^T over `sample` rows, in dB.
+double OutputSqnrDb(const MatF& w, const MatF& approx, const MatD& h,
+                    const std::vector<int64_t>& sample) {
+  const int64_t cols = w.cols();
+  MatD ws(static_cast<int64_t>(sample.size()), cols);
+  MatD es(static_cast<int64_t>(sample.size()), cols);
+  for (size_t k = 0; k < sample.size(); ++k) {
+    ws.row(k) = w.row(sample[k]).cast<double>();
+    es.row(k) = (w.row(sample[k]) - approx.row(sample[k])).cast<double>();
+  }
+  const double signal = ((ws * h).cwiseProduct(ws)).sum();
+  const double noise = ((es * h).cwiseProduct(es)).sum();
+  if (noise <= 0) return std::numeric_limits<double>::infinity();
+  if (signal <= 0) return -std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(signal / noise);
+}
+
+}  // namespace
+
+absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
+                                        int64_t cols,
+                                        absl::Span<const float> h,
+                                        const QuantSpec& spec,
+                                        int64_t block_size,
+                                        const GptqOptions& options) {
+  QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
+  if (rows < 1 || cols < 1 ||
+      static_cast<int64_t>(w.size()) != rows * cols ||
+      static_cast<int64_t>(h.size()) != cols * cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPTQ wants a rows x cols weight and a cols x cols H; got ", rows,
+        " x ", cols, " with ", w.size(), " weights and ", h.size(),
+        " H entries"));
+  }
+  if (block_size < 0 || options.lazy_block < 1 ||
+      !(options.dampening >= 0) || !std::isfinite(options.dampening)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPTQ block_size ", block_size, ", lazy block ", options.lazy_block,
+        ", dampening ", options.dampening, " are out of range"));
+  }
+  for (float v : w) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError("the weight holds NaN or infinity");
+    }
+  }
+  for (float v : h) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          "the input statistics (H) hold NaN or infinity: the calibration "
+          "inputs of this layer overflowed float");
+    }
+  }
+  const MatF original = Eigen::Map<const MatF>(w.data(), rows, cols);
+  MatD h0 = Eigen::Map<const MatF>(h.data(), cols, cols).cast<double>();
+  h0 = (0.5 * (h0 + h0.transpose())).eval();
+
+  // Column order: act_order rounds the highest-energy inputs first.
+  std::vector<int64_t> perm(cols);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (options.act_order) {
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+      return h0(a, a) > h0(b, b);
+    });
+  }
+  MatF weights(rows, cols);
+  MatD hp(cols, cols);
+  for (int64_t a = 0; a < cols; ++a) {
+    weights.col(a) = original.col(perm[a]);
+    for (int64_t b = 0; b < cols; ++b) hp(a, b) = h0(perm[a], perm[b]);
+  }
+  // An input that was always zero constrains nothing: its column is
+  // rounded to nearest and its error reaches no other column.
+  double diag_sum = 0;
+  for (int64_t a = 0; a < cols; ++a) {
+    if (hp(a, a) <= 0) {
+      hp.row(a).setZero();
+      hp.col(a).setZero();
+      hp(a, a) = 1;
+    }
+    diag_sum += hp(a, a);
+  }
+  const double mean_diag = diag_sum / static_cast<double>(cols);
+
+  // U: the upper Cholesky factor of (H + damp I)^-1.
+  MatF u;
+  double damping = options.dampening;
+  bool factored = false;
+  for (int attempt = 0; attempt < 4 && !factored; ++attempt) {
+    if (attempt > 0) damping = damping > 0 ? damping * 10 : 1e-4;
+    MatD damped = hp;
+    damped.diagonal().array() += damping * mean_diag;
+    Eigen::LLT<MatD> llt(damped);
+    if (llt.info() != Eigen::Success) continue;
+    MatD inverse = llt.solve(MatD::Identity(cols, cols));
+    Eigen::LLT<MatD, Eigen::Upper> llt_inverse(inverse);
+    if (llt_inverse.info() != Eigen::Success) continue;
+    u = MatD(llt_inverse.matrixU()).cast<float>();
+    factored = true;
+  }
+  if (!factored) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the input statistics (H, ", cols, " x ", cols,
+        ") stay indefinite after damping by ", damping,
+        " of their mean diagonal"));
+  }
+
+  GptqResult out;
+  out.dampening = damping;
+  const int64_t blocks = block_size > 0 ? BlockCount(cols, block_size) : 1;
+  out.params.resize(rows * blocks);
+  out.values.resize(rows * cols);
+  if (block_size == 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      QUANTD_ASSIGN_OR_RETURN(out.params[r],
+                              ParamsOver(&original(r, 0), cols, 1, spec));
+    }
+  } else if (options.act_order) {
+    // Static groups: the blocks of the original column order, fixed before
+    // the permuted columns start moving.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t n = std::min(block_size, cols - b * block_size);
+        QUANTD_ASSIGN_OR_RETURN(
+            out.params[r * blocks + b],
+            ParamsOver(&original(r, b * block_size), n, 1, spec));
+      }
+    }
+  }
+
+  const int64_t lazy = options.lazy_block;
+  for (int64_t i1 = 0; i1 < cols; i1 += lazy) {
+    const int64_t i2 = std::min(cols, i1 + lazy);
+    MatF err(rows, i2 - i1);
+    for (int64_t a = i1; a < i2; ++a) {
+      const int64_t c = perm[a];
+      if (block_size > 0 && !options.act_order && c % block_size == 0) {
+        // Without act_order a == c: the block's parameters come from the
+        // weights as the columns before it have left them.
+        const int64_t n = std::min(block_size, cols - c);
+        for (int64_t r = 0; r < rows; ++r) {
+          QUANTD_ASSIGN_OR_RETURN(out.params[r * blocks + c / block_size],
+                                  ParamsOver(&weights(r, a), n, 1, spec));
+        }
+      }
+      const float d = u(a, a);
+      for (int64_t r = 0; r < rows; ++r) {
+        const QuantParams& p =
+            out.params[r * blocks + (block_size > 0 ? c / block_size : 0)];
+        const int32_t q = QuantizeValue(weights(r, a), p, grid);
+        out.values[r * cols + c] = q;
+        err(r, a - i1) = (weights(r, a) - DequantizeValue(q, p)) / d;
+      }
+      if (a + 1 < i2) {
+        weights.block(0, a + 1, rows, i2 - a - 1).noalias() -=
+            err.col(a - i1) * u.block(a, a + 1, 1, i2 - a - 1);
+      }
+    }
+    if (i2 < cols) {
+      weights.rightCols(cols - i2).noalias() -=
+          err * u.block(i1, i2, i2 - i1, cols - i2);
+    }
+  }
+
+  // Report: GPTQ's and plain rounding's layer output SQNR on the inputs.
+  std::vector<int64_t> sample;
+  const int64_t step = std::max<int64_t>(1, rows / kReportRows);
+  for (int64_t r = 0; r < rows && static_cast<int64_t>(sample.size()) <
+                                      kReportRows;
+       r += step) {
+    sample.push_back(r);
+  }
+  MatF gptq_approx = MatF::Zero(rows, cols);
+  MatF rtn_approx = MatF::Zero(rows, cols);
+  for (int64_t r : sample) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const QuantParams& p =
+          out.params[r * blocks + (block_size > 0 ? c / block_size : 0)];
+      gptq_approx(r, c) = DequantizeValue(out.values[r * cols + c], p);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * block_size;
+      const int64_t n = block_size > 0 ? std::min(block_size, cols - begin)
+                                       : cols;
+      QUANTD_ASSIGN_OR_RETURN(const QuantParams p,
+                              ParamsOver(&original(r, begin), n, 1, spec));
+      for (int64_t c = begin; c < begin + n; ++c) {
+        rtn_approx(r, c) =
+            DequantizeValue(QuantizeValue(original(r, c), p, grid), p);
+      }
+    }
+  }
+  out.output_sqnr_db = OutputSqnrDb(original, gptq_approx, h0, sample);
+  out.rtn_output_sqnr_db = OutputSqnrDb(original, rtn_approx, h0, sample);
+  return out;
+}
+
+}  // namespace quantd::numerics
