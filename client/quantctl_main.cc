@@ -120,6 +120,16 @@ ABSL_FLAG(double, target_sqnr_db, 0,
           "quantize (static_range with --calibration_data): the worst output "
           "SQNR to reach; nodes that add the most error stay float until it "
           "is met. 0: no search.");
+ABSL_FLAG(std::string, weight_algorithm, "",
+          "quantize: how weights are rounded: rtn (to nearest, the default) "
+          "or gptq (GPTQ, from the inputs each layer sees on "
+          "--calibration_data; static_range).");
+ABSL_FLAG(double, gptq_dampening, -1,
+          "quantize (--weight_algorithm=gptq): gptq.dampening, the fraction "
+          "of H's mean diagonal added to it (default 0.01).");
+ABSL_FLAG(bool, gptq_act_order, false,
+          "quantize (--weight_algorithm=gptq): round the columns of the "
+          "inputs with the most energy first.");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -140,6 +150,8 @@ constexpr char kUsage[] =
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
+    "                    [--weight_algorithm=rtn|gptq [--gptq_dampening=X]\n"
+    "                     [--gptq_act_order]]\n"
     "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
@@ -184,7 +196,9 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
                     "batch_size",       "sample_axis",
                     "report",           "block_size",
                     "target_sqnr_db",   "weight_bits",
-                    "holdout_batches",  "min_num_elements_for_weights"}},
+                    "holdout_batches",  "min_num_elements_for_weights",
+                    "weight_algorithm", "gptq_dampening",
+                    "gptq_act_order"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -627,6 +641,22 @@ int RunQuantize() {
   if (const int64_t min = absl::GetFlag(FLAGS_min_num_elements_for_weights);
       min != 0) {
     config.mutable_options()->set_min_num_elements_for_weights(min);
+  }
+  if (const std::string a = absl::GetFlag(FLAGS_weight_algorithm); !a.empty()) {
+    if (a == "rtn") {
+      config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_RTN);
+    } else if (a == "gptq") {
+      config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
+    } else {
+      return UsageError(absl::StrCat("--weight_algorithm is '", a,
+                                     "'; it must be rtn or gptq"));
+    }
+  }
+  if (const double d = absl::GetFlag(FLAGS_gptq_dampening); d != -1) {
+    config.mutable_gptq()->set_dampening(d);
+  }
+  if (absl::GetFlag(FLAGS_gptq_act_order)) {
+    config.mutable_gptq()->set_act_order(true);
   }
   if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
     config.mutable_weight_params()->set_bits(bits);

@@ -285,6 +285,7 @@ absl::Status CalibrationSession::Observe(const std::string& name,
     return absl::Status(s.code(),
                         absl::StrCat("tensor '", name, "': ", s.message()));
   }
+  if (sink_) return sink_(name, t);
   return absl::OkStatus();
 }
 

@@ -97,6 +97,13 @@ class CalibrationSession {
   // pass them through unquantized), sorted.
   std::vector<std::string> DelayedTensors() const;
 
+  // Also hands every float value a batch produces (or holds, for batches of
+  // observed activations) to `sink`, after its observer; an error from the
+  // sink fails the batch. Set before the first batch.
+  using TensorSink =
+      std::function<absl::Status(const std::string&, const executor::Tensor&)>;
+  void set_tensor_sink(TensorSink sink) { sink_ = std::move(sink); }
+
   // Whether the executor has been built (a batch of graph inputs came).
   bool has_executor() const { return executor_ != nullptr; }
 
@@ -129,6 +136,7 @@ class CalibrationSession {
   absl::flat_hash_map<std::string, std::unique_ptr<calibration::Observer>>
       observers_;
   int64_t batch_count_ = 0;
+  TensorSink sink_;
 };
 
 // Pops batches until `batches` is closed, observing each (aborting the queue

@@ -27,6 +27,7 @@
 #include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
 #include "core/passes/fold_constants.h"
+#include "core/passes/input_moments.h"
 #include "core/passes/static_range_options.h"
 #include "core/passes/static_range_pass.h"
 
@@ -66,7 +67,10 @@ class QuantizeJob {
         cancel_(cancel),
         pool_(pool),
         calibration_batches_(calibration_batches),
-        limits_(limits) {}
+        limits_(limits),
+        gptq_budget_(limits.max_observer_memory_bytes,
+                     "GPTQ input-statistics budget of this call (quantd "
+                     "--max_observer_bytes)") {}
 
   absl::StatusOr<QuantizeResult> Run(std::string bytes);
 
@@ -112,6 +116,10 @@ class QuantizeJob {
   ThreadPool* pool_;
   BatchQueue* calibration_batches_;  // May be null.
   const JobLimits limits_;
+  // weight_algorithm GPTQ: the layers' input statistics, gathered during
+  // calibration, and the budget they are charged to.
+  calibration::MemoryBudget gptq_budget_;
+  std::unique_ptr<passes::InputMoments> input_moments_;
   QuantizeRequestOptions options_;  // Resolved first, by Run.
   passes::ActivationRanges ranges_;
 
@@ -280,6 +288,22 @@ absl::Status QuantizeJob::Calibrate() {
     calibration_batches_->Abort();
     return session.status();
   }
+  if (options_.static_range.algorithm == passes::WeightAlgorithm::kGptq) {
+    absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
+        passes::InputMoments::Create(model_.graph(),
+                                     options_.static_range.min_num_elements,
+                                     &gptq_budget_);
+    if (!moments.ok()) {
+      calibration_batches_->Abort();
+      return moments.status();
+    }
+    input_moments_ = std::move(*moments);
+    (*session)->set_tensor_sink(
+        [m = input_moments_.get()](const std::string& name,
+                                   const executor::Tensor& t) {
+          return m->Observe(name, t);
+        });
+  }
   {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<FidelityEvaluator>> evaluator =
@@ -338,6 +362,17 @@ absl::Status QuantizeJob::Calibrate() {
         ") through unquantized; send more batches or lower quant_delay"));
   }
   QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
+  if (input_moments_ != nullptr) {
+    input_moments_->Finish();
+    options_.static_range.input_moments = input_moments_.get();
+    result_.summary.add_validations(absl::StrCat(
+        "note: weight_algorithm GPTQ: input statistics of ",
+        input_moments_->matrices(), " layer inputs (",
+        calibration::ByteText(input_moments_->bytes()), ") from ",
+        result.batch_count(),
+        " calibration batches; each weight's report says whether GPTQ ran "
+        "and the layer output SQNR it reached"));
+  }
   EndStage();
   return cancel_.Check("calibrate");
 }

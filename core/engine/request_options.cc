@@ -33,6 +33,22 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         "holdout_batches is ", config.holdout_batches(), "; it must be >= 0"));
   }
+  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
+    if (method == Method::kDynamicRange) {
+      return absl::UnimplementedError(
+          "weight_algorithm GPTQ is not implemented for DYNAMIC_RANGE: GPTQ "
+          "needs the inputs each layer sees on calibration batches, which "
+          "this server takes with STATIC_RANGE only; use STATIC_RANGE with "
+          "calibration batches");
+    }
+    if (config.calibration().ranges_size() > 0) {
+      return absl::InvalidArgumentError(
+          "weight_algorithm GPTQ needs calibration batches of graph inputs "
+          "in this call (the inputs each layer sees), but the request "
+          "carries config.calibration ranges, which hold none; send the "
+          "batches instead");
+    }
+  }
   if (config.holdout_batches() > 0 && method != Method::kStaticRange) {
     return absl::InvalidArgumentError(
         "holdout_batches needs quantization_method STATIC_RANGE with "

@@ -14,7 +14,8 @@
 namespace quantd::numerics {
 namespace {
 
-using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatF =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatD =
     Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -52,22 +53,20 @@ double OutputSqnrDb(const MatF& w, const MatF& approx, const MatD& h,
 }  // namespace
 
 absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
-                                        int64_t cols,
-                                        absl::Span<const float> h,
+                                        int64_t cols, absl::Span<const float> h,
                                         const QuantSpec& spec,
                                         int64_t block_size,
                                         const GptqOptions& options) {
   QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
-  if (rows < 1 || cols < 1 ||
-      static_cast<int64_t>(w.size()) != rows * cols ||
+  if (rows < 1 || cols < 1 || static_cast<int64_t>(w.size()) != rows * cols ||
       static_cast<int64_t>(h.size()) != cols * cols) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPTQ wants a rows x cols weight and a cols x cols H; got ", rows,
         " x ", cols, " with ", w.size(), " weights and ", h.size(),
         " H entries"));
   }
-  if (block_size < 0 || options.lazy_block < 1 ||
-      !(options.dampening >= 0) || !std::isfinite(options.dampening)) {
+  if (block_size < 0 || options.lazy_block < 1 || !(options.dampening >= 0) ||
+      !std::isfinite(options.dampening)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPTQ block_size ", block_size, ", lazy block ", options.lazy_block,
         ", dampening ", options.dampening, " are out of range"));
@@ -92,9 +91,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
   std::vector<int64_t> perm(cols);
   std::iota(perm.begin(), perm.end(), 0);
   if (options.act_order) {
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-      return h0(a, a) > h0(b, b);
-    });
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t a, int64_t b) { return h0(a, a) > h0(b, b); });
   }
   MatF weights(rows, cols);
   MatD hp(cols, cols);
@@ -132,10 +130,10 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     factored = true;
   }
   if (!factored) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the input statistics (H, ", cols, " x ", cols,
-        ") stay indefinite after damping by ", damping,
-        " of their mean diagonal"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the input statistics (H, ", cols, " x ", cols,
+                     ") stay indefinite after damping by ", damping,
+                     " of their mean diagonal"));
   }
 
   GptqResult out;
@@ -198,8 +196,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
   // Report: GPTQ's and plain rounding's layer output SQNR on the inputs.
   std::vector<int64_t> sample;
   const int64_t step = std::max<int64_t>(1, rows / kReportRows);
-  for (int64_t r = 0; r < rows && static_cast<int64_t>(sample.size()) <
-                                      kReportRows;
+  for (int64_t r = 0;
+       r < rows && static_cast<int64_t>(sample.size()) < kReportRows;
        r += step) {
     sample.push_back(r);
   }
@@ -213,8 +211,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     }
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * block_size;
-      const int64_t n = block_size > 0 ? std::min(block_size, cols - begin)
-                                       : cols;
+      const int64_t n =
+          block_size > 0 ? std::min(block_size, cols - begin) : cols;
       QUANTD_ASSIGN_OR_RETURN(const QuantParams p,
                               ParamsOver(&original(r, begin), n, 1, spec));
       for (int64_t c = begin; c < begin + n; ++c) {

@@ -64,8 +64,7 @@ struct GptqResult {
 // for sizes that do not match, non-finite values, a bad spec or block size,
 // and for an H that stays indefinite after damping up to 1000x.
 absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
-                                        int64_t cols,
-                                        absl::Span<const float> h,
+                                        int64_t cols, absl::Span<const float> h,
                                         const QuantSpec& spec,
                                         int64_t block_size,
                                         const GptqOptions& options);

@@ -78,7 +78,51 @@ absl::Status ResolveBlockSize(const QuantOpParams& w,
   return absl::OkStatus();
 }
 
+absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
+                                    WeightPassOptions* options) {
+  const quantd::v1::WeightAlgorithm a = config.weight_algorithm();
+  if (!quantd::v1::WeightAlgorithm_IsValid(a)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_algorithm ", a, " is not a known algorithm"));
+  }
+  const bool gptq = a == quantd::v1::WEIGHT_ALGORITHM_GPTQ;
+  if (!gptq) {
+    if (config.has_gptq()) {
+      return absl::InvalidArgumentError(
+          "gptq settings were given but weight_algorithm is not "
+          "WEIGHT_ALGORITHM_GPTQ");
+    }
+    return absl::OkStatus();
+  }
+  if (!options->weights.per_channel) {
+    return absl::InvalidArgumentError(
+        "weight_algorithm GPTQ rounds each output channel (or block) on its "
+        "own grid, but weight_params.per_channel is false; leave it unset or "
+        "true");
+  }
+  if (options->op_set != tensorflow::quantization::TF) {
+    return absl::UnimplementedError(absl::StrCat(
+        "weight_algorithm GPTQ is implemented for op_set TF only, not ",
+        tensorflow::quantization::OpSet_Name(options->op_set)));
+  }
+  const quantd::v1::GptqConfig& g = config.gptq();
+  if (g.has_dampening()) {
+    if (!(g.dampening() >= 0 && g.dampening() <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gptq.dampening is ", g.dampening(), "; it must be in [0, 1]"));
+    }
+    options->gptq.dampening = g.dampening();
+  }
+  options->gptq.act_order = g.act_order();
+  options->algorithm = WeightAlgorithm::kGptq;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+const char* WeightAlgorithmName(WeightAlgorithm a) {
+  return a == WeightAlgorithm::kGptq ? "gptq" : "rtn";
+}
 
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
     const quantd::v1::QuantizeConfig& config) {
@@ -121,6 +165,7 @@ absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
   weights.producer_scope = w.producer_scope();
   weights.consumer_scope = w.consumer_scope();
   QUANTD_RETURN_IF_ERROR(ResolveBlockSize(w, options.op_set, &weights));
+  QUANTD_RETURN_IF_ERROR(ResolveWeightAlgorithm(config, &options));
   return options;
 }
 

@@ -9,7 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/graph/function_inline.h"
+#include "core/numerics/gptq.h"
 #include "core/numerics/quant_params.h"
+#include "core/passes/input_moments.h"
 #include "core/passes/unit_precision.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -56,6 +58,12 @@ struct WeightQuantOptions {
   std::string consumer_scope;
 };
 
+// How weight values are rounded onto their grid (config.weight_algorithm).
+enum class WeightAlgorithm { kRoundToNearest, kGptq };
+
+// The word summaries and reports use: "rtn", "gptq".
+const char* WeightAlgorithmName(WeightAlgorithm a);
+
 // The weight side of a pass, shared by both methods: DYNAMIC_RANGE runs on
 // it alone, STATIC_RANGE extends it with activations (StaticRangeOptions).
 struct WeightPassOptions {
@@ -73,6 +81,13 @@ struct WeightPassOptions {
   // options.op_set (OP_SET_UNSPECIFIED resolves to TF); the lowering each
   // method applies for it is in op_sets.h.
   tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
+  WeightAlgorithm algorithm = WeightAlgorithm::kRoundToNearest;
+  numerics::GptqOptions gptq;
+  // GPTQ's input statistics, gathered by the caller's calibration and
+  // finished (InputMoments::Finish) before the pass; not owned. A weight
+  // whose readers have none is rounded to nearest, and its report says
+  // why.
+  const InputMoments* input_moments = nullptr;
 };
 
 // The weight side of a request, for either method: options.op_set,
@@ -84,7 +99,10 @@ struct WeightPassOptions {
 // W4A8 / W4A4: INT4 storage holds 4 bits), weight_params.block_size that is
 // not a power of two in [kMinWeightBlockSize, kMaxWeightBlockSize] or comes
 // with per_channel = false; UNIMPLEMENTED for block_size with op_set XLA or
-// UNIFORM_QUANTIZED. The range-tracking fields of weight_params are each
+// UNIFORM_QUANTIZED. weight_algorithm and gptq: INVALID_ARGUMENT for an
+// unknown algorithm, gptq settings without GPTQ, dampening outside [0, 1],
+// GPTQ with per_channel = false; UNIMPLEMENTED for GPTQ with an op_set
+// other than TF. The range-tracking fields of weight_params are each
 // method's to refuse (with its own reason).
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
     const quantd::v1::QuantizeConfig& config);

@@ -14,6 +14,7 @@
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
+#include "core/passes/gptq_weight.h"
 
 namespace quantd::passes {
 namespace {
@@ -464,6 +465,25 @@ absl::Status MakeParamTensors(const numerics::QuantizedTensor& q,
   return absl::OkStatus();
 }
 
+// GPTQ on one weight with the statistics of its readers; an error says why
+// it could not run (the caller then rounds to nearest).
+absl::StatusOr<GptqWeight> RunGptq(const onnx::GraphProto& graph,
+                                   const WeightPlan& plan,
+                                   absl::Span<const float> values,
+                                   const numerics::QuantSpec& spec,
+                                   const WeightPassOptions& options) {
+  if (options.input_moments == nullptr) {
+    return absl::FailedPreconditionError(
+        "the call gathered no input statistics");
+  }
+  const GptqInputs inputs = GptqInputsFor(graph, plan, *options.input_moments);
+  if (!inputs.why_not.empty()) {
+    return absl::FailedPreconditionError(inputs.why_not);
+  }
+  return GptqQuantizeWeight(graph.node(plan.consumers.front()), plan, values,
+                            inputs, spec, options.gptq);
+}
+
 // Quantizes one weight; runs concurrently with others (touches only its own
 // tensor). The float values are freed from the model first thing.
 // `check_cancelled` (may be empty; must be thread-safe) is polled between the
@@ -492,8 +512,20 @@ QuantizedWeight QuantizeWeight(
   graph::ClearTensorData(tensor);
   const bool four_bit = HasFourBitWeights(plan.precision);
   const numerics::QuantSpec spec = options.weights.SpecFor(plan.precision);
+  std::optional<GptqWeight> gptq;
+  std::string fallback;  // Why a GPTQ request rounded to nearest.
+  if (options.algorithm == WeightAlgorithm::kGptq) {
+    absl::StatusOr<GptqWeight> g = RunGptq(graph, plan, *values, spec, options);
+    if (g.ok()) {
+      gptq = std::move(*g);
+    } else {
+      fallback = absl::StrCat("GPTQ was asked for but not applied: ",
+                              g.status().message(), "; rounded to nearest");
+    }
+  }
   absl::StatusOr<numerics::QuantizedTensor> q =
-      plan.block_size > 0
+      gptq ? std::move(gptq->q)
+      : plan.block_size > 0
           ? numerics::QuantizeTensorBlocked(*values, plan.dims, plan.axis,
                                             plan.block_size, spec)
           : numerics::QuantizeTensor(*values, plan.dims, plan.axis >= 0,
@@ -505,6 +537,15 @@ QuantizedWeight QuantizeWeight(
   }
   if (cancelled()) return out;
   out.report = MakeReport(graph, plan, options, *q);
+  out.report.set_weight_algorithm(WeightAlgorithmName(
+      gptq ? WeightAlgorithm::kGptq : WeightAlgorithm::kRoundToNearest));
+  if (gptq) {
+    out.report.set_output_sqnr_db(gptq->output_sqnr_db);
+    out.report.set_rtn_output_sqnr_db(gptq->rtn_output_sqnr_db);
+    out.report.set_input_rows(gptq->input_rows);
+    out.report.set_algorithm_seconds(gptq->seconds);
+  }
+  out.report.set_note(fallback);
   {
     std::vector<float> approx = numerics::DequantizeTensor(*q, plan.dims);
     numerics::ErrorStats err = numerics::MeasureError(*values, approx);
@@ -607,7 +648,11 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
       result.bytes_before += w.bytes_before;
       result.bytes_after += NewBytes(w);
       result.params.push_back(std::move(w.params));
-      if (!note.empty()) w.report.set_note(note);
+      if (!note.empty()) {
+        w.report.set_note(w.report.note().empty()
+                              ? note
+                              : absl::StrCat(note, "; ", w.report.note()));
+      }
       // Adding to the graph only here, on one thread: RepeatedPtrField is
       // not safe to grow concurrently.
       const bool also_input = model->ir_version() < 4;

@@ -74,6 +74,12 @@ const CONFIGS = {
   static_tf_w8a8_allw: { label: 'STATIC TF W8A8 all weights', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--min_num_elements_for_weights=-1'] },
   static_tf_w8a8_allw_wb7: { label: 'STATIC TF W8A8 all weights 7-bit', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--min_num_elements_for_weights=-1', '--weight_bits=7'] },
   static_tf_w4a8: { label: 'STATIC TF W4A8', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf'] },
+  // GPTQ (weights rounded with the inputs each layer saw on the calibration
+  // batches) against the round-to-nearest configs above.
+  static_tf_w4a8_gptq: { label: 'STATIC TF W4A8 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq'] },
+  static_tf_w4a8_b32_gptq: { label: 'STATIC TF W4A8 block 32 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=gptq'] },
+  static_tf_w4a8_gptq_ao: { label: 'STATIC TF W4A8 GPTQ act_order', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_act_order'] },
+  static_tf_w8a8_gptq: { label: 'STATIC TF W8A8 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },

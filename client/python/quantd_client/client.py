@@ -387,6 +387,9 @@ class QuantdClient:
                  block_size: Optional[int] = None,
                  target_sqnr_db: Optional[float] = None,
                  holdout_batches: Optional[int] = None,
+                 weight_algorithm: Optional[str] = None,
+                 gptq_dampening: Optional[float] = None,
+                 gptq_act_order: bool = False,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
@@ -407,6 +410,11 @@ class QuantdClient:
             accuracy_search says what was tried and chosen.
         holdout_batches: the first N calibration_batches are kept back from
             calibration; fidelity (and target_sqnr_db) is measured on them.
+        weight_algorithm: "rtn" (round to nearest, the default) or "gptq"
+            (quantctl --weight_algorithm): GPTQ rounds each weight using the
+            inputs its layer saw on calibration_batches (STATIC_RANGE).
+        gptq_dampening, gptq_act_order: config.gptq (quantctl
+            --gptq_dampening, --gptq_act_order).
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
@@ -429,6 +437,17 @@ class QuantdClient:
             config.target_sqnr_db = float(target_sqnr_db)
         if holdout_batches:
             config.holdout_batches = int(holdout_batches)
+        if weight_algorithm is not None:
+            algorithms = {"rtn": service_pb2.WEIGHT_ALGORITHM_RTN,
+                          "gptq": service_pb2.WEIGHT_ALGORITHM_GPTQ}
+            if weight_algorithm not in algorithms:
+                raise ValueError(f"weight_algorithm must be one of {sorted(algorithms)}, "
+                                 f"not {weight_algorithm!r}")
+            config.weight_algorithm = algorithms[weight_algorithm]
+        if gptq_dampening is not None:
+            config.gptq.dampening = float(gptq_dampening)
+        if gptq_act_order:
+            config.gptq.act_order = True
 
         batches = _Batches(calibration_batches)
 

@@ -171,6 +171,24 @@ class QuantdClientTest(unittest.TestCase):
                                          calibration=calibration)
         self.assertEqual(two_calls.model, inline.model)
 
+    def test_quantize_with_gptq(self):
+        reports = []
+        result = self.client.quantize(self.model_bytes, STATIC,
+                                      calibration_batches=NpyBatches(CALIB_X, batch_size=16),
+                                      weight_algorithm="gptq", gptq_act_order=True,
+                                      on_tensor_report=reports.append)
+        gptq = [r for r in reports if r.weight_algorithm == "gptq"]
+        rounded = [r for r in reports if r.weight_algorithm == "rtn"]
+        self.assertGreater(len(gptq), 0)
+        for r in gptq:
+            self.assertGreater(r.input_rows, 0)
+            self.assertGreaterEqual(r.output_sqnr_db, r.rtn_output_sqnr_db - 0.5)
+        for r in rounded:  # Layers with fewer calibration rows than inputs.
+            self.assertIn("GPTQ was asked for but not applied", r.note)
+        self.assertTrue(any("GPTQ" in v for v in result.summary.validations))
+        with self.assertRaises(ValueError):
+            self.client.quantize(self.model_bytes, STATIC, weight_algorithm="awq")
+
     def test_calibrate_ranges(self):
         x = np.load(CALIB_X)
         progress = []

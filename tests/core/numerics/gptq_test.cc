@@ -93,9 +93,9 @@ std::vector<int32_t> SlowGptq(const std::vector<float>& w, int64_t rows,
     std::vector<double> sub(n * n);
     for (int64_t a = 0; a < n; ++a) {
       for (int64_t b = 0; b < n; ++b) {
-        sub[a * n + b] = 0.5 * (h[(i + a) * cols + i + b] +
-                                h[(i + b) * cols + i + a]) +
-                         (a == b ? dampening * mean : 0.0);
+        sub[a * n + b] =
+            0.5 * (h[(i + a) * cols + i + b] + h[(i + b) * cols + i + a]) +
+            (a == b ? dampening * mean : 0.0);
       }
     }
     const std::vector<double> inv = Inverse(sub, n);
@@ -176,8 +176,8 @@ TEST(GptqTest, OutputSqnrIsTheLayerLossOnTheInputs) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const float v = w[r * cols + c];
-      const float back = DequantizeValue(got->values[r * cols + c],
-                                         got->params[r]);
+      const float back =
+          DequantizeValue(got->values[r * cols + c], got->params[r]);
       signal += v * v;
       noise += (v - back) * (v - back);
     }
@@ -220,28 +220,25 @@ TEST(GptqTest, IndefiniteStatisticsAreDampedUntilTheyFactor) {
 
 TEST(GptqTest, RefusesBadInputs) {
   const std::vector<float> h(4, 1.0f);
-  EXPECT_THAT(
-      GptqQuantize({1, 2, 3}, 2, 2, h, QuantSpec(), 0, GptqOptions())
-          .status()
-          .message(),
-      HasSubstr("rows x cols"));
-  EXPECT_THAT(GptqQuantize({1, NAN, 3, 4}, 2, 2, h, QuantSpec(), 0,
-                           GptqOptions())
+  EXPECT_THAT(GptqQuantize({1, 2, 3}, 2, 2, h, QuantSpec(), 0, GptqOptions())
                   .status()
                   .message(),
-              HasSubstr("NaN"));
-  EXPECT_THAT(GptqQuantize({1, 2, 3, 4}, 2, 2, {1, 0, 0, INFINITY},
-                           QuantSpec(), 0, GptqOptions())
+              HasSubstr("rows x cols"));
+  EXPECT_THAT(
+      GptqQuantize({1, NAN, 3, 4}, 2, 2, h, QuantSpec(), 0, GptqOptions())
+          .status()
+          .message(),
+      HasSubstr("NaN"));
+  EXPECT_THAT(GptqQuantize({1, 2, 3, 4}, 2, 2, {1, 0, 0, INFINITY}, QuantSpec(),
+                           0, GptqOptions())
                   .status()
                   .message(),
               HasSubstr("overflowed"));
   QuantSpec bad;
   bad.bits = 9;
+  EXPECT_FALSE(GptqQuantize({1, 2, 3, 4}, 2, 2, h, bad, 0, GptqOptions()).ok());
   EXPECT_FALSE(
-      GptqQuantize({1, 2, 3, 4}, 2, 2, h, bad, 0, GptqOptions()).ok());
-  EXPECT_FALSE(
-      GptqQuantize({1, 2, 3, 4}, 2, 2, h, QuantSpec(), -1, GptqOptions())
-          .ok());
+      GptqQuantize({1, 2, 3, 4}, 2, 2, h, QuantSpec(), -1, GptqOptions()).ok());
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+#include "core/passes/gptq_weight.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/graph/graph_edit.h"
+
+namespace quantd::passes {
+namespace {
+
+// Where weight element (group g, row r, column c) lives in the tensor, for
+// the three layouts GPTQ handles: K x N (MatMul, Gemm), N x K (Gemm
+// transB) and M x K... (Conv, K = C/group x kernel, rows grouped).
+struct MatrixView {
+  int64_t groups = 1, rows = 0, cols = 0;  // rows per group.
+  bool k_major = false;                    // [K, N]: element c * N + r.
+  int64_t Index(int64_t g, int64_t r, int64_t c) const {
+    const int64_t row = g * rows + r;
+    return k_major ? c * (groups * rows) + row : row * cols + c;
+  }
+};
+
+char ToByte(int32_t q, bool is_signed) {
+  return is_signed ? static_cast<char>(static_cast<int8_t>(q))
+                   : static_cast<char>(static_cast<uint8_t>(q));
+}
+
+}  // namespace
+
+GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
+                         const InputMoments& moments) {
+  GptqInputs out;
+  for (int c : plan.consumers) {
+    const onnx::NodeProto& node = graph.node(c);
+    const LayerMoments* m =
+        node.output_size() > 0 ? moments.Find(node.output(0)) : nullptr;
+    if (m == nullptr) {
+      out.why_not = absl::StrCat(
+          node.op_type(), " '", node.name(),
+          "' has no input statistics (its input was never produced by a "
+          "calibration batch, or its layout is one GPTQ does not take: "
+          "MatMul weights of rank 2, Conv kernels of 1 or 2 dims)");
+      return out;
+    }
+    if (out.h.empty()) {
+      out.h = m->h;
+      out.k = m->k;
+      out.groups = m->groups;
+      out.rows = m->rows;
+      continue;
+    }
+    if (m->k != out.k || m->groups != out.groups) {
+      out.why_not = absl::StrCat("the readers of '", plan.tensor,
+                                 "' multiply it with different K");
+      return out;
+    }
+    for (size_t i = 0; i < out.h.size(); ++i) out.h[i] += m->h[i];
+    out.rows += m->rows;
+  }
+  if (out.h.empty()) {
+    out.why_not = "the weight has no readers";
+  } else if (out.rows < out.k) {
+    // Fewer rows than inputs: H is singular and GPTQ would fit the
+    // calibration rows themselves rather than the data they stand for.
+    out.why_not = absl::StrCat(
+        "its layer saw ", out.rows, " calibration input rows for K = ", out.k,
+        " inputs (GPTQ needs at least K to estimate H); send more "
+        "calibration data");
+  }
+  return out;
+}
+
+absl::StatusOr<GptqWeight> GptqQuantizeWeight(
+    const onnx::NodeProto& consumer, const WeightPlan& plan,
+    absl::Span<const float> values, const GptqInputs& inputs,
+    const numerics::QuantSpec& spec, const numerics::GptqOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int64_t>& dims = plan.dims;
+  MatrixView view;
+  int channel_axis = 0, input_axis = 0;
+  if (consumer.op_type() == "Conv" && dims.size() >= 3) {
+    view.groups = inputs.groups;
+    if (view.groups < 1 || dims[0] % view.groups != 0) {
+      return absl::InvalidArgumentError("the Conv's groups do not divide M");
+    }
+    view.rows = dims[0] / view.groups;
+    view.cols = plan.num_elements / dims[0];
+    channel_axis = 0;
+    input_axis = -1;  // Conv weights are never blocked.
+  } else if (dims.size() == 2) {
+    const bool trans_b = consumer.op_type() == "Gemm" &&
+                         graph::IntAttribute(consumer, "transB", 0) != 0;
+    view.k_major = !trans_b;
+    view.rows = trans_b ? dims[0] : dims[1];
+    view.cols = trans_b ? dims[1] : dims[0];
+    channel_axis = trans_b ? 0 : 1;
+    input_axis = trans_b ? 1 : 0;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPTQ takes 2-D MatMul / Gemm weights and Conv weights; '",
+                     plan.tensor, "' has rank ", dims.size()));
+  }
+  const bool blocked = plan.block_size > 0;
+  if ((blocked && plan.axis != input_axis) ||
+      (!blocked && plan.axis != channel_axis)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPTQ needs per-channel or blocked weights; '",
+                     plan.tensor, "' is planned on axis ", plan.axis));
+  }
+  if (view.cols != inputs.k || inputs.groups != view.groups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the input statistics of '", plan.tensor, "' have K = ", inputs.k,
+        " in ", inputs.groups, " groups; the weight has K = ", view.cols,
+        " in ", view.groups));
+  }
+
+  GptqWeight out;
+  out.input_rows = inputs.rows;
+  out.output_sqnr_db = std::numeric_limits<double>::infinity();
+  out.rtn_output_sqnr_db = std::numeric_limits<double>::infinity();
+  numerics::QuantizedTensor& q = out.q;
+  q.spec = spec;
+  q.axis = plan.axis;
+  q.block_size = plan.block_size;
+  q.values.resize(values.size());
+  const int64_t blocks =
+      blocked ? numerics::BlockCount(view.cols, plan.block_size) : 1;
+  q.params.resize(view.groups * view.rows * blocks);
+  const int64_t k = view.cols;
+  std::vector<float> w(view.rows * k);
+  for (int64_t g = 0; g < view.groups; ++g) {
+    for (int64_t r = 0; r < view.rows; ++r) {
+      for (int64_t c = 0; c < k; ++c)
+        w[r * k + c] = values[view.Index(g, r, c)];
+    }
+    QUANTD_ASSIGN_OR_RETURN(
+        numerics::GptqResult result,
+        numerics::GptqQuantize(
+            w, view.rows, k,
+            absl::MakeConstSpan(inputs.h.data() + g * k * k, k * k), spec,
+            plan.block_size, options));
+    out.output_sqnr_db = std::min(out.output_sqnr_db, result.output_sqnr_db);
+    out.rtn_output_sqnr_db =
+        std::min(out.rtn_output_sqnr_db, result.rtn_output_sqnr_db);
+    for (int64_t r = 0; r < view.rows; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        q.values[view.Index(g, r, c)] =
+            ToByte(result.values[r * k + c], spec.is_signed);
+      }
+      const int64_t channel = g * view.rows + r;
+      for (int64_t b = 0; b < blocks; ++b) {
+        // The scale tensor: [C] per channel; blocked, the weight's shape
+        // with the input axis cut to blocks ([blocks, N] or [N, blocks]).
+        const int64_t at = !blocked       ? channel
+                           : view.k_major ? b * view.rows + r
+                                          : r * blocks + b;
+        q.params[at] = result.params[r * blocks + b];
+      }
+    }
+  }
+  const std::chrono::duration<double> seconds =
+      std::chrono::steady_clock::now() - start;
+  out.seconds = seconds.count();
+  return out;
+}
+
+}  // namespace quantd::passes

@@ -1,0 +1,95 @@
+// The calibration statistics GPTQ needs: for each Conv / Gemm / MatMul with
+// a constant weight, the second moment H = X^T X of the rows its weight
+// multiplies (MatMul and Gemm: the rows of input A; Conv: the im2col
+// patches of each group). Fed with the values a calibration run produces,
+// streamed: memory is fixed per layer (groups x K x K floats) and charged
+// to a budget before anything is allocated.
+#ifndef QUANTD_CORE_PASSES_INPUT_MOMENTS_H_
+#define QUANTD_CORE_PASSES_INPUT_MOMENTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/calibration/memory_budget.h"
+#include "core/executor/tensor.h"
+#include "core/executor/window.h"
+#include "onnx/onnx_pb.h"
+
+namespace quantd::passes {
+
+// H of one layer input: `groups` matrices of k x k, row-major, one after
+// the other (one group for MatMul and Gemm).
+struct LayerMoments {
+  int64_t k = 0;
+  int64_t groups = 1;
+  std::vector<float> h;  // Only the upper triangle until Finish().
+  int64_t rows = 0;      // Input rows (per group) accumulated.
+};
+
+class InputMoments {
+ public:
+  // Tracks every default-domain Conv, Gemm and MatMul of `graph` and of its
+  // subgraph bodies (whose values the executor reports under their own
+  // names, each time a body runs) whose weight (input 1) is a float initializer
+  // or Constant with at least `min_elements` values (MatMul: 2-D; Conv: 1-D or
+  // 2-D kernels). Layers reading the same input the same way share one H.
+  // RESOURCE_EXHAUSTED, naming the largest layer, when their H would go
+  // over `budget` (charged here, up front, for the object's lifetime).
+  static absl::StatusOr<std::unique_ptr<InputMoments>> Create(
+      const onnx::GraphProto& graph, int64_t min_elements,
+      calibration::MemoryBudget* budget);
+  ~InputMoments();
+
+  // Accumulates `t` into the H of every tracked layer that reads the value
+  // `name`; nothing for other names. INVALID_ARGUMENT naming the layer when
+  // the value cannot be that layer's input (type, rank, K, channels).
+  absl::Status Observe(const std::string& name, const executor::Tensor& t);
+
+  // Completes every H (the accumulation writes only its upper triangle).
+  // Call after the last Observe and before Find.
+  void Finish();
+
+  // The statistics of the layer whose first output is `node_output`; null
+  // when it is not tracked, saw no input, or Finish has not run since the
+  // last Observe. Thread-safe after Finish.
+  const LayerMoments* Find(const std::string& node_output) const;
+
+  // Distinct H matrices kept (layers reading one input one way share one).
+  int64_t matrices() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  // How one input is turned into rows (for one or more layers).
+  struct Layer {
+    enum class Kind { kRows, kRowsTransposed, kConv } kind = Kind::kRows;
+    std::string input;
+    std::string label;  // "Conv 'name'" for messages.
+    // Conv: the node's window, weight dims and group.
+    executor::ConvWindow window;
+    std::vector<int64_t> weight_dims;
+    int64_t group = 1;
+    std::shared_ptr<LayerMoments> moments;
+  };
+
+  InputMoments(calibration::MemoryBudget* budget) : budget_(budget) {}
+  absl::Status Accumulate(const Layer& layer, const executor::Tensor& t);
+  absl::Status AccumulateConv(const Layer& layer, const executor::Tensor& t);
+
+  calibration::MemoryBudget* budget_;
+  int64_t bytes_ = 0;
+  bool finished_ = false;
+  std::vector<Layer> layers_;
+  // Input value name -> indices into layers_.
+  absl::flat_hash_map<std::string, std::vector<int>> by_input_;
+  // A layer's first output name -> its statistics.
+  absl::flat_hash_map<std::string, std::shared_ptr<LayerMoments>> by_output_;
+};
+
+}  // namespace quantd::passes
+
+#endif  // QUANTD_CORE_PASSES_INPUT_MOMENTS_H_
