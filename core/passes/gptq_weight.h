@@ -31,8 +31,10 @@ struct GptqWeight {
 
 // The statistics GPTQ would use for `plan`: its readers' H, summed when
 // several layers share the weight. `why_not` says why GPTQ cannot run
-// (empty when it can): a reader without statistics, readers that disagree
-// on K, or fewer calibration rows than K.
+// (empty when it can): a reader without statistics, or readers that
+// disagree on K. Fewer rows than K are allowed: the damping keeps H
+// invertible, and on the corpus GPTQ still beat rounding on such layers
+// (docs/accuracy.md, "GPTQ").
 struct GptqInputs {
   std::vector<float> h;  // groups x k x k.
   int64_t k = 0, groups = 1, rows = 0;
