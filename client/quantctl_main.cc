@@ -123,7 +123,8 @@ ABSL_FLAG(double, target_sqnr_db, 0,
 ABSL_FLAG(std::string, weight_algorithm, "",
           "quantize: how weights are rounded: rtn (to nearest, the default) "
           "or gptq (GPTQ, from the inputs each layer sees on "
-          "--calibration_data; static_range).");
+          "--calibration_data; with dynamic_range the data serves GPTQ "
+          "only).");
 ABSL_FLAG(double, gptq_dampening, -1,
           "quantize (--weight_algorithm=gptq): gptq.dampening, the fraction "
           "of H's mean diagonal added to it (default 0.01).");

@@ -156,16 +156,25 @@ std::string OptionsSection(const QuantizeReportInput& in) {
 std::string TensorSection(const QuantizeReportInput& in) {
   std::string html = "<h2>Quantized tensors</h2>\n";
   if (in.tensors.empty()) return html + "<p class=\"muted\">none</p>\n";
-  html += "<table>\n" +
-          Header({"node", "op", "tensor", "elements", "bits", "scheme",
-                  "storage", "scale", "MSE", "SQNR (dB)", "note"});
+  html +=
+      "<table>\n" + Header({"node", "op", "tensor", "elements", "bits",
+                            "scheme", "storage", "scale", "MSE", "SQNR (dB)",
+                            "rounding", "layer output SQNR (dB)", "note"});
   for (const quantd::v1::TensorReport& r : in.tensors) {
     const quantd::v1::QuantScheme& q = r.scheme();
     std::string scheme = q.symmetric() ? "symmetric" : "asymmetric";
     if (q.narrow_range()) scheme += ", narrow";
-    scheme += q.per_channel()
+    scheme += q.block_size() > 0 ? absl::StrCat(", blocks of ", q.block_size(),
+                                                " (axis ", q.axis(), ")")
+              : q.per_channel()
                   ? absl::StrCat(", per-channel (axis ", q.axis(), ")")
                   : ", per-tensor";
+    // GPTQ's layer output SQNR on the calibration inputs, rounding's beside.
+    const std::string output_sqnr =
+        r.weight_algorithm() == "gptq"
+            ? absl::StrCat(FormatDb(r.output_sqnr_db()), " (rtn ",
+                           FormatDb(r.rtn_output_sqnr_db()), ")")
+            : "";
     const std::string scale =
         r.scale_min() == r.scale_max()
             ? absl::StrFormat("%.4g", r.scale_min())
@@ -176,7 +185,8 @@ std::string TensorSection(const QuantizeReportInput& in) {
         Cell(absl::StrCat(q.bits()), true), Cell(scheme),
         Cell(q.storage_type()), Cell(scale, true),
         Cell(absl::StrFormat("%.3g", r.mse()), true),
-        Cell(FormatDb(r.sqnr_db()), true), Cell(r.note()), "</tr>\n");
+        Cell(FormatDb(r.sqnr_db()), true), Cell(r.weight_algorithm()),
+        Cell(output_sqnr, true), Cell(r.note()), "</tr>\n");
   }
   return html + "</table>\n";
 }

@@ -260,7 +260,12 @@ passes::PassHooks QuantizeJob::MakeHooks() {
 }
 
 absl::Status QuantizeJob::Calibrate() {
-  if (resolved().method != Method::kStaticRange) return absl::OkStatus();
+  const bool is_static = resolved().method == Method::kStaticRange;
+  passes::WeightPassOptions& weights =
+      is_static ? options_.static_range : options_.dynamic_range;
+  const bool gptq = weights.algorithm == passes::WeightAlgorithm::kGptq;
+  // DYNAMIC_RANGE calibrates only to give GPTQ the layers' inputs.
+  if (!is_static && !gptq) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
   if (has_ranges) {
     QUANTD_ASSIGN_OR_RETURN(
@@ -274,24 +279,31 @@ absl::Status QuantizeJob::Calibrate() {
     }
     return absl::OkStatus();
   }
+  constexpr char kGptqNeedsBatches[] =
+      "weight_algorithm GPTQ needs the inputs each layer sees: send "
+      "calibration batches of graph inputs after the model in this call";
   if (calibration_batches_ == nullptr) {
+    if (!is_static) return absl::FailedPreconditionError(kGptqNeedsBatches);
     return absl::FailedPreconditionError(
         "STATIC_RANGE needs activation ranges: put a CalibrationResult (from "
         "Calibrate) in config.calibration, or send calibration batches after "
         "the model in this call");
   }
-  StartStage(quantd::v1::STAGE_CALIBRATE, 0, "observing calibration batches");
-  const calibration::ObserverConfig& observer_config = options_.observers;
+  StartStage(quantd::v1::STAGE_CALIBRATE, 0,
+             is_static ? "observing calibration batches"
+                       : "observing the layers' inputs for GPTQ");
+  // DYNAMIC_RANGE uses no ranges: the default observers run and are unused.
+  const calibration::ObserverConfig observer_config =
+      is_static ? options_.observers : calibration::ObserverConfig();
   absl::StatusOr<std::unique_ptr<CalibrationSession>> session =
       CalibrationSession::Create(model_, observer_config, limits_);
   if (!session.ok()) {
     calibration_batches_->Abort();
     return session.status();
   }
-  if (options_.static_range.algorithm == passes::WeightAlgorithm::kGptq) {
+  if (gptq) {
     absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
-        passes::InputMoments::Create(model_.graph(),
-                                     options_.static_range.min_num_elements,
+        passes::InputMoments::Create(model_.graph(), weights.min_num_elements,
                                      &gptq_budget_);
     if (!moments.ok()) {
       calibration_batches_->Abort();
@@ -348,6 +360,7 @@ absl::Status QuantizeJob::Calibrate() {
                        " calibration batches: none was left to "
                        "calibrate with; send more batches or hold fewer back"));
     }
+    if (!is_static) return absl::FailedPreconditionError(kGptqNeedsBatches);
     return absl::FailedPreconditionError(
         "STATIC_RANGE needs activation ranges, and the call sent no "
         "calibration batches and no config.calibration");
@@ -361,10 +374,12 @@ absl::Status QuantizeJob::Calibrate() {
         delayed.size(), " tensors (e.g. ", delayed.front(),
         ") through unquantized; send more batches or lower quant_delay"));
   }
-  QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
+  if (is_static) {
+    QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
+  }
   if (input_moments_ != nullptr) {
     input_moments_->Finish();
-    options_.static_range.input_moments = input_moments_.get();
+    weights.input_moments = input_moments_.get();
     result_.summary.add_validations(absl::StrCat(
         "note: weight_algorithm GPTQ: input statistics of ",
         input_moments_->matrices(), " layer inputs (",
@@ -453,7 +468,7 @@ void QuantizeJob::SkipFidelity(std::string reason) {
 }
 
 absl::Status QuantizeJob::Fidelity() {
-  if (resolved().method != Method::kStaticRange) {
+  if (resolved().method != Method::kStaticRange && batches_received_ == 0) {
     SkipFidelity(
         "DYNAMIC_RANGE quantizes activations at run time and takes no "
         "calibration batches: there is no data to compare the models on");

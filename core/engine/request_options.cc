@@ -34,13 +34,6 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
         "holdout_batches is ", config.holdout_batches(), "; it must be >= 0"));
   }
   if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
-    if (method == Method::kDynamicRange) {
-      return absl::UnimplementedError(
-          "weight_algorithm GPTQ is not implemented for DYNAMIC_RANGE: GPTQ "
-          "needs the inputs each layer sees on calibration batches, which "
-          "this server takes with STATIC_RANGE only; use STATIC_RANGE with "
-          "calibration batches");
-    }
     if (config.calibration().ranges_size() > 0) {
       return absl::InvalidArgumentError(
           "weight_algorithm GPTQ needs calibration batches of graph inputs "
@@ -111,10 +104,13 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   }
   // DYNAMIC_RANGE quantizes activations at run time: calibration has no
   // place in it (ResolveDynamicRangeOptions refuses config.calibration).
-  if (batch_stream) {
+  // Batches are GPTQ's data (the layers' inputs), nothing else.
+  if (batch_stream &&
+      config.weight_algorithm() != quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
     return absl::InvalidArgumentError(
         "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
-        "activations at run time; use STATIC_RANGE to calibrate");
+        "activations at run time; use STATIC_RANGE to calibrate (or "
+        "weight_algorithm GPTQ, which uses them for the weights)");
   }
   QUANTD_ASSIGN_OR_RETURN(out.dynamic_range,
                           passes::ResolveDynamicRangeOptions(config));

@@ -35,11 +35,12 @@ struct QuantizeRequestOptions {
 //  1. method, enums and (method, op set, precision) of the model and of
 //     each unit entry against the capability table (CheckSupported);
 //  2. the search fields: target_sqnr_db (STATIC_RANGE only, in (0, 200]),
-//     weight_algorithm GPTQ (STATIC_RANGE with batches, not
-//     config.calibration), holdout_batches (>= 0, STATIC_RANGE only);
+//     weight_algorithm GPTQ (not with config.calibration), holdout_batches
+//     (>= 0, STATIC_RANGE only);
 //  3. the method's pass options (passes::ResolveStaticRangeOptions or
 //     passes::ResolveDynamicRangeOptions, each field refused by name);
-//  4. the stream: calibration batches with DYNAMIC_RANGE;
+//  4. the stream: calibration batches with DYNAMIC_RANGE, unless
+//     weight_algorithm is GPTQ (they are its data);
 //  5. STATIC_RANGE calibrating in the call: calibration_config (falling back
 //     to activation_params) as the observers will run it.
 absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(

@@ -83,6 +83,10 @@ QuantizeReportInput Input() {
   r.set_op_type("Conv");
   r.set_tensor_name("w1");
   r.set_sqnr_db(41.5);
+  r.set_weight_algorithm("gptq");
+  r.set_output_sqnr_db(30.2);
+  r.set_rtn_output_sqnr_db(24.5);
+  r.mutable_scheme()->set_block_size(32);
   in.tensors.push_back(r);
   *s.mutable_fidelity() = Layers({45, 38.5, kInf, 21.25, std::nan("")});
   s.mutable_fidelity()->mutable_layers(0)->set_tensor_name(
@@ -120,6 +124,9 @@ TEST(RenderQuantizeReportHtmlTest, SelfContainedWithAChartBarPerLayer) {
   EXPECT_THAT(html, HasSubstr("0.9844"));
   EXPECT_THAT(html, HasSubstr("<td>w1</td>"));
   EXPECT_THAT(html, HasSubstr("41.5"));
+  EXPECT_THAT(html, HasSubstr("blocks of 32 (axis 0)"));
+  EXPECT_THAT(html, HasSubstr("<td>gptq</td>"));
+  EXPECT_THAT(html, HasSubstr("30.2 (rtn 24.5)"));
   // Worst: NaN (t4), 21.25 (t3), 38.5 (t1); the exact layer is not.
   EXPECT_EQ(Count(html, "<tr class=\"worst\">"), 3);
   EXPECT_THAT(html, HasSubstr("worst #1"));

@@ -565,7 +565,9 @@ TEST(PrepareThroughQuantize, PointStaysOnConvWhenNoQuantizedOpReadsRelu) {
       EXPECT_NE(node.input(0), "r");
       if (node.input(0) == "c") ++points_on_conv;
     }
-    if (node.op_type() == "Relu") EXPECT_NE(node.input(0), "c");
+    if (node.op_type() == "Relu") {
+      EXPECT_NE(node.input(0), "c");
+    }
   }
   EXPECT_EQ(points_on_conv, 1);
   testing::TempDir tmp;

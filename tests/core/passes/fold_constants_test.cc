@@ -31,11 +31,6 @@ int CountOps(const onnx::GraphProto& g, const std::string& op) {
   return n;
 }
 
-onnx::NodeProto* Last(onnx::ModelProto* m) {
-  auto* nodes = m->mutable_graph()->mutable_node();
-  return nodes->Mutable(nodes->size() - 1);
-}
-
 // y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) with a
 // static x: the shape chain exporters leave behind.
 TEST(FoldConstantNodes, FoldsStaticShapeChainAndCasts) {

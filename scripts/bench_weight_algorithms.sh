@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What GPTQ costs against rounding to nearest: for each corpus model given and
+# each (method, algorithm), a fresh quantd serves one Quantize call with the
+# model's calibration data; prints quantctl's wall time and the server's peak
+# resident memory (GNU time) as a markdown table, with the GPTQ/rtn ratios.
+#
+#   scripts/bench_weight_algorithms.sh [model ...]   (default: ppocr_rec_v4 ppocr_det_v4)
+#
+# Needs the corpus (scripts/corpus/fetch.sh) and a build (scripts/build.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+QUANTD=${QUANTD_BIN:-$BUILD_DIR/server/quantd}
+QUANTCTL=${QUANTCTL_BIN:-$BUILD_DIR/client/quantctl}
+CORPUS=${CORPUS:-$BUILD_DIR/corpus}
+models=("$@")
+[[ ${#models[@]} -gt 0 ]] || models=(ppocr_rec_v4 ppocr_det_v4)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The model's --calibration_data flags, from the corpus manifest.
+calib_flags() {
+  node -e '
+    const m = require("./scripts/corpus/manifest.json").models.find((x) => x.name === process.argv[1]);
+    if (!m) { console.error("no corpus model " + process.argv[1]); process.exit(2); }
+    const dir = process.argv[2] + "/" + m.name + "/";
+    const out = m.calib.map((c) => { const i = c.indexOf("="); return "--calibration_data=" + (i >= 0 ? c.slice(0, i + 1) + dir + c.slice(i + 1) : dir + c); });
+    out.push("--batch_size=" + (m.calib_batch || 16), ...(m.calib_args || []));
+    console.log(out.join("\n"));' "$1" "$CORPUS"
+}
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# run MODEL METHOD ALGORITHM -> "seconds peak_kib"
+run() {
+  local model=$1 method=$2 algorithm=$3 port
+  port=$(free_port)
+  /usr/bin/time -f '%M' -o "$work/rss" "$QUANTD" --port="$port" --metrics_port=0 \
+    2>"$work/server.log" &
+  local server=$!
+  for _ in $(seq 50); do
+    "$QUANTCTL" health --server="127.0.0.1:$port" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  mapfile -t flags < <(calib_flags "$model")
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$QUANTCTL" quantize --server="127.0.0.1:$port" --model="$CORPUS/$model/model.onnx" \
+    --output="$work/out.onnx" --method="$method" --precision=w4a8 \
+    --weight_algorithm="$algorithm" "${flags[@]}" >/dev/null
+  t1=$(date +%s.%N)
+  kill -TERM "$(pgrep -P "$server" quantd || echo "$server")" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  echo "$(echo "$t1 - $t0" | bc) $(cat "$work/rss")"
+}
+
+echo "| model | method | rtn time | gptq time | ratio | rtn peak RSS | gptq peak RSS | ratio |"
+echo "|---|---|---|---|---|---|---|---|"
+for model in "${models[@]}"; do
+  for method in static_range dynamic_range; do
+    read -r rt rm < <(run "$model" "$method" rtn)
+    read -r gt gm < <(run "$model" "$method" gptq)
+    awk -v m="$model" -v me="$method" -v rt="$rt" -v gt="$gt" -v rm="$rm" -v gm="$gm" 'BEGIN {
+      printf "| %s | %s W4A8 | %.2f s | %.2f s | %.2fx | %.0f MiB | %.0f MiB | %.2fx |\n",
+        m, me, rt, gt, gt / rt, rm / 1024, gm / 1024, gm / rm }'
+  done
+done
