@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What GPTQ costs against rounding to nearest: for each corpus model given and
 # each (method, algorithm), a fresh quantd serves one Quantize call with the
-# model's calibration data; prints quantctl's wall time and the server's peak
+# model's calibration data (DYNAMIC rounding: none, as it takes none); prints
+# quantctl's wall time and the server's peak
 # resident memory (GNU time) as a markdown table, with the GPTQ/rtn ratios.
 #
 #   scripts/bench_weight_algorithms.sh [model ...]   (default: ppocr_rec_v4 ppocr_det_v4)
@@ -16,7 +17,8 @@ CORPUS=${CORPUS:-$BUILD_DIR/corpus}
 models=("$@")
 [[ ${#models[@]} -gt 0 ]] || models=(ppocr_rec_v4 ppocr_det_v4)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# Only the main shell cleans up (the runs are subshells).
+trap '[[ $BASHPID == '$$' ]] && rm -rf "$work"' EXIT
 
 # The model's --calibration_data flags, from the corpus manifest.
 calib_flags() {
@@ -37,32 +39,41 @@ free_port() {
 run() {
   local model=$1 method=$2 algorithm=$3 port
   port=$(free_port)
-  /usr/bin/time -f '%M' -o "$work/rss" "$QUANTD" --port="$port" --metrics_port=0 \
+  /usr/bin/time -f '%M' -o "$work/rss" "$QUANTD" --port="$port" --metrics_port=0 >/dev/null \
     2>"$work/server.log" &
   local server=$!
   for _ in $(seq 50); do
     "$QUANTCTL" health --server="127.0.0.1:$port" >/dev/null 2>&1 && break
     sleep 0.1
   done
-  mapfile -t flags < <(calib_flags "$model")
+  # DYNAMIC rounding takes no calibration data; GPTQ and STATIC do.
+  local flags=()
+  if [[ $method == static_range || $algorithm == gptq ]]; then
+    mapfile -t flags < <(calib_flags "$model")
+  fi
   local t0 t1
   t0=$(date +%s.%N)
+  local ok=1
   "$QUANTCTL" quantize --server="127.0.0.1:$port" --model="$CORPUS/$model/model.onnx" \
     --output="$work/out.onnx" --method="$method" --precision=w4a8 \
-    --weight_algorithm="$algorithm" "${flags[@]}" >/dev/null
+    --weight_algorithm="$algorithm" "${flags[@]}" >/dev/null || ok=0
   t1=$(date +%s.%N)
   kill -TERM "$(pgrep -P "$server" quantd || echo "$server")" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  echo "$(echo "$t1 - $t0" | bc) $(cat "$work/rss")"
+  if [[ $ok == 1 ]]; then
+    echo "$(echo "$t1 - $t0" | bc) $(cat "$work/rss")"
+  else
+    echo "nan nan"
+  fi
 }
 
 echo "| model | method | rtn time | gptq time | ratio | rtn peak RSS | gptq peak RSS | ratio |"
 echo "|---|---|---|---|---|---|---|---|"
 for model in "${models[@]}"; do
   for method in static_range dynamic_range; do
-    read -r rt rm < <(run "$model" "$method" rtn)
-    read -r gt gm < <(run "$model" "$method" gptq)
-    awk -v m="$model" -v me="$method" -v rt="$rt" -v gt="$gt" -v rm="$rm" -v gm="$gm" 'BEGIN {
+    read -r rt rss_r < <(run "$model" "$method" rtn)
+    read -r gt rss_g < <(run "$model" "$method" gptq)
+    awk -v m="$model" -v me="$method" -v rt="$rt" -v gt="$gt" -v rm="$rss_r" -v gm="$rss_g" 'BEGIN {
       printf "| %s | %s W4A8 | %.2f s | %.2f s | %.2fx | %.0f MiB | %.0f MiB | %.2fx |\n",
         m, me, rt, gt, gt / rt, rm / 1024, gm / 1024, gm / rm }'
   done

@@ -20,8 +20,8 @@ using MatD =
     Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // The output SQNRs are estimated on at most this many rows (evenly spaced):
-// exact, they would cost three more rows x cols^2 products.
-constexpr int64_t kReportRows = 512;
+// exact, they would cost rows x cols^2 more work, as much as GPTQ itself.
+constexpr int64_t kReportRows = 128;
 
 absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
                                        int64_t stride, const QuantSpec& spec) {
@@ -33,18 +33,7 @@ absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
   return ChooseQuantParams(lo, hi, spec);
 }
 
-// sum_r e_r H e_r^T / sum_r w_r H w_r^T over `sample` rows, in dB.
-double OutputSqnrDb(const MatF& w, const MatF& approx, const MatD& h,
-                    const std::vector<int64_t>& sample) {
-  const int64_t cols = w.cols();
-  MatD ws(static_cast<int64_t>(sample.size()), cols);
-  MatD es(static_cast<int64_t>(sample.size()), cols);
-  for (size_t k = 0; k < sample.size(); ++k) {
-    ws.row(k) = w.row(sample[k]).cast<double>();
-    es.row(k) = (w.row(sample[k]) - approx.row(sample[k])).cast<double>();
-  }
-  const double signal = ((ws * h).cwiseProduct(ws)).sum();
-  const double noise = ((es * h).cwiseProduct(es)).sum();
+double RatioDb(double signal, double noise) {
   if (noise <= 0) return std::numeric_limits<double>::infinity();
   if (signal <= 0) return -std::numeric_limits<double>::infinity();
   return 10.0 * std::log10(signal / noise);
@@ -84,8 +73,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     }
   }
   const MatF original = Eigen::Map<const MatF>(w.data(), rows, cols);
-  MatD h0 = Eigen::Map<const MatF>(h.data(), cols, cols).cast<double>();
-  h0 = (0.5 * (h0 + h0.transpose())).eval();
+  // H as given (undamped) for the report; the caller's, not copied.
+  const Eigen::Map<const MatF> h0(h.data(), cols, cols);
 
   // Column order: act_order rounds the highest-energy inputs first.
   std::vector<int64_t> perm(cols);
@@ -95,40 +84,59 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
                      [&](int64_t a, int64_t b) { return h0(a, a) > h0(b, b); });
   }
   MatF weights(rows, cols);
-  MatD hp(cols, cols);
-  for (int64_t a = 0; a < cols; ++a) {
-    weights.col(a) = original.col(perm[a]);
-    for (int64_t b = 0; b < cols; ++b) hp(a, b) = h0(perm[a], perm[b]);
-  }
-  // An input that was always zero constrains nothing: its column is
+  for (int64_t a = 0; a < cols; ++a) weights.col(a) = original.col(perm[a]);
+  // H in column order, symmetrised, in double, indices reversed (see
+  // below). An input that was always zero constrains nothing: its column is
   // rounded to nearest and its error reaches no other column.
-  double diag_sum = 0;
-  for (int64_t a = 0; a < cols; ++a) {
-    if (hp(a, a) <= 0) {
-      hp.row(a).setZero();
-      hp.col(a).setZero();
-      hp(a, a) = 1;
+  auto reversed_h = [&](MatD* out) {
+    out->resize(cols, cols);
+    for (int64_t a = 0; a < cols; ++a) {
+      const int64_t pa = perm[cols - 1 - a];
+      for (int64_t b = 0; b < cols; ++b) {
+        const int64_t pb = perm[cols - 1 - b];
+        (*out)(a, b) = 0.5 * (double{h0(pa, pb)} + h0(pb, pa));
+      }
     }
-    diag_sum += hp(a, a);
-  }
-  const double mean_diag = diag_sum / static_cast<double>(cols);
+    for (int64_t a = 0; a < cols; ++a) {
+      if ((*out)(a, a) <= 0) {
+        out->row(a).setZero();
+        out->col(a).setZero();
+        (*out)(a, a) = 1;
+      }
+    }
+  };
+  MatD factor;  // J (H + damp I) J, then its Cholesky factor L, in place.
+  reversed_h(&factor);
+  const double mean_diag = factor.diagonal().mean();
 
-  // U: the upper Cholesky factor of (H + damp I)^-1.
+  // U: the upper Cholesky factor of (H + damp I)^-1. With J the reversal,
+  // J H J = L L^T gives H^-1 = (J L^-T J)(J L^-1 J), and J L^-1 J is upper
+  // triangular with a positive diagonal: U = J L^-1 J. One factorisation
+  // and one triangular solve, both in place.
   MatF u;
   double damping = options.dampening;
   bool factored = false;
   for (int attempt = 0; attempt < 4 && !factored; ++attempt) {
-    if (attempt > 0) damping = damping > 0 ? damping * 10 : 1e-4;
-    MatD damped = hp;
-    damped.diagonal().array() += damping * mean_diag;
-    Eigen::LLT<MatD> llt(damped);
+    if (attempt > 0) {
+      damping = damping > 0 ? damping * 10 : 1e-4;
+      reversed_h(&factor);  // The failed attempt overwrote it.
+    }
+    factor.diagonal().array() += damping * mean_diag;
+    Eigen::LLT<Eigen::Ref<MatD>> llt(factor);
     if (llt.info() != Eigen::Success) continue;
-    MatD inverse = llt.solve(MatD::Identity(cols, cols));
-    Eigen::LLT<MatD, Eigen::Upper> llt_inverse(inverse);
-    if (llt_inverse.info() != Eigen::Success) continue;
-    u = MatD(llt_inverse.matrixU()).cast<float>();
+    MatD l_inverse = MatD::Identity(cols, cols);
+    factor.triangularView<Eigen::Lower>().solveInPlace(l_inverse);
+    u.resize(cols, cols);
+    for (int64_t a = 0; a < cols; ++a) {
+      for (int64_t b = 0; b < cols; ++b) {
+        u(a, b) =
+            b < a ? 0.0f
+                  : static_cast<float>(l_inverse(cols - 1 - a, cols - 1 - b));
+      }
+    }
     factored = true;
   }
+  MatD().swap(factor);
   if (!factored) {
     return absl::InvalidArgumentError(
         absl::StrCat("the input statistics (H, ", cols, " x ", cols,
@@ -193,7 +201,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     }
   }
 
-  // Report: GPTQ's and plain rounding's layer output SQNR on the inputs.
+  // Report: GPTQ's and plain rounding's layer output SQNR on the inputs,
+  // from one product of the sampled rows' weights and both errors with H.
   std::vector<int64_t> sample;
   const int64_t step = std::max<int64_t>(1, rows / kReportRows);
   for (int64_t r = 0;
@@ -201,28 +210,40 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
        r += step) {
     sample.push_back(r);
   }
-  MatF gptq_approx = MatF::Zero(rows, cols);
-  MatF rtn_approx = MatF::Zero(rows, cols);
-  for (int64_t r : sample) {
+  const int64_t n = static_cast<int64_t>(sample.size());
+  MatF stacked(3 * n, cols);  // Weights, GPTQ's error, rounding's error.
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = sample[i];
+    stacked.row(i) = original.row(r);
     for (int64_t c = 0; c < cols; ++c) {
       const QuantParams& p =
           out.params[r * blocks + (block_size > 0 ? c / block_size : 0)];
-      gptq_approx(r, c) = DequantizeValue(out.values[r * cols + c], p);
+      stacked(n + i, c) =
+          original(r, c) - DequantizeValue(out.values[r * cols + c], p);
     }
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * block_size;
-      const int64_t n =
+      const int64_t len =
           block_size > 0 ? std::min(block_size, cols - begin) : cols;
       QUANTD_ASSIGN_OR_RETURN(const QuantParams p,
-                              ParamsOver(&original(r, begin), n, 1, spec));
-      for (int64_t c = begin; c < begin + n; ++c) {
-        rtn_approx(r, c) =
+                              ParamsOver(&original(r, begin), len, 1, spec));
+      for (int64_t c = begin; c < begin + len; ++c) {
+        stacked(2 * n + i, c) =
+            original(r, c) -
             DequantizeValue(QuantizeValue(original(r, c), p, grid), p);
       }
     }
   }
-  out.output_sqnr_db = OutputSqnrDb(original, gptq_approx, h0, sample);
-  out.rtn_output_sqnr_db = OutputSqnrDb(original, rtn_approx, h0, sample);
+  const MatF weighted = stacked * h0;
+  double energy[3] = {0, 0, 0};
+  for (int part = 0; part < 3; ++part) {
+    energy[part] = weighted.middleRows(part * n, n)
+                       .cwiseProduct(stacked.middleRows(part * n, n))
+                       .template cast<double>()
+                       .sum();
+  }
+  out.output_sqnr_db = RatioDb(energy[0], energy[1]);
+  out.rtn_output_sqnr_db = RatioDb(energy[0], energy[2]);
   return out;
 }
 
