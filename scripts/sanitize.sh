@@ -28,6 +28,8 @@ SUITES=(
   # core/engine/
   batch_queue_test calibration_job_test calibration_session_test
   limits_test quantize_job_test
+  # GPTQ: the statistics, the solve, the layouts
+  gptq_test input_moments_test gptq_weight_test gptq_acceptance_test
   # end to end, through the sanitized quantd
   hostile_e2e_test hostile_corpus_e2e_test fault_e2e_test
 )
