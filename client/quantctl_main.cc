@@ -433,14 +433,22 @@ void PrintReports(const std::vector<quantd::v1::TensorReport>& reports) {
   if (reports.empty()) return;
   std::vector<std::vector<std::string>> rows = {{"NODE", "OP", "TENSOR",
                                                  "ELEMENTS", "SCHEME", "SCALE",
-                                                 "MSE", "SQNR_DB"}};
+                                                 "MSE", "SQNR_DB", "ROUNDING"}};
   for (const quantd::v1::TensorReport& r : reports) {
+    // GPTQ: the layer output SQNR it reached, rounding's in brackets.
+    std::string rounding = r.weight_algorithm();
+    if (rounding == "gptq") {
+      absl::StrAppend(&rounding, " ",
+                      quantd::client::FormatDb(r.output_sqnr_db()), " (rtn ",
+                      quantd::client::FormatDb(r.rtn_output_sqnr_db()), ")");
+    }
     rows.push_back({r.node_name(), r.op_type(), r.tensor_name(),
                     absl::StrCat(r.num_elements()), SchemeText(r.scheme()),
                     ScaleRange(r), absl::StrFormat("%.3g", r.mse()),
                     std::isinf(r.sqnr_db())
                         ? std::string("inf")
-                        : absl::StrFormat("%.1f", r.sqnr_db())});
+                        : absl::StrFormat("%.1f", r.sqnr_db()),
+                    rounding});
   }
   PrintTable(rows);
   absl::PrintF("\n");

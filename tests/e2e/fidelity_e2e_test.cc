@@ -186,6 +186,39 @@ TEST_F(FidelityE2eTest, TableShowsFidelityOrWhyItWasSkipped) {
   EXPECT_THAT(d.out, HasSubstr("fidelity:   skipped: DYNAMIC_RANGE"));
 }
 
+// --weight_algorithm=gptq through quantctl and the server, with either
+// method: the table names each weight's rounding and GPTQ's layer SQNR.
+TEST_F(FidelityE2eTest, GptqWeightsWithEitherMethod) {
+  TempDir tmp;
+  for (const std::string method : {"static_range", "dynamic_range"}) {
+    CommandResult q = Quantctl(
+        {"quantize", "--model=" + kModel, "--output=" + tmp.File("g.onnx"),
+         "--method=" + method, "--precision=w4a8", "--weight_algorithm=gptq",
+         "--gptq_act_order", "--calibration_data=" + kCalibX,
+         "--batch_size=32"});
+    ASSERT_EQ(q.exit_code, 0) << method << ": " << q.err;
+    EXPECT_THAT(q.out, HasSubstr("ROUNDING")) << method;
+    EXPECT_THAT(q.out, HasSubstr("gptq ")) << method;
+    EXPECT_THAT(q.out, HasSubstr("(rtn ")) << method;
+    EXPECT_THAT(q.out, HasSubstr("weight_algorithm GPTQ: input statistics"))
+        << method;
+  }
+  // Rounding to nearest with DYNAMIC_RANGE takes no batches.
+  CommandResult d = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + tmp.File("d.onnx"),
+       "--method=dynamic_range", "--weight_algorithm=rtn",
+       "--calibration_data=" + kCalibX});
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_THAT(d.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(d.err, HasSubstr("weight_algorithm GPTQ"));
+  CommandResult bad = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + tmp.File("b.onnx"),
+       "--method=static_range", "--weight_algorithm=awq",
+       "--calibration_data=" + kCalibX});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("it must be rtn or gptq"));
+}
+
 TEST_F(FidelityE2eTest, UnwritableReportFailsWithoutAPartialFile) {
   TempDir tmp;
   CommandResult q =
