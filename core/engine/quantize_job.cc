@@ -384,9 +384,15 @@ absl::Status QuantizeJob::Calibrate() {
         "note: weight_algorithm GPTQ: input statistics of ",
         input_moments_->matrices(), " layer inputs (",
         calibration::ByteText(input_moments_->bytes()), ") from ",
-        result.batch_count(),
-        " calibration batches; each weight's report says whether GPTQ ran "
-        "and the layer output SQNR it reached"));
+        result.batch_count(), " calibration batches",
+        input_moments_->over_budget() > 0
+            ? absl::StrCat("; ", input_moments_->over_budget(),
+                           " larger ones did not fit the budget "
+                           "(quantd --max_observer_bytes) and their weights "
+                           "are rounded to nearest")
+            : std::string(),
+        "; each weight's report says whether GPTQ ran and the layer output "
+        "SQNR it reached"));
   }
   EndStage();
   return cancel_.Check("calibrate");

@@ -40,10 +40,9 @@ GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
         node.output_size() > 0 ? moments.Find(node.output(0)) : nullptr;
     if (m == nullptr) {
       out.why_not = absl::StrCat(
-          node.op_type(), " '", node.name(),
-          "' has no input statistics (its input was never produced by a "
-          "calibration batch, or its layout is one GPTQ does not take: "
-          "MatMul weights of rank 2, Conv kernels of 1 or 2 dims)");
+          node.op_type(), " '", node.name(), "' has no input statistics: ",
+          node.output_size() > 0 ? moments.WhyNone(node.output(0))
+                                 : std::string("it has no output"));
       return out;
     }
     if (out.h.empty()) {

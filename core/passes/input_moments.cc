@@ -1,6 +1,7 @@
 #include "core/passes/input_moments.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "Eigen/Core"
@@ -93,9 +94,6 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
   AllGraphs(graph, &graphs);
   const auto constants = ConstantDims(graphs);
   absl::flat_hash_map<std::string, int> by_key;
-  int64_t total = 0;
-  std::string largest;
-  int64_t largest_bytes = 0;
   std::vector<const onnx::NodeProto*> nodes;
   for (const onnx::GraphProto* g : graphs) {
     for (const onnx::NodeProto& node : g->node()) nodes.push_back(&node);
@@ -155,30 +153,48 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
       layer.moments = std::make_shared<LayerMoments>();
       layer.moments->k = k;
       layer.moments->groups = groups;
-      const int64_t bytes =
-          groups * k * k * static_cast<int64_t>(sizeof(float));
-      total += bytes;
-      if (bytes > largest_bytes) {
-        largest_bytes = bytes;
-        largest = layer.label;
-      }
       it->second = static_cast<int>(out->layers_.size());
-      out->by_input_[layer.input].push_back(it->second);
       out->layers_.push_back(std::move(layer));
     }
     out->by_output_[node.output(0)] = out->layers_[it->second].moments;
   }
-  if (budget != nullptr) {
-    QUANTD_RETURN_IF_ERROR(budget->Charge(
-        total, absl::StrCat("GPTQ's input statistics of ", out->layers_.size(),
-                            " layers (the largest, ", largest, ", needs ",
-                            calibration::ByteText(largest_bytes), ")")));
-    out->budget_ = budget;
-    out->bytes_ = total;
+  // The budget takes the smallest matrices first: a layer too large for it
+  // is rounded to nearest (its report says why) rather than failing the
+  // call or starving the many small layers.
+  std::vector<int> order(out->layers_.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto bytes_of = [&](int i) {
+    const LayerMoments& m = *out->layers_[i].moments;
+    return m.groups * m.k * m.k * static_cast<int64_t>(sizeof(float));
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return bytes_of(a) < bytes_of(b); });
+  out->budget_ = budget;
+  std::vector<bool> admitted(out->layers_.size(), false);
+  for (int i : order) {
+    const int64_t bytes = bytes_of(i);
+    if (budget != nullptr) {
+      const absl::Status charged = budget->Charge(
+          bytes,
+          absl::StrCat("GPTQ's input statistics of ", out->layers_[i].label));
+      if (!charged.ok()) {
+        out->layers_[i].moments->skipped = absl::StrCat(
+            "its input statistics (", calibration::ByteText(bytes),
+            ") did not fit the call's budget (", charged.message(), ")");
+        continue;
+      }
+    }
+    out->bytes_ += bytes;
+    admitted[i] = true;
+  }
+  for (size_t i = 0; i < out->layers_.size(); ++i) {
+    if (!admitted[i]) continue;
+    out->by_input_[out->layers_[i].input].push_back(static_cast<int>(i));
+    ++out->tracked_;
   }
   for (Layer& layer : out->layers_) {
     LayerMoments& m = *layer.moments;
-    m.h.assign(m.groups * m.k * m.k, 0.0f);
+    if (m.skipped.empty()) m.h.assign(m.groups * m.k * m.k, 0.0f);
   }
   return out;
 }
@@ -291,6 +307,7 @@ absl::Status InputMoments::AccumulateConv(const Layer& layer,
 void InputMoments::Finish() {
   for (Layer& layer : layers_) {
     LayerMoments& m = *layer.moments;
+    if (!m.skipped.empty()) continue;
     for (int64_t g = 0; g < m.groups; ++g) {
       float* h = m.h.data() + g * m.k * m.k;
       for (int64_t i = 0; i < m.k; ++i) {
@@ -304,8 +321,22 @@ void InputMoments::Finish() {
 const LayerMoments* InputMoments::Find(const std::string& node_output) const {
   if (!finished_) return nullptr;
   auto it = by_output_.find(node_output);
-  if (it == by_output_.end() || it->second->rows == 0) return nullptr;
+  if (it == by_output_.end() || it->second->rows == 0 ||
+      !it->second->skipped.empty()) {
+    return nullptr;
+  }
   return it->second.get();
+}
+
+std::string InputMoments::WhyNone(const std::string& node_output) const {
+  auto it = by_output_.find(node_output);
+  if (it == by_output_.end()) {
+    return "its layout is not one GPTQ takes (MatMul weights of rank 2, "
+           "Conv kernels of 1 or 2 dims, float constants)";
+  }
+  if (!it->second->skipped.empty()) return it->second->skipped;
+  return "its input was never produced by a calibration batch (e.g. an If "
+         "branch that did not run)";
 }
 
 }  // namespace quantd::passes

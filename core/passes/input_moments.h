@@ -29,6 +29,9 @@ struct LayerMoments {
   int64_t groups = 1;
   std::vector<float> h;  // Only the upper triangle until Finish().
   int64_t rows = 0;      // Input rows (per group) accumulated.
+  // Why this layer gets no statistics (it did not fit the budget); empty
+  // when it is tracked.
+  std::string skipped;
 };
 
 class InputMoments {
@@ -59,8 +62,16 @@ class InputMoments {
   // last Observe. Thread-safe after Finish.
   const LayerMoments* Find(const std::string& node_output) const;
 
-  // Distinct H matrices kept (layers reading one input one way share one).
-  int64_t matrices() const { return static_cast<int64_t>(layers_.size()); }
+  // Why Find(node_output) has nothing: not a layer GPTQ takes, over the
+  // budget, or never fed.
+  std::string WhyNone(const std::string& node_output) const;
+
+  // Distinct H matrices kept (layers reading one input one way share one),
+  // and those left out for the budget.
+  int64_t matrices() const { return tracked_; }
+  int64_t over_budget() const {
+    return static_cast<int64_t>(layers_.size()) - tracked_;
+  }
   int64_t bytes() const { return bytes_; }
 
  private:
@@ -82,6 +93,7 @@ class InputMoments {
 
   calibration::MemoryBudget* budget_;
   int64_t bytes_ = 0;
+  int64_t tracked_ = 0;
   bool finished_ = false;
   std::vector<Layer> layers_;
   // Input value name -> indices into layers_.

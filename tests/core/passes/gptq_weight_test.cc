@@ -13,8 +13,10 @@ using ::testing::HasSubstr;
 
 onnx::GraphProto TwoReaders() {
   testing::ModelBuilder m(13);
-  m.Input("x", {4, 8}).Input("z", {4, 6}).Weight("W", {8, 3}).Weight(
-      "V", {6, 3});
+  m.Input("x", {4, 8})
+      .Input("z", {4, 6})
+      .Weight("W", {8, 3})
+      .Weight("V", {6, 3});
   m.Node("MatMul", {"x", "W"}, {"a"}, "a");
   m.Node("MatMul", {"x", "W"}, {"b"}, "b");
   m.Node("MatMul", {"z", "V"}, {"c"}, "c");
@@ -60,6 +62,7 @@ TEST(GptqInputsForTest, AReaderThatSawNoInputSaysWhy) {
   (*moments)->Finish();
   const GptqInputs in = GptqInputsFor(g, Plan("V", {2}, {6, 3}), **moments);
   EXPECT_THAT(in.why_not, HasSubstr("MatMul 'c' has no input statistics"));
+  EXPECT_THAT(in.why_not, HasSubstr("never produced by a calibration batch"));
 }
 
 }  // namespace

@@ -161,23 +161,31 @@ TEST(InputMomentsTest, SmallWeightsAreNotTracked) {
   EXPECT_EQ((*moments)->matrices(), 0);
 }
 
-TEST(InputMomentsTest, ChargesTheBudgetUpFrontAndGivesItBack) {
+TEST(InputMomentsTest, TheBudgetTakesTheSmallestFirstAndIsGivenBack) {
   testing::ModelBuilder m(13);
   m.Input("x", {3, 64}).Weight("W", {64, 8});
-  m.Node("MatMul", {"x", "W"}, {"y"}, "mm");
-  m.Output("y");
-  calibration::MemoryBudget small(1000, "max_observer_memory_bytes");
-  auto refused = InputMoments::Create(m.Build().graph(), 0, &small);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(refused.status().message(), HasSubstr("MatMul 'mm'"));
-  EXPECT_EQ(small.used(), 0);
-  calibration::MemoryBudget big(1 << 20, "max_observer_memory_bytes");
+  m.Input("z", {3, 8}).Weight("V", {8, 8});
+  m.Node("MatMul", {"x", "W"}, {"y"}, "big");
+  m.Node("MatMul", {"z", "V"}, {"v"}, "small");
+  m.Output("y").Output("v");
+  // Room for the 8 x 8 H (256 bytes), not the 64 x 64 one (16 KiB).
+  calibration::MemoryBudget budget(1000, "max_observer_memory_bytes");
   {
-    auto moments = InputMoments::Create(m.Build().graph(), 0, &big);
-    ASSERT_TRUE(moments.ok());
-    EXPECT_EQ(big.used(), 64 * 64 * 4);
+    auto moments = InputMoments::Create(m.Build().graph(), 0, &budget);
+    ASSERT_TRUE(moments.ok()) << moments.status();
+    EXPECT_EQ((*moments)->matrices(), 1);
+    EXPECT_EQ((*moments)->over_budget(), 1);
+    EXPECT_EQ(budget.used(), 8 * 8 * 4);
+    ASSERT_TRUE((*moments)->Observe("x", Random({3, 64}, 1)).ok());
+    ASSERT_TRUE((*moments)->Observe("z", Random({3, 8}, 2)).ok());
+    (*moments)->Finish();
+    EXPECT_NE((*moments)->Find("v"), nullptr);
+    EXPECT_EQ((*moments)->Find("y"), nullptr);
+    EXPECT_THAT((*moments)->WhyNone("y"),
+                HasSubstr("did not fit the call's budget"));
+    EXPECT_THAT((*moments)->WhyNone("nothing"), HasSubstr("layout"));
   }
-  EXPECT_EQ(big.used(), 0);
+  EXPECT_EQ(budget.used(), 0);
 }
 
 TEST(InputMomentsTest, RefusesAnInputThatCannotBeTheLayers) {

@@ -112,7 +112,7 @@ const quantd::v1::SkippedTensor* SkipOf(
 }
 
 WeightPassOptions Dynamic(tfq::QuantizationPrecision p,
-                            std::vector<Unit> units) {
+                          std::vector<Unit> units) {
   WeightPassOptions o;
   o.precision = p;
   o.units = std::move(units);
