@@ -163,7 +163,9 @@ TEST(LoadE2eTest, OverloadedServerOnlyRefusesAndGivesMemoryBack) {
       "measured: idle server RSS %.1f MB after the load, baseline %.1f MB, "
       "peak under load %.1f MB\n",
       rss / 1e6, baseline / 1e6, ProcStatusBytes(server.pid(), "VmHWM") / 1e6);
-  if (!kSanitizedBuild) EXPECT_LE(rss, bound);
+  if (!kSanitizedBuild) {
+    EXPECT_LE(rss, bound);
+  }
 
   EXPECT_EQ(server.Terminate(), 0) << LogDigest(log);
 }
