@@ -131,6 +131,9 @@ ABSL_FLAG(double, gptq_dampening, -1,
 ABSL_FLAG(bool, gptq_act_order, false,
           "quantize (--weight_algorithm=gptq): round the columns of the "
           "inputs with the most energy first.");
+ABSL_FLAG(bool, bias_correction, false,
+          "quantize: add each Conv / Gemm weight's expected output shift on "
+          "--calibration_data to its layer's bias (either method).");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -152,7 +155,7 @@ constexpr char kUsage[] =
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--weight_algorithm=rtn|gptq [--gptq_dampening=X]\n"
-    "                     [--gptq_act_order]]\n"
+    "                     [--gptq_act_order]] [--bias_correction]\n"
     "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
@@ -199,7 +202,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
                     "target_sqnr_db",   "weight_bits",
                     "holdout_batches",  "min_num_elements_for_weights",
                     "weight_algorithm", "gptq_dampening",
-                    "gptq_act_order"}},
+                    "gptq_act_order",   "bias_correction"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -667,6 +670,7 @@ int RunQuantize() {
   if (absl::GetFlag(FLAGS_gptq_act_order)) {
     config.mutable_gptq()->set_act_order(true);
   }
+  if (absl::GetFlag(FLAGS_bias_correction)) config.set_bias_correction(true);
   if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
     config.mutable_weight_params()->set_bits(bits);
   }

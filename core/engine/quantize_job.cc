@@ -263,9 +263,12 @@ absl::Status QuantizeJob::Calibrate() {
   const bool is_static = resolved().method == Method::kStaticRange;
   passes::WeightPassOptions& weights =
       is_static ? options_.static_range : options_.dynamic_range;
-  const bool gptq = weights.algorithm == passes::WeightAlgorithm::kGptq;
-  // DYNAMIC_RANGE calibrates only to give GPTQ the layers' inputs.
-  if (!is_static && !gptq) return absl::OkStatus();
+  // GPTQ and bias correction need the inputs each layer sees.
+  const bool layer_inputs =
+      weights.algorithm == passes::WeightAlgorithm::kGptq ||
+      weights.bias_correction;
+  // DYNAMIC_RANGE calibrates only to gather those.
+  if (!is_static && !layer_inputs) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
   if (has_ranges) {
     QUANTD_ASSIGN_OR_RETURN(
@@ -280,8 +283,9 @@ absl::Status QuantizeJob::Calibrate() {
     return absl::OkStatus();
   }
   constexpr char kGptqNeedsBatches[] =
-      "weight_algorithm GPTQ needs the inputs each layer sees: send "
-      "calibration batches of graph inputs after the model in this call";
+      "weight_algorithm GPTQ and bias_correction need the inputs each layer "
+      "sees: send calibration batches of graph inputs after the model in "
+      "this call";
   if (calibration_batches_ == nullptr) {
     if (!is_static) return absl::FailedPreconditionError(kGptqNeedsBatches);
     return absl::FailedPreconditionError(
@@ -291,7 +295,7 @@ absl::Status QuantizeJob::Calibrate() {
   }
   StartStage(quantd::v1::STAGE_CALIBRATE, 0,
              is_static ? "observing calibration batches"
-                       : "observing the layers' inputs for GPTQ");
+                       : "observing the layers' inputs for the weights");
   // DYNAMIC_RANGE uses no ranges: the default observers run and are unused.
   const calibration::ObserverConfig observer_config =
       is_static ? options_.observers : calibration::ObserverConfig();
@@ -301,7 +305,7 @@ absl::Status QuantizeJob::Calibrate() {
     calibration_batches_->Abort();
     return session.status();
   }
-  if (gptq) {
+  if (layer_inputs) {
     absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
         passes::InputMoments::Create(model_.graph(), weights.min_num_elements,
                                      &gptq_budget_);
@@ -381,8 +385,13 @@ absl::Status QuantizeJob::Calibrate() {
     input_moments_->Finish();
     weights.input_moments = input_moments_.get();
     result_.summary.add_validations(absl::StrCat(
-        "note: weight_algorithm GPTQ: input statistics of ",
-        input_moments_->matrices(), " layer inputs (",
+        "note: ",
+        weights.algorithm == passes::WeightAlgorithm::kGptq
+            ? (weights.bias_correction
+                   ? "weight_algorithm GPTQ and bias_correction"
+                   : "weight_algorithm GPTQ")
+            : "bias_correction",
+        ": input statistics of ", input_moments_->matrices(), " layer inputs (",
         calibration::ByteText(input_moments_->bytes()), ") from ",
         result.batch_count(), " calibration batches",
         input_moments_->over_budget() > 0
@@ -391,8 +400,7 @@ absl::Status QuantizeJob::Calibrate() {
                            "(quantd --max_observer_bytes) and their weights "
                            "are rounded to nearest")
             : std::string(),
-        "; each weight's report says whether GPTQ ran and the layer output "
-        "SQNR it reached"));
+        "; each weight's report says what was applied"));
   }
   EndStage();
   return cancel_.Check("calibrate");

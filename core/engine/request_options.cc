@@ -12,6 +12,20 @@ namespace quantd {
 namespace {
 namespace tfq = tensorflow::quantization;
 
+// The options that need the inputs each layer sees (InputMoments).
+bool UsesLayerInputs(const quantd::v1::QuantizeConfig& config) {
+  return config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
+         config.bias_correction();
+}
+std::string LayerInputUsers(const quantd::v1::QuantizeConfig& config) {
+  const bool gptq =
+      config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ;
+  if (gptq && config.bias_correction()) {
+    return "weight_algorithm GPTQ with bias_correction";
+  }
+  return gptq ? "weight_algorithm GPTQ" : "bias_correction";
+}
+
 absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
                                Method method) {
   if (config.has_target_sqnr_db()) {
@@ -33,14 +47,13 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         "holdout_batches is ", config.holdout_batches(), "; it must be >= 0"));
   }
-  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
-    if (config.calibration().ranges_size() > 0) {
-      return absl::InvalidArgumentError(
-          "weight_algorithm GPTQ needs calibration batches of graph inputs "
-          "in this call (the inputs each layer sees), but the request "
-          "carries config.calibration ranges, which hold none; send the "
-          "batches instead");
-    }
+  if (UsesLayerInputs(config) && config.calibration().ranges_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        LayerInputUsers(config),
+        " needs calibration batches of graph inputs in this call (the "
+        "inputs each layer sees), but the request carries "
+        "config.calibration ranges, which hold none; send the batches "
+        "instead"));
   }
   if (config.holdout_batches() > 0 && method != Method::kStaticRange) {
     return absl::InvalidArgumentError(
@@ -105,12 +118,12 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   // DYNAMIC_RANGE quantizes activations at run time: calibration has no
   // place in it (ResolveDynamicRangeOptions refuses config.calibration).
   // Batches are GPTQ's data (the layers' inputs), nothing else.
-  if (batch_stream &&
-      config.weight_algorithm() != quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
+  if (batch_stream && !UsesLayerInputs(config)) {
     return absl::InvalidArgumentError(
         "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
         "activations at run time; use STATIC_RANGE to calibrate (or "
-        "weight_algorithm GPTQ, which uses them for the weights)");
+        "weight_algorithm GPTQ or bias_correction, which use them for the "
+        "weights)");
   }
   QUANTD_ASSIGN_OR_RETURN(out.dynamic_range,
                           passes::ResolveDynamicRangeOptions(config));

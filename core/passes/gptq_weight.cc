@@ -29,6 +29,43 @@ char ToByte(int32_t q, bool is_signed) {
                    : static_cast<char>(static_cast<uint8_t>(q));
 }
 
+// The weight of `plan` as its consumer multiplies it, and the axes of its
+// output channels and inputs in the tensor (input -1: never blocked).
+struct WeightLayout {
+  MatrixView view;
+  int channel_axis = 0, input_axis = 0;
+};
+absl::StatusOr<WeightLayout> LayoutOf(const onnx::NodeProto& consumer,
+                                      const WeightPlan& plan, int64_t groups) {
+  const std::vector<int64_t>& dims = plan.dims;
+  WeightLayout out;
+  MatrixView& view = out.view;
+  if (consumer.op_type() == "Conv" && dims.size() >= 3) {
+    view.groups = groups;
+    if (view.groups < 1 || dims[0] % view.groups != 0) {
+      return absl::InvalidArgumentError("the Conv's groups do not divide M");
+    }
+    view.rows = dims[0] / view.groups;
+    view.cols = plan.num_elements / dims[0];
+    out.channel_axis = 0;
+    out.input_axis = -1;  // Conv weights are never blocked.
+  } else if (dims.size() == 2) {
+    const bool trans_b = consumer.op_type() == "Gemm" &&
+                         graph::IntAttribute(consumer, "transB", 0) != 0;
+    view.k_major = !trans_b;
+    view.rows = trans_b ? dims[0] : dims[1];
+    view.cols = trans_b ? dims[1] : dims[0];
+    out.channel_axis = trans_b ? 0 : 1;
+    out.input_axis = trans_b ? 1 : 0;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPTQ and bias correction take 2-D MatMul / Gemm weights and Conv "
+        "weights; '",
+        plan.tensor, "' has rank ", dims.size()));
+  }
+  return out;
+}
+
 }  // namespace
 
 GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
@@ -69,31 +106,11 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
     absl::Span<const float> values, const GptqInputs& inputs,
     const numerics::QuantSpec& spec, const numerics::GptqOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<int64_t>& dims = plan.dims;
-  MatrixView view;
-  int channel_axis = 0, input_axis = 0;
-  if (consumer.op_type() == "Conv" && dims.size() >= 3) {
-    view.groups = inputs.groups;
-    if (view.groups < 1 || dims[0] % view.groups != 0) {
-      return absl::InvalidArgumentError("the Conv's groups do not divide M");
-    }
-    view.rows = dims[0] / view.groups;
-    view.cols = plan.num_elements / dims[0];
-    channel_axis = 0;
-    input_axis = -1;  // Conv weights are never blocked.
-  } else if (dims.size() == 2) {
-    const bool trans_b = consumer.op_type() == "Gemm" &&
-                         graph::IntAttribute(consumer, "transB", 0) != 0;
-    view.k_major = !trans_b;
-    view.rows = trans_b ? dims[0] : dims[1];
-    view.cols = trans_b ? dims[1] : dims[0];
-    channel_axis = trans_b ? 0 : 1;
-    input_axis = trans_b ? 1 : 0;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPTQ takes 2-D MatMul / Gemm weights and Conv weights; '",
-                     plan.tensor, "' has rank ", dims.size()));
-  }
+  QUANTD_ASSIGN_OR_RETURN(const WeightLayout layout,
+                          LayoutOf(consumer, plan, inputs.groups));
+  const MatrixView& view = layout.view;
+  const int channel_axis = layout.channel_axis;
+  const int input_axis = layout.input_axis;
   const bool blocked = plan.block_size > 0;
   if ((blocked && plan.axis != input_axis) ||
       (!blocked && plan.axis != channel_axis)) {
@@ -156,6 +173,32 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
       std::chrono::steady_clock::now() - start;
   out.seconds = seconds.count();
   return out;
+}
+
+absl::StatusOr<std::vector<double>> ExpectedOutputShift(
+    const onnx::NodeProto& consumer, const WeightPlan& plan,
+    absl::Span<const float> error, const LayerMoments& m) {
+  QUANTD_ASSIGN_OR_RETURN(const WeightLayout layout,
+                          LayoutOf(consumer, plan, m.groups));
+  const MatrixView& view = layout.view;
+  if (view.cols != m.k || m.rows == 0 ||
+      static_cast<int64_t>(error.size()) != plan.num_elements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the input statistics of ", consumer.op_type(), " '",
+                     consumer.name(), "' do not fit its weight"));
+  }
+  std::vector<double> shift(view.groups * view.rows, 0.0);
+  for (int64_t g = 0; g < view.groups; ++g) {
+    const double* sum = m.sum.data() + g * m.k;
+    for (int64_t r = 0; r < view.rows; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < view.cols; ++c) {
+        acc += double{error[view.Index(g, r, c)]} * sum[c];
+      }
+      shift[g * view.rows + r] = acc / static_cast<double>(m.rows);
+    }
+  }
+  return shift;
 }
 
 }  // namespace quantd::passes

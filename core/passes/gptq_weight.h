@@ -52,6 +52,16 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
     absl::Span<const float> values, const GptqInputs& inputs,
     const numerics::QuantSpec& spec, const numerics::GptqOptions& options);
 
+// Bias correction (Nagel et al., 2019): the mean shift of each output
+// channel of `consumer` that the weight error `error` (W - dq(q(W)), in the
+// tensor's layout) causes on its calibration inputs, error . E[x] (per group
+// for a Conv): what is to be added to its bias so the layer's output keeps
+// its mean. INVALID_ARGUMENT for layouts other than GPTQ's or statistics
+// that do not fit.
+absl::StatusOr<std::vector<double>> ExpectedOutputShift(
+    const onnx::NodeProto& consumer, const WeightPlan& plan,
+    absl::Span<const float> error, const LayerMoments& m);
+
 }  // namespace quantd::passes
 
 #endif  // QUANTD_CORE_PASSES_GPTQ_WEIGHT_H_

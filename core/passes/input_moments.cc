@@ -20,11 +20,15 @@ using MatF =
 // Rows gathered before one rank update: about 4 MiB of im2col at a time.
 constexpr int64_t kChunkFloats = int64_t{1} << 20;
 
-// H += X^T X for the rows x k matrix at `x` (upper triangle).
-void RankUpdate(const float* x, int64_t rows, int64_t k, float* h) {
+// H += X^T X (upper triangle) and sum += the column sums of X, for the
+// rows x k matrix at `x`.
+void RankUpdate(const float* x, int64_t rows, int64_t k, float* h,
+                double* sum) {
   Eigen::Map<MatF> hm(h, k, k);
   Eigen::Map<const MatF> xm(x, rows, k);
   hm.selfadjointView<Eigen::Upper>().rankUpdate(xm.transpose());
+  Eigen::Map<Eigen::VectorXd>(sum, k) +=
+      xm.colwise().sum().transpose().cast<double>();
 }
 
 int64_t IntAttr(const onnx::NodeProto& node, const std::string& name,
@@ -194,7 +198,10 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
   }
   for (Layer& layer : out->layers_) {
     LayerMoments& m = *layer.moments;
-    if (m.skipped.empty()) m.h.assign(m.groups * m.k * m.k, 0.0f);
+    if (m.skipped.empty()) {
+      m.h.assign(m.groups * m.k * m.k, 0.0f);
+      m.sum.assign(m.groups * m.k, 0.0);
+    }
   }
   return out;
 }
@@ -235,12 +242,14 @@ absl::Status InputMoments::Accumulate(const Layer& layer,
   const int64_t n = t.size() / k;
   const float* x = t.data<float>();
   if (rows) {
-    RankUpdate(x, n, k, m.h.data());
+    RankUpdate(x, n, k, m.h.data(), m.sum.data());
   } else {
     // A^T's rows are A's columns: H += A A^T.
     Eigen::Map<MatF> hm(m.h.data(), k, k);
     Eigen::Map<const MatF> am(x, k, n);
     hm.selfadjointView<Eigen::Upper>().rankUpdate(am);
+    Eigen::Map<Eigen::VectorXd>(m.sum.data(), k) +=
+        am.rowwise().sum().cast<double>();
   }
   m.rows += n;
   return absl::OkStatus();
@@ -296,7 +305,7 @@ absl::Status InputMoments::AccumulateConv(const Layer& layer,
             }
           }
         }
-        RankUpdate(x.data(), rows, k, h);
+        RankUpdate(x.data(), rows, k, h, m.sum.data() + g * k);
       }
     }
   }

@@ -1,9 +1,9 @@
-// The calibration statistics GPTQ needs: for each Conv / Gemm / MatMul with
-// a constant weight, the second moment H = X^T X of the rows its weight
-// multiplies (MatMul and Gemm: the rows of input A; Conv: the im2col
-// patches of each group). Fed with the values a calibration run produces,
-// streamed: memory is fixed per layer (groups x K x K floats) and charged
-// to a budget before anything is allocated.
+// The calibration statistics GPTQ and bias correction need: for each Conv /
+// Gemm / MatMul with a constant weight, the second moment H = X^T X and the
+// sum of the rows its weight multiplies (MatMul and Gemm: the rows of input A;
+// Conv: the im2col patches of each group). Fed with the values a calibration
+// run produces, streamed: memory is fixed per layer (groups x K x K floats) and
+// charged to a budget before anything is allocated.
 #ifndef QUANTD_CORE_PASSES_INPUT_MOMENTS_H_
 #define QUANTD_CORE_PASSES_INPUT_MOMENTS_H_
 
@@ -28,7 +28,10 @@ struct LayerMoments {
   int64_t k = 0;
   int64_t groups = 1;
   std::vector<float> h;  // Only the upper triangle until Finish().
-  int64_t rows = 0;      // Input rows (per group) accumulated.
+  // groups x k: the sum of the rows (their mean times `rows`), for bias
+  // correction.
+  std::vector<double> sum;
+  int64_t rows = 0;  // Input rows (per group) accumulated.
   // Why this layer gets no statistics (it did not fit the budget); empty
   // when it is tracked.
   std::string skipped;

@@ -166,6 +166,7 @@ absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
   weights.consumer_scope = w.consumer_scope();
   QUANTD_RETURN_IF_ERROR(ResolveBlockSize(w, options.op_set, &weights));
   QUANTD_RETURN_IF_ERROR(ResolveWeightAlgorithm(config, &options));
+  options.bias_correction = config.bias_correction();
   return options;
 }
 

@@ -83,7 +83,11 @@ struct WeightPassOptions {
   tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
   WeightAlgorithm algorithm = WeightAlgorithm::kRoundToNearest;
   numerics::GptqOptions gptq;
-  // GPTQ's input statistics, gathered by the caller's calibration and
+  // config.bias_correction: add each Conv / Gemm weight's expected output
+  // shift (ExpectedOutputShift) to its layer's float bias.
+  bool bias_correction = false;
+  // GPTQ's and bias correction's input statistics, gathered by the caller's
+  // calibration and
   // finished (InputMoments::Finish) before the pass; not owned. A weight
   // whose readers have none is rounded to nearest, and its report says
   // why.

@@ -377,7 +377,103 @@ struct QuantizedWeight {
   quantd::v1::TensorReport report;
   uint64_t bytes_before = 0;
   std::vector<numerics::QuantParams> params;
+  // bias_correction: per consumer node, the shift to add to its bias; and
+  // why a consumer got none.
+  std::vector<std::pair<int, std::vector<double>>> bias_shifts;
+  std::vector<std::string> bias_notes;
 };
+
+// bias_correction: each consumer's expected output shift from the weight
+// error `error` (tensor layout), or a note saying why there is none.
+void ComputeBiasShifts(const onnx::GraphProto& graph, const WeightPlan& plan,
+                       absl::Span<const float> error,
+                       const WeightPassOptions& options, QuantizedWeight* out) {
+  for (int c : plan.consumers) {
+    const onnx::NodeProto& node = graph.node(c);
+    const std::string who =
+        absl::StrCat(node.op_type(), " '", node.name(), "'");
+    if (node.op_type() == "MatMul") {
+      out->bias_notes.push_back(
+          absl::StrCat("bias not corrected: ", who, " has no bias input"));
+      continue;
+    }
+    const LayerMoments* m =
+        options.input_moments == nullptr || node.output_size() == 0
+            ? nullptr
+            : options.input_moments->Find(node.output(0));
+    if (m == nullptr) {
+      out->bias_notes.push_back(absl::StrCat(
+          "bias not corrected: ", who, " has no input statistics",
+          options.input_moments != nullptr && node.output_size() > 0
+              ? absl::StrCat(": ",
+                             options.input_moments->WhyNone(node.output(0)))
+              : std::string()));
+      continue;
+    }
+    absl::StatusOr<std::vector<double>> shift =
+        ExpectedOutputShift(node, plan, error, *m);
+    if (!shift.ok()) {
+      out->bias_notes.push_back(
+          absl::StrCat("bias not corrected: ", shift.status().message()));
+      continue;
+    }
+    out->bias_shifts.emplace_back(c, std::move(*shift));
+  }
+}
+
+// Adds `shift` (per output channel) to the float bias of node `c` (Conv B,
+// Gemm C scaled by alpha / beta); the largest |shift| added, or a note.
+absl::StatusOr<double> ApplyBiasShift(onnx::GraphProto* graph, int c,
+                                      const std::vector<double>& shift) {
+  const onnx::NodeProto& node = graph->node(c);
+  const std::string who = absl::StrCat(node.op_type(), " '", node.name(), "'");
+  if (node.input_size() < 3 || node.input(2).empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(who, " has no bias"));
+  }
+  const std::string& name = node.input(2);
+  double scale = 1.0;
+  if (node.op_type() == "Gemm") {
+    float alpha = 1.0f, beta = 1.0f;
+    for (const auto& a : node.attribute()) {
+      if (a.name() == "alpha") alpha = a.f();
+      if (a.name() == "beta") beta = a.f();
+    }
+    if (beta == 0.0f) {
+      return absl::FailedPreconditionError(absl::StrCat(who, " has beta 0"));
+    }
+    scale = double{alpha} / beta;
+  }
+  int readers = 0;
+  for (const onnx::NodeProto& n : graph->node()) {
+    for (const std::string& in : n.input()) readers += in == name ? 1 : 0;
+  }
+  TensorProto* bias = nullptr;
+  for (TensorProto& t : *graph->mutable_initializer()) {
+    if (t.name() == name) bias = &t;
+  }
+  if (bias == nullptr || bias->data_type() != TensorProto::FLOAT ||
+      readers != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, "'s bias '", name,
+                     "' is not a float initializer read by that node alone"));
+  }
+  QUANTD_ASSIGN_OR_RETURN(std::vector<float> values,
+                          graph::ReadFloatTensor(*bias));
+  if (values.size() != shift.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, "'s bias '", name, "' has ", values.size(),
+                     " values for ", shift.size(), " output channels"));
+  }
+  double largest = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double add = shift[i] * scale;
+    values[i] = static_cast<float>(values[i] + add);
+    largest = std::max(largest, std::abs(add));
+  }
+  const std::vector<int64_t> dims(bias->dims().begin(), bias->dims().end());
+  *bias = graph::MakeFloatTensor(name, dims, values);
+  return largest;
+}
 
 quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
                                     const WeightPlan& plan,
@@ -551,6 +647,12 @@ QuantizedWeight QuantizeWeight(
     numerics::ErrorStats err = numerics::MeasureError(*values, approx);
     out.report.set_mse(err.mse);
     out.report.set_sqnr_db(err.sqnr_db);
+    if (options.bias_correction && approx.size() == values->size()) {
+      for (size_t i = 0; i < approx.size(); ++i) {
+        approx[i] = (*values)[i] - approx[i];  // Now the error.
+      }
+      ComputeBiasShifts(graph, plan, approx, options, &out);
+    }
   }
   std::vector<float>().swap(*values);
   if (cancelled()) return out;
@@ -659,6 +761,22 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
       graph::AddInitializer(std::move(w.values), also_input, graph);
       graph::AddInitializer(std::move(w.scale), also_input, graph);
       graph::AddInitializer(std::move(w.zero_point), also_input, graph);
+      double corrected = 0;
+      for (const auto& [consumer, shift] : w.bias_shifts) {
+        absl::StatusOr<double> added = ApplyBiasShift(graph, consumer, shift);
+        if (added.ok()) {
+          corrected = std::max(corrected, *added);
+        } else {
+          w.bias_notes.push_back(
+              absl::StrCat("bias not corrected: ", added.status().message()));
+        }
+      }
+      w.report.set_bias_correction_max(corrected);
+      for (const std::string& n : w.bias_notes) {
+        w.report.set_note(w.report.note().empty()
+                              ? n
+                              : absl::StrCat(w.report.note(), "; ", n));
+      }
       ++result.quantized;
       if (hooks.on_report) hooks.on_report(w.report);
       if (hooks.on_progress) {

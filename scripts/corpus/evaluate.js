@@ -83,6 +83,10 @@ const CONFIGS = {
   // `static: true`) are GPTQ's data only; activations stay dynamic.
   dyn_tf_w4a8_gptq: { label: 'DYNAMIC TF W4A8 GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq'] },
   dyn_tf_w4a8_b32_gptq: { label: 'DYNAMIC TF W4A8 block 32 GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=gptq'] },
+  // Bias correction, alone and after GPTQ.
+  static_tf_w4a8_bc: { label: 'STATIC TF W4A8 bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--bias_correction'] },
+  static_tf_w4a8_gptq_bc: { label: 'STATIC TF W4A8 GPTQ + bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--bias_correction'] },
+  static_tf_w8a8_bc: { label: 'STATIC TF W8A8 bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--bias_correction'] },
   static_tf_w8a8_gptq: { label: 'STATIC TF W8A8 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },

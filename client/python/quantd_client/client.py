@@ -390,6 +390,7 @@ class QuantdClient:
                  weight_algorithm: Optional[str] = None,
                  gptq_dampening: Optional[float] = None,
                  gptq_act_order: bool = False,
+                 bias_correction: bool = False,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
@@ -415,6 +416,8 @@ class QuantdClient:
             inputs its layer saw on calibration_batches (STATIC_RANGE).
         gptq_dampening, gptq_act_order: config.gptq (quantctl
             --gptq_dampening, --gptq_act_order).
+        bias_correction: add each Conv / Gemm weight's expected output shift
+            on calibration_batches to its bias (quantctl --bias_correction).
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
@@ -448,6 +451,8 @@ class QuantdClient:
             config.gptq.dampening = float(gptq_dampening)
         if gptq_act_order:
             config.gptq.act_order = True
+        if bias_correction:
+            config.bias_correction = True
 
         batches = _Batches(calibration_batches)
 

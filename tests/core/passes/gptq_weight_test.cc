@@ -67,3 +67,56 @@ TEST(GptqInputsForTest, AReaderThatSawNoInputSaysWhy) {
 
 }  // namespace
 }  // namespace quantd::passes
+
+namespace quantd::passes {
+namespace {
+
+TEST(ExpectedOutputShiftTest, IsTheErrorTimesTheInputMean) {
+  // MatMul B [K=3, N=2] (element k * 2 + n) and a mean input of (1, 2, 3).
+  testing::ModelBuilder m(13);
+  m.Input("x", {1, 3}).Weight("W", {3, 2});
+  m.Node("MatMul", {"x", "W"}, {"y"}, "mm");
+  m.Output("y");
+  const onnx::GraphProto g = m.Build().graph();
+  LayerMoments moments;
+  moments.k = 3;
+  moments.rows = 2;
+  moments.sum = {2, 4, 6};  // Mean (1, 2, 3).
+  WeightPlan plan;
+  plan.tensor = "W";
+  plan.dims = {3, 2};
+  plan.num_elements = 6;
+  plan.axis = 1;
+  const std::vector<float> error = {0.5f, -1.0f, 0.25f, 0.0f, 0.0f, 2.0f};
+  absl::StatusOr<std::vector<double>> shift =
+      ExpectedOutputShift(g.node(0), plan, error, moments);
+  ASSERT_TRUE(shift.ok()) << shift.status();
+  // Channel 0: 0.5*1 + 0.25*2 + 0*3 = 1; channel 1: -1*1 + 0*2 + 2*3 = 5.
+  EXPECT_THAT(*shift, ::testing::ElementsAre(1.0, 5.0));
+}
+
+TEST(ExpectedOutputShiftTest, GroupedConvUsesEachGroupsMean) {
+  // Conv W [M=2, C/g=1, 1, 1], group 2: channel g reads input channel g.
+  testing::ModelBuilder m(13);
+  m.Input("x", {1, 2, 2, 2}).Weight("W", {2, 1, 1, 1});
+  m.Node("Conv", {"x", "W"}, {"y"}, "conv").Attr("group", 2);
+  m.Output("y");
+  const onnx::GraphProto g = m.Build().graph();
+  LayerMoments moments;
+  moments.k = 1;
+  moments.groups = 2;
+  moments.rows = 4;
+  moments.sum = {4, -8};  // Means 1 and -2.
+  WeightPlan plan;
+  plan.tensor = "W";
+  plan.dims = {2, 1, 1, 1};
+  plan.num_elements = 2;
+  plan.axis = 0;
+  absl::StatusOr<std::vector<double>> shift =
+      ExpectedOutputShift(g.node(0), plan, {0.5f, 0.25f}, moments);
+  ASSERT_TRUE(shift.ok()) << shift.status();
+  EXPECT_THAT(*shift, ::testing::ElementsAre(0.5, -0.5));
+}
+
+}  // namespace
+}  // namespace quantd::passes
