@@ -94,10 +94,6 @@ bool CollectRanges(absl::Span<const float> data, const ChannelLayout& layout,
 }
 
 // Stores q as one byte with the bit pattern of int8 or uint8.
-char ToByte(int32_t q, bool is_signed) {
-  return is_signed ? static_cast<char>(static_cast<int8_t>(q))
-                   : static_cast<char>(static_cast<uint8_t>(q));
-}
 int32_t FromByte(char b, bool is_signed) {
   return is_signed ? static_cast<int32_t>(static_cast<int8_t>(b))
                    : static_cast<int32_t>(static_cast<uint8_t>(b));
@@ -245,6 +241,11 @@ absl::Status ChooseAllParams(const std::vector<Range>& ranges,
 }
 
 }  // namespace
+
+char ToByte(int32_t q, bool is_signed) {
+  return is_signed ? static_cast<char>(static_cast<int8_t>(q))
+                   : static_cast<char>(static_cast<uint8_t>(q));
+}
 
 absl::StatusOr<QuantizedTensor> QuantizeTensor(absl::Span<const float> data,
                                                absl::Span<const int64_t> shape,

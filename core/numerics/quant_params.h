@@ -94,6 +94,10 @@ struct ChannelLayout {
 absl::StatusOr<ChannelLayout> LayoutFor(absl::Span<const int64_t> shape,
                                         int axis);
 
+// A grid value as the byte QuantizedTensor::values stores: its int8 bit
+// pattern when `is_signed`, else its uint8 one.
+char ToByte(int32_t q, bool is_signed);
+
 // A quantized tensor: one byte per value (int8 or uint8 bit pattern, ready
 // for TensorProto.raw_data), and one QuantParams per channel (a single entry
 // when per-tensor).

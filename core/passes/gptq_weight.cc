@@ -24,11 +24,6 @@ struct MatrixView {
   }
 };
 
-char ToByte(int32_t q, bool is_signed) {
-  return is_signed ? static_cast<char>(static_cast<int8_t>(q))
-                   : static_cast<char>(static_cast<uint8_t>(q));
-}
-
 // The weight of `plan` as its consumer multiplies it, and the axes of its
 // output channels and inputs in the tensor (input -1: never blocked).
 struct WeightLayout {
@@ -156,7 +151,7 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
     for (int64_t r = 0; r < view.rows; ++r) {
       for (int64_t c = 0; c < k; ++c) {
         q.values[view.Index(g, r, c)] =
-            ToByte(result.values[r * k + c], spec.is_signed);
+            numerics::ToByte(result.values[r * k + c], spec.is_signed);
       }
       const int64_t channel = g * view.rows + r;
       for (int64_t b = 0; b < blocks; ++b) {

@@ -10,6 +10,7 @@
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/executor/kernel.h"
+#include "core/graph/graph_edit.h"
 
 namespace quantd::passes {
 namespace {
@@ -29,14 +30,6 @@ void RankUpdate(const float* x, int64_t rows, int64_t k, float* h,
   hm.selfadjointView<Eigen::Upper>().rankUpdate(xm.transpose());
   Eigen::Map<Eigen::VectorXd>(sum, k) +=
       xm.colwise().sum().transpose().cast<double>();
-}
-
-int64_t IntAttr(const onnx::NodeProto& node, const std::string& name,
-                int64_t fallback) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == name) return a.i();
-  }
-  return fallback;
 }
 
 // `graph` and every subgraph body in it (If / Loop / Scan attributes,
@@ -125,8 +118,8 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
       key = absl::StrCat("rows|", k);
     } else if (op == "Gemm") {
       if (dims.size() != 2) continue;
-      k = IntAttr(node, "transB", 0) != 0 ? dims[1] : dims[0];
-      const bool trans_a = IntAttr(node, "transA", 0) != 0;
+      k = graph::IntAttribute(node, "transB", 0) != 0 ? dims[1] : dims[0];
+      const bool trans_a = graph::IntAttribute(node, "transA", 0) != 0;
       layer.kind = trans_a ? Layer::Kind::kRowsTransposed : Layer::Kind::kRows;
       key = absl::StrCat(trans_a ? "cols|" : "rows|", k);
     } else {
@@ -139,7 +132,7 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
       }
       layer.kind = Layer::Kind::kConv;
       layer.weight_dims = dims;
-      layer.group = IntAttr(node, "group", 1);
+      layer.group = graph::IntAttribute(node, "group", 1);
       if (layer.group < 1 || dims[0] % layer.group != 0) continue;
       groups = layer.group;
       k = Product(dims, 1);

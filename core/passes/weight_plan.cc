@@ -433,11 +433,8 @@ absl::StatusOr<double> ApplyBiasShift(onnx::GraphProto* graph, int c,
   const std::string& name = node.input(2);
   double scale = 1.0;
   if (node.op_type() == "Gemm") {
-    float alpha = 1.0f, beta = 1.0f;
-    for (const auto& a : node.attribute()) {
-      if (a.name() == "alpha") alpha = a.f();
-      if (a.name() == "beta") beta = a.f();
-    }
+    const float alpha = graph::FloatAttribute(node, "alpha", 1.0f);
+    const float beta = graph::FloatAttribute(node, "beta", 1.0f);
     if (beta == 0.0f) {
       return absl::FailedPreconditionError(absl::StrCat(who, " has beta 0"));
     }
