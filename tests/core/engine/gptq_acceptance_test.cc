@@ -105,21 +105,29 @@ std::vector<Layout> Layouts() {
   return out;
 }
 
+// What differs between the calls of these tests; W4A8, every weight.
+struct Request {
+  bool gptq = false;
+  bool bias_correction = false;
+  tfq::QuantizationMethod::ExperimentalMethod method =
+      tfq::QuantizationMethod::STATIC_RANGE;
+};
+
 absl::StatusOr<QuantizeResult> Quantize(
-    const Layout& l, bool gptq, const executor::Tensor& calib,
-    std::vector<quantd::v1::TensorReport>* reports,
-    tfq::QuantizationMethod::ExperimentalMethod method =
-        tfq::QuantizationMethod::STATIC_RANGE,
-    quantd::v1::QuantizeSummary* summary = nullptr) {
+    const Layout& l, const Request& request, const executor::Tensor& calib,
+    std::vector<quantd::v1::TensorReport>* reports) {
   quantd::v1::QuantizeConfig config;
   tfq::QuantizationOptions* o = config.mutable_options();
-  o->mutable_quantization_method()->set_experimental_method(method);
+  o->mutable_quantization_method()->set_experimental_method(request.method);
   o->set_quantization_precision(tfq::PRECISION_W4A8);
   o->set_min_num_elements_for_weights(-1);
   if (l.block_size > 0) {
     config.mutable_weight_params()->set_block_size(l.block_size);
   }
-  if (gptq) config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
+  if (request.gptq) {
+    config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
+  }
+  config.set_bias_correction(request.bias_correction);
   std::vector<quantd::v1::TensorBatch> batches = BatchesOf(calib, 64);
   BatchQueue queue(batches.size() + 1);
   for (auto& b : batches) queue.Push(std::move(b));
@@ -130,12 +138,19 @@ absl::StatusOr<QuantizeResult> Quantize(
   events.on_tensor_report = [reports](const quantd::v1::TensorReport& r) {
     reports->push_back(r);
   };
-  const bool send = gptq || method == tfq::QuantizationMethod::STATIC_RANGE;
-  absl::StatusOr<QuantizeResult> r =
-      RunQuantize(config, l.model.SerializeAsString(), events, cancel, &pool,
-                  send ? &queue : nullptr);
-  if (r.ok() && summary != nullptr) *summary = r->summary;
-  return r;
+  // DYNAMIC rounding to nearest takes no batches.
+  const bool send = request.gptq || request.bias_correction ||
+                    request.method == tfq::QuantizationMethod::STATIC_RANGE;
+  return RunQuantize(config, l.model.SerializeAsString(), events, cancel, &pool,
+                     send ? &queue : nullptr);
+}
+
+// The output SQNR of `model` against `float_model` on `x`, in ONNX Runtime.
+double OrtSqnr(const std::string& float_model, const std::string& model,
+               const std::string& x) {
+  return JsonNumber(
+      OrtEval({"compare", "--model", float_model, "--model2", model, "--x", x}),
+      "sqnr_db");
 }
 
 TEST(GptqAcceptanceTest, EveryLayoutRunsInOrtAndBeatsRounding) {
@@ -153,13 +168,13 @@ TEST(GptqAcceptanceTest, EveryLayoutRunsInOrtAndBeatsRounding) {
     double sqnr[2] = {0, 0};
     for (bool gptq : {false, true}) {
       std::vector<quantd::v1::TensorReport> reports;
-      absl::StatusOr<QuantizeResult> r = Quantize(l, gptq, calib, &reports);
+      Request request;
+      request.gptq = gptq;
+      absl::StatusOr<QuantizeResult> r = Quantize(l, request, calib, &reports);
       ASSERT_TRUE(r.ok()) << r.status();
       const std::string path = tmp.File(gptq ? "gptq.onnx" : "rtn.onnx");
       WriteFileOrDie(path, r->model);
-      sqnr[gptq] = JsonNumber(OrtEval({"compare", "--model", float_model,
-                                       "--model2", path, "--x", x}),
-                              "sqnr_db");
+      sqnr[gptq] = OrtSqnr(float_model, path, x);
       int weights = 0;
       for (const auto& report : reports) {
         if (report.weight_algorithm().empty()) continue;  // An activation.
@@ -193,7 +208,9 @@ TEST(GptqAcceptanceTest, FewerRowsThanInputsStillRunWithDamping) {
   Layout l{"few_rows", m.Build(), {8, 48}, 1, 0};
   const executor::Tensor calib = Correlated({8, 48}, 1, 3);
   std::vector<quantd::v1::TensorReport> reports;
-  absl::StatusOr<QuantizeResult> r = Quantize(l, true, calib, &reports);
+  Request request;
+  request.gptq = true;
+  absl::StatusOr<QuantizeResult> r = Quantize(l, request, calib, &reports);
   ASSERT_TRUE(r.ok()) << r.status();
   bool seen = false;
   for (const auto& report : reports) {
@@ -218,19 +235,17 @@ TEST(GptqAcceptanceTest, DynamicRangeUsesTheBatchesForTheWeights) {
   double sqnr[2] = {0, 0};
   for (bool gptq : {false, true}) {
     std::vector<quantd::v1::TensorReport> reports;
-    quantd::v1::QuantizeSummary summary;
-    absl::StatusOr<QuantizeResult> r =
-        Quantize(l, gptq, calib, &reports,
-                 tfq::QuantizationMethod::DYNAMIC_RANGE, &summary);
+    Request request;
+    request.gptq = gptq;
+    request.method = tfq::QuantizationMethod::DYNAMIC_RANGE;
+    absl::StatusOr<QuantizeResult> r = Quantize(l, request, calib, &reports);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(summary.method(), "DYNAMIC_RANGE");
+    EXPECT_EQ(r->summary.method(), "DYNAMIC_RANGE");
     ASSERT_EQ(reports.size(), 1u);
     EXPECT_EQ(reports[0].weight_algorithm(), gptq ? "gptq" : "rtn");
     const std::string path = tmp.File(gptq ? "gptq.onnx" : "rtn.onnx");
     WriteFileOrDie(path, r->model);
-    sqnr[gptq] = JsonNumber(OrtEval({"compare", "--model", float_model,
-                                     "--model2", path, "--x", x}),
-                            "sqnr_db");
+    sqnr[gptq] = OrtSqnr(float_model, path, x);
   }
   std::printf(
       "measured: DYNAMIC W4A8 MatMul in ONNX Runtime: rtn %.2f dB, "
@@ -259,26 +274,12 @@ TEST(GptqAcceptanceTest, BiasCorrectionRecentresTheOutputs) {
   const std::string float_model = tmp.File("float.onnx");
   WriteFileOrDie(float_model, model.SerializeAsString());
   double sqnr[2] = {0, 0};
+  const Layout l{"gemm_bias", model, {64, 48}, 1, 0};
   for (bool correct : {false, true}) {
-    quantd::v1::QuantizeConfig config;
-    tfq::QuantizationOptions* o = config.mutable_options();
-    o->mutable_quantization_method()->set_experimental_method(
-        tfq::QuantizationMethod::STATIC_RANGE);
-    o->set_quantization_precision(tfq::PRECISION_W4A8);
-    o->set_min_num_elements_for_weights(-1);
-    config.set_bias_correction(correct);
-    std::vector<quantd::v1::TensorBatch> batches = BatchesOf(calib, 64);
-    BatchQueue queue(batches.size() + 1);
-    for (auto& b : batches) queue.Push(std::move(b));
-    queue.Close();
-    CancellationToken cancel;
+    Request request;
+    request.bias_correction = correct;
     std::vector<quantd::v1::TensorReport> reports;
-    QuantizeEvents events;
-    events.on_tensor_report = [&](const quantd::v1::TensorReport& r) {
-      reports.push_back(r);
-    };
-    absl::StatusOr<QuantizeResult> r = RunQuantize(
-        config, model.SerializeAsString(), events, cancel, nullptr, &queue);
+    absl::StatusOr<QuantizeResult> r = Quantize(l, request, calib, &reports);
     ASSERT_TRUE(r.ok()) << r.status();
     for (const auto& report : reports) {
       if (report.tensor_name() != "W") continue;
@@ -290,9 +291,7 @@ TEST(GptqAcceptanceTest, BiasCorrectionRecentresTheOutputs) {
     }
     const std::string path = tmp.File(correct ? "bc.onnx" : "plain.onnx");
     WriteFileOrDie(path, r->model);
-    sqnr[correct] = JsonNumber(OrtEval({"compare", "--model", float_model,
-                                        "--model2", path, "--x", x}),
-                               "sqnr_db");
+    sqnr[correct] = OrtSqnr(float_model, path, x);
   }
   std::printf(
       "measured: STATIC W4A8 Gemm, inputs of mean 4, in ONNX Runtime: "
