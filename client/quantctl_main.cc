@@ -134,6 +134,13 @@ ABSL_FLAG(bool, gptq_act_order, false,
 ABSL_FLAG(bool, bias_correction, false,
           "quantize: add each Conv / Gemm weight's expected output shift on "
           "--calibration_data to its layer's bias (either method).");
+ABSL_FLAG(std::string, smoothquant, "",
+          "quantize: SmoothQuant with this alpha in [0, 1] (bare "
+          "--smoothquant: 0.5): migrate activation outliers into the "
+          "weights, from --calibration_data (either method).");
+ABSL_FLAG(bool, equalize, false,
+          "quantize: cross-layer equalization of consecutive layers' "
+          "weight ranges (data-free, either method).");
 ABSL_FLAG(std::string, calibration_method, "",
           "quantize: the observer for --calibration_data (default min_max).");
 
@@ -156,6 +163,7 @@ constexpr char kUsage[] =
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--weight_algorithm=rtn|gptq [--gptq_dampening=X]\n"
     "                     [--gptq_act_order]] [--bias_correction]\n"
+    "                    [--smoothquant[=ALPHA]] [--equalize]\n"
     "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
@@ -202,7 +210,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
                     "target_sqnr_db",   "weight_bits",
                     "holdout_batches",  "min_num_elements_for_weights",
                     "weight_algorithm", "gptq_dampening",
-                    "gptq_act_order",   "bias_correction"}},
+                    "gptq_act_order",   "bias_correction",
+                    "smoothquant",      "equalize"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -269,6 +278,8 @@ absl::Status ParseFlags(const std::vector<std::string>& args,
     } else if (flag != nullptr && !has_value) {
       if (flag->IsOfType<bool>()) {
         value = "true";
+      } else if (name == "smoothquant") {
+        value = "0.5";  // --smoothquant[=ALPHA]: the paper's default.
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {
@@ -520,6 +531,24 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
   PrintTable(rows);
 }
 
+void PrintChannelScalings(const quantd::v1::QuantizeSummary& s) {
+  if (s.channel_scalings_size() == 0) return;
+  absl::PrintF(
+      "channel scalings (smoothquant: |x| max before -> after; "
+      "equalize: worst weight range ratio before -> after):\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"ALGORITHM", "VALUE", "ABSORBED_BY", "READERS", "CHANNELS", "SCALES",
+       "BEFORE", "AFTER"}};
+  for (const quantd::v1::ChannelScaling& c : s.channel_scalings()) {
+    rows.push_back({c.algorithm(), c.value(), c.absorbed_by(),
+                    absl::StrJoin(c.layers(), ","), absl::StrCat(c.channels()),
+                    absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
+                    absl::StrFormat("%.4g", c.before()),
+                    absl::StrFormat("%.4g", c.after())});
+  }
+  PrintTable(rows);
+}
+
 void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   const double ratio =
       s.output_bytes() == 0
@@ -553,6 +582,7 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   for (const std::string& v : s.validations()) {
     absl::PrintF("validated:  %s\n", v);
   }
+  PrintChannelScalings(s);
   PrintFidelity(s);
   PrintAccuracySearch(s);
 }
@@ -671,6 +701,15 @@ int RunQuantize() {
     config.mutable_gptq()->set_act_order(true);
   }
   if (absl::GetFlag(FLAGS_bias_correction)) config.set_bias_correction(true);
+  if (const std::string a = absl::GetFlag(FLAGS_smoothquant); !a.empty()) {
+    double alpha = 0;
+    if (!absl::SimpleAtod(a, &alpha)) {
+      return UsageError(absl::StrCat("--smoothquant is '", a,
+                                     "'; it must be a number in [0, 1]"));
+    }
+    config.mutable_smoothquant()->set_alpha(alpha);
+  }
+  if (absl::GetFlag(FLAGS_equalize)) config.set_equalize(true);
   if (const int32_t bits = absl::GetFlag(FLAGS_weight_bits); bits != 0) {
     config.mutable_weight_params()->set_bits(bits);
   }

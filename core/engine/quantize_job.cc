@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <new>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,6 +25,8 @@
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
 #include "core/graph/validate.h"
+#include "core/numerics/quant_params.h"
+#include "core/passes/channel_scaling.h"
 #include "core/passes/dynamic_range_options.h"
 #include "core/passes/dynamic_range_pass.h"
 #include "core/passes/fold_constants.h"
@@ -81,6 +84,12 @@ class QuantizeJob {
   // STATIC_RANGE: the activation ranges, from config.calibration or from
   // the batches that follow the model in this call.
   absl::Status Calibrate();
+  // config.equalize: cross-layer equalization of the prepared float model.
+  absl::Status Equalize();
+  // config.smoothquant, after calibration: rescales the sites' channels
+  // from their observed extremes, and (STATIC_RANGE) the ranges of the
+  // rescaled values with them.
+  absl::Status Smooth(const calibration::ObserverConfig& observers);
   passes::PassHooks MakeHooks();
   absl::Status Quantize();
   // The quantized model against the float one over the kept calibration
@@ -120,6 +129,10 @@ class QuantizeJob {
   // calibration, and the budget they are charged to.
   calibration::MemoryBudget gptq_budget_;
   std::unique_ptr<passes::InputMoments> input_moments_;
+  // smoothquant: the values to rescale and their per-channel extremes on
+  // the calibration batches.
+  std::vector<passes::ScalingSite> smoothing_sites_;
+  passes::ChannelExtremes channel_extremes_;
   QuantizeRequestOptions options_;  // Resolved first, by Run.
   passes::ActivationRanges ranges_;
 
@@ -232,6 +245,109 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   return cancel_.Check("validate");
 }
 
+absl::Status QuantizeJob::Equalize() {
+  if (!options_.equalize) return absl::OkStatus();
+  const bool is_static = resolved().method == Method::kStaticRange;
+  const passes::WeightPassOptions& weights =
+      is_static ? options_.static_range : options_.dynamic_range;
+  QUANTD_ASSIGN_OR_RETURN(
+      std::vector<quantd::v1::ChannelScaling> scalings,
+      passes::EqualizeLayers(&model_, weights.min_num_elements));
+  result_.summary.add_validations(absl::StrCat(
+      "note: equalize: ", scalings.size(),
+      " layer pairs rescaled so that each channel's weight range is the "
+      "same in both layers (summary.channel_scalings)"));
+  for (auto& scaling : scalings) {
+    *result_.summary.add_channel_scalings() = std::move(scaling);
+  }
+  return cancel_.Check("equalize");
+}
+
+absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
+  const bool is_static = resolved().method == Method::kStaticRange;
+  const double alpha = *options_.smoothquant_alpha;
+  passes::ModelWeights weights(&model_);
+  int64_t unseen = 0, inserted = 0;
+  for (const passes::ScalingSite& site : smoothing_sites_) {
+    // Every value the rescale changes must have been seen, or its range
+    // would be stale.
+    const passes::ChannelExtremes::Extremes* x =
+        channel_extremes_.Find(site.value);
+    bool seen = x != nullptr;
+    for (const std::string& v : site.chain_values) {
+      seen = seen && channel_extremes_.Find(v) != nullptr;
+    }
+    if (!seen) {
+      ++unseen;
+      continue;
+    }
+    const std::vector<double> act = passes::ChannelAbsMax(*x);
+    QUANTD_ASSIGN_OR_RETURN(std::vector<double> wmax,
+                            passes::ReaderChannelMax(site, weights));
+    const std::vector<double> s = passes::SmoothQuantScales(act, wmax, alpha);
+    QUANTD_ASSIGN_OR_RETURN(passes::AppliedScaling applied,
+                            passes::ApplyChannelScales(site, s, &weights));
+    if (input_moments_ != nullptr) {
+      std::vector<std::string> outputs;
+      for (const onnx::NodeProto* n : site.readers) {
+        if (n->output_size() > 0) outputs.push_back(n->output(0));
+      }
+      input_moments_->ScaleInputChannels(outputs, s);
+    }
+    if (site.absorber == nullptr) ++inserted;
+    double before = 0, after = 0;
+    for (size_t c = 0; c < act.size(); ++c) {
+      before = std::max(before, act[c]);
+      after = std::max(after, act[c] / s[c]);
+    }
+    if (is_static) {
+      for (const std::string& v : applied.scaled_values) {
+        // An inserted Mul's output is X / s.
+        const passes::ChannelExtremes::Extremes* e =
+            site.absorber == nullptr ? x : channel_extremes_.Find(v);
+        float lo = std::numeric_limits<float>::infinity();
+        float hi = -std::numeric_limits<float>::infinity();
+        for (size_t c = 0; c < s.size(); ++c) {
+          if (e->min[c] > e->max[c]) continue;
+          lo = std::min(lo, static_cast<float>(e->min[c] / s[c]));
+          hi = std::max(hi, static_cast<float>(e->max[c] / s[c]));
+        }
+        if (lo > hi) lo = hi = 0;
+        passes::ActivationRange& r = ranges_[v];
+        std::tie(r.min, r.max) =
+            numerics::AdjustRange(lo, hi, observers.bits, observers.symmetric,
+                                  observers.narrow_range);
+        r.channels = 0;
+      }
+    }
+    quantd::v1::ChannelScaling& report =
+        *result_.summary.add_channel_scalings();
+    report.set_algorithm("smoothquant");
+    report.set_value(applied.value);
+    report.set_absorbed_by(applied.absorbed_by);
+    for (const onnx::NodeProto* n : site.readers) report.add_layers(n->name());
+    report.set_channels(site.channels);
+    report.set_min_scale(*std::min_element(s.begin(), s.end()));
+    report.set_max_scale(*std::max_element(s.begin(), s.end()));
+    report.set_before(before);
+    report.set_after(after);
+  }
+  weights.DropUnread();
+  const int64_t applied =
+      static_cast<int64_t>(smoothing_sites_.size()) - unseen;
+  result_.summary.add_validations(absl::StrCat(
+      "note: smoothquant (alpha ", alpha, "): ", applied, " values rescaled (",
+      applied - inserted, " folded into their producer, ", inserted,
+      " through an inserted Mul)",
+      unseen > 0 ? absl::StrCat("; ", unseen,
+                                " not reached by the calibration batches "
+                                "left as they are")
+                 : std::string(),
+      " (summary.channel_scalings)"));
+  smoothing_sites_.clear();
+  return absl::OkStatus();
+}
+
 passes::PassHooks QuantizeJob::MakeHooks() {
   passes::PassHooks hooks;
   hooks.on_planned = [this](int64_t total) {
@@ -267,8 +383,9 @@ absl::Status QuantizeJob::Calibrate() {
   const bool layer_inputs =
       weights.algorithm == passes::WeightAlgorithm::kGptq ||
       weights.bias_correction;
+  const bool smooth = options_.smoothquant_alpha.has_value();
   // DYNAMIC_RANGE calibrates only to gather those.
-  if (!is_static && !layer_inputs) return absl::OkStatus();
+  if (!is_static && !layer_inputs && !smooth) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
   if (has_ranges) {
     QUANTD_ASSIGN_OR_RETURN(
@@ -283,9 +400,9 @@ absl::Status QuantizeJob::Calibrate() {
     return absl::OkStatus();
   }
   constexpr char kGptqNeedsBatches[] =
-      "weight_algorithm GPTQ and bias_correction need the inputs each layer "
-      "sees: send calibration batches of graph inputs after the model in "
-      "this call";
+      "weight_algorithm GPTQ, bias_correction and smoothquant need the "
+      "inputs each layer sees: send calibration batches of graph inputs "
+      "after the model in this call";
   if (calibration_batches_ == nullptr) {
     if (!is_static) return absl::FailedPreconditionError(kGptqNeedsBatches);
     return absl::FailedPreconditionError(
@@ -314,10 +431,24 @@ absl::Status QuantizeJob::Calibrate() {
       return moments.status();
     }
     input_moments_ = std::move(*moments);
+  }
+  if (smooth) {
+    smoothing_sites_ =
+        passes::FindScalingSites(&model_, weights.min_num_elements);
+    for (const passes::ScalingSite& site : smoothing_sites_) {
+      channel_extremes_.Track(site.value, site.axis, site.channels);
+      for (const std::string& v : site.chain_values) {
+        channel_extremes_.Track(v, site.axis, site.channels);
+      }
+    }
+  }
+  if (layer_inputs || smooth) {
     (*session)->set_tensor_sink(
-        [m = input_moments_.get()](const std::string& name,
-                                   const executor::Tensor& t) {
-          return m->Observe(name, t);
+        [this](const std::string& name, const executor::Tensor& t) {
+          if (input_moments_ != nullptr) {
+            QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
+          }
+          return channel_extremes_.Observe(name, t);
         });
   }
   {
@@ -381,8 +512,10 @@ absl::Status QuantizeJob::Calibrate() {
   if (is_static) {
     QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
   }
+  if (input_moments_ != nullptr) input_moments_->Finish();
+  // After Finish: the layers' statistics follow the rescale.
+  if (smooth) QUANTD_RETURN_IF_ERROR(Smooth(observer_config));
   if (input_moments_ != nullptr) {
-    input_moments_->Finish();
     weights.input_moments = input_moments_.get();
     result_.summary.add_validations(absl::StrCat(
         "note: ",
@@ -769,7 +902,8 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
     result_.model = std::move(bytes);
     return std::move(result_);
   }
-  s = Calibrate();
+  s = Equalize();
+  if (s.ok()) s = Calibrate();
   if (config_.has_target_sqnr_db()) {
     if (s.ok()) s = SearchForTarget();
   } else {

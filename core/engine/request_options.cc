@@ -1,8 +1,11 @@
 #include "core/engine/request_options.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/engine/accuracy_search.h"
 #include "core/engine/capabilities.h"
@@ -12,18 +15,40 @@ namespace quantd {
 namespace {
 namespace tfq = tensorflow::quantization;
 
-// The options that need the inputs each layer sees (InputMoments).
+// The options that need the values each layer reads on calibration batches
+// in this call (InputMoments, ChannelExtremes).
 bool UsesLayerInputs(const quantd::v1::QuantizeConfig& config) {
   return config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
-         config.bias_correction();
+         config.bias_correction() || config.has_smoothquant();
 }
 std::string LayerInputUsers(const quantd::v1::QuantizeConfig& config) {
-  const bool gptq =
-      config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ;
-  if (gptq && config.bias_correction()) {
-    return "weight_algorithm GPTQ with bias_correction";
+  std::vector<std::string> users;
+  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
+    users.push_back("weight_algorithm GPTQ");
   }
-  return gptq ? "weight_algorithm GPTQ" : "bias_correction";
+  if (config.bias_correction()) users.push_back("bias_correction");
+  if (config.has_smoothquant()) users.push_back("smoothquant");
+  return absl::StrJoin(users, " with ");
+}
+
+absl::Status CheckChannelScaling(const quantd::v1::QuantizeConfig& config,
+                                 Method method) {
+  if ((config.has_smoothquant() || config.equalize()) &&
+      method == Method::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.has_smoothquant() ? "smoothquant" : "equalize",
+        " needs a quantization_method: it prepares the weights and "
+        "activations for quantizing"));
+  }
+  if (config.has_smoothquant()) {
+    const double alpha =
+        config.smoothquant().has_alpha() ? config.smoothquant().alpha() : 0.5;
+    if (!(alpha >= 0 && alpha <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "smoothquant.alpha is ", alpha, "; it must be in [0, 1]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
@@ -90,6 +115,12 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   const Method method = out.resolved.method;
   QUANTD_RETURN_IF_ERROR(CheckSupported(config.options()));
   QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, method));
+  QUANTD_RETURN_IF_ERROR(CheckChannelScaling(config, method));
+  if (config.has_smoothquant()) {
+    out.smoothquant_alpha =
+        config.smoothquant().has_alpha() ? config.smoothquant().alpha() : 0.5;
+  }
+  out.equalize = config.equalize();
   // A model-wide FULL with unit entries runs the pass: units may ask for
   // W8A8 (and the entries must be checked against the model).
   if (method == Method::kNone) {
@@ -112,6 +143,14 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     if (batch_stream && config.calibration().ranges_size() == 0) {
       QUANTD_ASSIGN_OR_RETURN(
           out.observers, InCallObservers(config, out.static_range.activations));
+      if (out.smoothquant_alpha && out.observers.method != "min_max") {
+        return absl::UnimplementedError(absl::StrCat(
+            "smoothquant with STATIC_RANGE is implemented for the min_max "
+            "observer only (the ranges of the rescaled values are derived "
+            "from per-channel minima and maxima), not for calibration "
+            "method '",
+            out.observers.method, "'"));
+      }
     }
     return out;
   }
@@ -122,8 +161,8 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     return absl::InvalidArgumentError(
         "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
         "activations at run time; use STATIC_RANGE to calibrate (or "
-        "weight_algorithm GPTQ or bias_correction, which use them for the "
-        "weights)");
+        "weight_algorithm GPTQ, bias_correction or smoothquant, which use "
+        "them for the weights)");
   }
   QUANTD_ASSIGN_OR_RETURN(out.dynamic_range,
                           passes::ResolveDynamicRangeOptions(config));

@@ -5,6 +5,7 @@
 #ifndef QUANTD_CORE_ENGINE_REQUEST_OPTIONS_H_
 #define QUANTD_CORE_ENGINE_REQUEST_OPTIONS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,10 @@ struct QuantizeRequestOptions {
   // STATIC_RANGE calibrating from batches in the call: the observers, on the
   // activation grid the pass will use.
   calibration::ObserverConfig observers;
+  // config.smoothquant: its alpha (set means on).
+  std::optional<double> smoothquant_alpha;
+  // config.equalize.
+  bool equalize = false;
 };
 
 // Resolves a Quantize request. `batch_stream`: the call carries (or may
@@ -35,14 +40,16 @@ struct QuantizeRequestOptions {
 //  1. method, enums and (method, op set, precision) of the model and of
 //     each unit entry against the capability table (CheckSupported);
 //  2. the search fields: target_sqnr_db (STATIC_RANGE only, in (0, 200]),
-//     weight_algorithm GPTQ (not with config.calibration), holdout_batches
-//     (>= 0, STATIC_RANGE only);
+//     weight_algorithm GPTQ, bias_correction and smoothquant (not with
+//     config.calibration), holdout_batches (>= 0, STATIC_RANGE only),
+//     smoothquant (alpha in [0, 1]) and equalize (a method set);
 //  3. the method's pass options (passes::ResolveStaticRangeOptions or
 //     passes::ResolveDynamicRangeOptions, each field refused by name);
 //  4. the stream: calibration batches with DYNAMIC_RANGE, unless
-//     weight_algorithm is GPTQ (they are its data);
+//     weight_algorithm GPTQ, bias_correction or smoothquant use them;
 //  5. STATIC_RANGE calibrating in the call: calibration_config (falling back
-//     to activation_params) as the observers will run it.
+//     to activation_params) as the observers will run it; with smoothquant
+//     only the min_max observer.
 absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     const quantd::v1::QuantizeConfig& config, bool batch_stream);
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "Eigen/Core"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/onnx_names.h"
@@ -318,6 +319,38 @@ void InputMoments::Finish() {
     }
   }
   finished_ = true;
+}
+
+void InputMoments::ScaleInputChannels(
+    const std::vector<std::string>& node_outputs,
+    const std::vector<double>& s) {
+  absl::flat_hash_set<const LayerMoments*> done;
+  const int64_t channels = static_cast<int64_t>(s.size());
+  for (const std::string& name : node_outputs) {
+    auto it = by_output_.find(name);
+    if (it == by_output_.end() || it->second->skipped.size() > 0) continue;
+    LayerMoments& m = *it->second;
+    if (!done.insert(&m).second || m.k == 0 || channels % m.groups != 0) {
+      continue;
+    }
+    const int64_t per_group = channels / m.groups;
+    if (per_group == 0 || m.k % per_group != 0) continue;
+    // Conv: column j of a group's im2col rows is channel j / inner.
+    const int64_t inner = m.k / per_group;
+    std::vector<double> f(m.k);
+    for (int64_t g = 0; g < m.groups; ++g) {
+      for (int64_t j = 0; j < m.k; ++j) {
+        f[j] = 1.0 / s[g * per_group + j / inner];
+      }
+      float* h = m.h.data() + g * m.k * m.k;
+      for (int64_t a = 0; a < m.k; ++a) {
+        for (int64_t b = 0; b < m.k; ++b) {
+          h[a * m.k + b] = static_cast<float>(h[a * m.k + b] * f[a] * f[b]);
+        }
+        m.sum[g * m.k + a] *= f[a];
+      }
+    }
+  }
 }
 
 const LayerMoments* InputMoments::Find(const std::string& node_output) const {

@@ -65,6 +65,14 @@ class InputMoments {
   // last Observe. Thread-safe after Finish.
   const LayerMoments* Find(const std::string& node_output) const;
 
+  // The statistics of inputs whose channel c was divided by s[c] (a
+  // function-preserving rescale, channel_scaling.h) for the layers whose
+  // first outputs are `node_outputs`: H_ab / (s_a s_b) and sum_a / s_a,
+  // each shared H once. For Conv, s is per input channel (all groups).
+  // After Finish.
+  void ScaleInputChannels(const std::vector<std::string>& node_outputs,
+                          const std::vector<double>& s);
+
   // Why Find(node_output) has nothing: not a layer GPTQ takes, over the
   // budget, or never fed.
   std::string WhyNone(const std::string& node_output) const;

@@ -88,6 +88,16 @@ const CONFIGS = {
   static_tf_w4a8_gptq_bc: { label: 'STATIC TF W4A8 GPTQ + bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--bias_correction'] },
   static_tf_w8a8_bc: { label: 'STATIC TF W8A8 bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--bias_correction'] },
   static_tf_w8a8_gptq: { label: 'STATIC TF W8A8 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=gptq'] },
+  // SmoothQuant (activation outliers moved into the weights, alpha 0.5 and
+  // 0.75) and cross-layer equalization (data-free), alone and combined.
+  static_tf_w8a8_sq: { label: 'STATIC TF W8A8 SmoothQuant 0.5', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5'] },
+  static_tf_w8a8_sq75: { label: 'STATIC TF W8A8 SmoothQuant 0.75', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.75'] },
+  static_tf_w8a8_eq: { label: 'STATIC TF W8A8 equalize', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--equalize'] },
+  static_tf_w8a8_eq_sq: { label: 'STATIC TF W8A8 equalize + SmoothQuant 0.5', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--equalize', '--smoothquant=0.5'] },
+  static_tf_w8a8_sq_bc: { label: 'STATIC TF W8A8 SmoothQuant 0.5 + bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5', '--bias_correction'] },
+  static_tf_w4a8_eq: { label: 'STATIC TF W4A8 equalize', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--equalize'] },
+  static_tf_w4a8_sq_gptq: { label: 'STATIC TF W4A8 SmoothQuant 0.5 + GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--smoothquant=0.5', '--weight_algorithm=gptq'] },
+  dyn_tf_w8a8_sq: { label: 'DYNAMIC TF W8A8 SmoothQuant 0.5', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
