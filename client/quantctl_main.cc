@@ -136,8 +136,9 @@ ABSL_FLAG(bool, bias_correction, false,
           "--calibration_data to its layer's bias (either method).");
 ABSL_FLAG(std::string, smoothquant, "",
           "quantize: SmoothQuant with this alpha in [0, 1] (bare "
-          "--smoothquant: 0.5): migrate activation outliers into the "
-          "weights, from --calibration_data (either method).");
+          "--smoothquant: 0.5), or auto (each value's alpha chosen by the "
+          "predicted noise): migrate activation outliers into the weights, "
+          "from --calibration_data (either method).");
 ABSL_FLAG(bool, equalize, false,
           "quantize: cross-layer equalization of consecutive layers' "
           "weight ranges (data-free, either method).");
@@ -163,7 +164,7 @@ constexpr char kUsage[] =
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--weight_algorithm=rtn|gptq [--gptq_dampening=X]\n"
     "                     [--gptq_act_order]] [--bias_correction]\n"
-    "                    [--smoothquant[=ALPHA]] [--equalize]\n"
+    "                    [--smoothquant[=ALPHA|auto]] [--equalize]\n"
     "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
@@ -537,11 +538,14 @@ void PrintChannelScalings(const quantd::v1::QuantizeSummary& s) {
       "channel scalings (smoothquant: |x| max before -> after; "
       "equalize: worst weight range ratio before -> after):\n");
   std::vector<std::vector<std::string>> rows = {
-      {"ALGORITHM", "VALUE", "ABSORBED_BY", "READERS", "CHANNELS", "SCALES",
-       "BEFORE", "AFTER"}};
+      {"ALGORITHM", "VALUE", "ABSORBED_BY", "READERS", "CHANNELS", "ALPHA",
+       "SCALES", "BEFORE", "AFTER"}};
   for (const quantd::v1::ChannelScaling& c : s.channel_scalings()) {
     rows.push_back({c.algorithm(), c.value(), c.absorbed_by(),
                     absl::StrJoin(c.layers(), ","), absl::StrCat(c.channels()),
+                    c.algorithm() == "smoothquant"
+                        ? absl::StrFormat("%.2g", c.alpha())
+                        : "-",
                     absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
                     absl::StrFormat("%.4g", c.before()),
                     absl::StrFormat("%.4g", c.after())});
@@ -701,11 +705,14 @@ int RunQuantize() {
     config.mutable_gptq()->set_act_order(true);
   }
   if (absl::GetFlag(FLAGS_bias_correction)) config.set_bias_correction(true);
-  if (const std::string a = absl::GetFlag(FLAGS_smoothquant); !a.empty()) {
+  if (const std::string a = absl::GetFlag(FLAGS_smoothquant); a == "auto") {
+    config.mutable_smoothquant()->set_auto_alpha(true);
+  } else if (!a.empty()) {
     double alpha = 0;
     if (!absl::SimpleAtod(a, &alpha)) {
       return UsageError(absl::StrCat("--smoothquant is '", a,
-                                     "'; it must be a number in [0, 1]"));
+                                     "'; it must be a number in [0, 1] or "
+                                     "auto"));
     }
     config.mutable_smoothquant()->set_alpha(alpha);
   }

@@ -266,8 +266,19 @@ absl::Status QuantizeJob::Equalize() {
 absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
   const bool is_static = resolved().method == Method::kStaticRange;
   const double alpha = *options_.smoothquant_alpha;
+  const bool choose = options_.smoothquant_auto;
+  const passes::WeightPassOptions& pass =
+      is_static ? options_.static_range : options_.dynamic_range;
+  passes::QuantGrids grids;
+  // DYNAMIC_RANGE: DynamicQuantizeLinear's uint8 grid.
+  grids.activation_bits = is_static ? observers.bits : 8;
+  grids.activation_symmetric = is_static && observers.symmetric;
+  grids.activation_ranges_fixed = is_static;
+  grids.weight_bits = pass.weights.SpecFor(pass.precision).bits;
+  grids.weight_per_channel = pass.weights.per_channel;
+  grids.min_elements = pass.min_num_elements;
   passes::ModelWeights weights(&model_);
-  int64_t unseen = 0, inserted = 0;
+  int64_t unseen = 0, inserted = 0, kept = 0;
   for (const passes::ScalingSite& site : smoothing_sites_) {
     // Every value the rescale changes must have been seen, or its range
     // would be stale.
@@ -282,9 +293,23 @@ absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
       continue;
     }
     const std::vector<double> act = passes::ChannelAbsMax(*x);
-    QUANTD_ASSIGN_OR_RETURN(std::vector<double> wmax,
-                            passes::ReaderChannelMax(site, weights));
-    const std::vector<double> s = passes::SmoothQuantScales(act, wmax, alpha);
+    std::vector<double> s;
+    double used_alpha = alpha;
+    if (choose) {
+      QUANTD_ASSIGN_OR_RETURN(
+          passes::SmoothingChoice choice,
+          passes::ChooseSmoothing(site, weights, *x, grids));
+      if (!choice.rescale) {
+        ++kept;
+        continue;
+      }
+      s = std::move(choice.s);
+      used_alpha = choice.alpha;
+    } else {
+      QUANTD_ASSIGN_OR_RETURN(std::vector<double> wmax,
+                              passes::ReaderChannelMax(site, weights));
+      s = passes::SmoothQuantScales(act, wmax, alpha);
+    }
     QUANTD_ASSIGN_OR_RETURN(passes::AppliedScaling applied,
                             passes::ApplyChannelScales(site, s, &weights));
     if (input_moments_ != nullptr) {
@@ -331,17 +356,24 @@ absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
     report.set_max_scale(*std::max_element(s.begin(), s.end()));
     report.set_before(before);
     report.set_after(after);
+    report.set_alpha(used_alpha);
   }
   weights.DropUnread();
   const int64_t applied =
-      static_cast<int64_t>(smoothing_sites_.size()) - unseen;
+      static_cast<int64_t>(smoothing_sites_.size()) - unseen - kept;
   result_.summary.add_validations(absl::StrCat(
-      "note: smoothquant (alpha ", alpha, "): ", applied, " values rescaled (",
-      applied - inserted, " folded into their producer, ", inserted,
-      " through an inserted Mul)",
+      "note: smoothquant (",
+      choose ? "auto_alpha" : absl::StrCat("alpha ", alpha), "): ", applied,
+      " values rescaled (", applied - inserted, " folded into their producer, ",
+      inserted, " through an inserted Mul)",
+      kept > 0 ? absl::StrCat("; ", kept,
+                              " left as they are (no alpha predicted less "
+                              "noise)")
+               : std::string(),
       unseen > 0 ? absl::StrCat("; ", unseen,
-                                " not reached by the calibration batches "
-                                "left as they are")
+                                " left as they are: not reached by the "
+                                "calibration batches, or not shaped as "
+                                "their readers take them")
                  : std::string(),
       " (summary.channel_scalings)"));
   smoothing_sites_.clear();

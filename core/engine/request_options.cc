@@ -40,6 +40,11 @@ absl::Status CheckChannelScaling(const quantd::v1::QuantizeConfig& config,
         " needs a quantization_method: it prepares the weights and "
         "activations for quantizing"));
   }
+  if (config.smoothquant().auto_alpha() && config.smoothquant().has_alpha()) {
+    return absl::InvalidArgumentError(
+        "smoothquant has both alpha and auto_alpha: auto_alpha chooses the "
+        "alpha of each value; give one or the other");
+  }
   if (config.has_smoothquant()) {
     const double alpha =
         config.smoothquant().has_alpha() ? config.smoothquant().alpha() : 0.5;
@@ -120,6 +125,7 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     out.smoothquant_alpha =
         config.smoothquant().has_alpha() ? config.smoothquant().alpha() : 0.5;
   }
+  out.smoothquant_auto = config.smoothquant().auto_alpha();
   out.equalize = config.equalize();
   // A model-wide FULL with unit entries runs the pass: units may ask for
   // W8A8 (and the entries must be checked against the model).

@@ -29,8 +29,9 @@ struct QuantizeRequestOptions {
   // STATIC_RANGE calibrating from batches in the call: the observers, on the
   // activation grid the pass will use.
   calibration::ObserverConfig observers;
-  // config.smoothquant: its alpha (set means on).
+  // config.smoothquant: set means on; its alpha, or auto_alpha.
   std::optional<double> smoothquant_alpha;
+  bool smoothquant_auto = false;
   // config.equalize.
   bool equalize = false;
 };

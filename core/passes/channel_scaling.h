@@ -136,13 +136,18 @@ class ChannelExtremes {
   // Tracks `value` with channels on `axis` (kSecond: 1; kLast: last;
   // kFirst: 0) and `channels` channels.
   void Track(const std::string& value, ChannelAxis axis, int64_t channels);
-  // Folds `t` into `name`'s extremes; nothing for untracked names.
-  // INVALID_ARGUMENT when the shape does not hold the channels.
+  // Folds `t` into `name`'s extremes; nothing for untracked names. A value
+  // whose shape does not hold the channels is marked unusable (Find then
+  // returns null) rather than failing the run.
   absl::Status Observe(const std::string& name, const executor::Tensor& t);
   struct Extremes {
     ChannelAxis axis = ChannelAxis::kLast;
     std::vector<float> min, max;
+    std::vector<double> sum_sq;  // Per channel.
+    int64_t count = 0;           // Values per channel seen.
     bool seen = false;
+    // A batch did not hold the channels on the axis: never Found.
+    bool unusable = false;
   };
   // Null when untracked or never observed.
   const Extremes* Find(const std::string& value) const;
@@ -159,6 +164,67 @@ std::vector<double> ChannelAbsMax(const ChannelExtremes::Extremes& e);
 std::vector<double> SmoothQuantScales(absl::Span<const double> act_max,
                                       absl::Span<const double> weight_max,
                                       double alpha);
+
+// The grids a site's value and its readers' weights will be quantized on,
+// for predicting the noise a rescale leaves.
+struct QuantGrids {
+  int activation_bits = 8;
+  bool activation_symmetric = false;
+  // STATIC_RANGE: the value's range is fixed at calibration, so values
+  // beyond it are clipped (DYNAMIC_RANGE measures it on each run).
+  bool activation_ranges_fixed = true;
+  int weight_bits = 8;
+  bool weight_per_channel = true;
+  // Readers whose weight has fewer values stay float (and read float).
+  int64_t min_elements = 1024;
+};
+
+// The quantization noise power of a site's readers' outputs (summed over
+// output channels, per output position), predicted for factors s: uniform
+// rounding noise of the value's per-tensor grid (its range from the
+// per-channel extremes divided by s) through the rescaled weights, the
+// power clipped at that grid's edges from each channel with fixed ranges
+// (a Gaussian tail of the channel's mean square: the calibration extremes
+// are estimates, and a
+// rescale that puts every channel's extreme at the edge leaves no headroom
+// for values beyond them), plus each rescaled weight's grid (per output
+// channel, or per tensor) through the value's per-channel mean squares
+// divided by s^2.
+class SiteNoise {
+ public:
+  static absl::StatusOr<SiteNoise> Create(const ScalingSite& site,
+                                          const ModelWeights& w,
+                                          const ChannelExtremes::Extremes& x,
+                                          const QuantGrids& grids);
+  double Predict(absl::Span<const double> s) const;
+
+ private:
+  struct Reader {
+    int64_t outputs = 0;
+    // outputs x channels: max |w| and the number of weights linking them.
+    std::vector<double> max_abs;
+    std::vector<double> links;
+    std::vector<double> sum_sq;  // Per channel: sum of w^2.
+  };
+  std::vector<Reader> readers_;
+  std::vector<float> min_, max_;
+  std::vector<double> mean_sq_;
+  QuantGrids grids_;
+};
+
+// SmoothQuant with auto_alpha: the alpha of {0, 0.1, ..., 1} whose factors
+// SiteNoise predicts least noise for, unless that is not at least 5% less
+// than without a rescale (then `rescale` is false).
+struct SmoothingChoice {
+  bool rescale = false;
+  double alpha = 0;
+  std::vector<double> s;
+  double noise = 0;           // Predicted with s.
+  double noise_unscaled = 0;  // Predicted without a rescale.
+};
+absl::StatusOr<SmoothingChoice> ChooseSmoothing(
+    const ScalingSite& site, const ModelWeights& w,
+    const ChannelExtremes::Extremes& x, const QuantGrids& grids);
 
 // Cross-layer equalization on `model`: every site whose absorber is a
 // Conv / Gemm / MatMul, iterated (up to 32 rounds, until every factor of a

@@ -92,6 +92,12 @@ const CONFIGS = {
   // 0.75) and cross-layer equalization (data-free), alone and combined.
   static_tf_w8a8_sq: { label: 'STATIC TF W8A8 SmoothQuant 0.5', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5'] },
   static_tf_w8a8_sq75: { label: 'STATIC TF W8A8 SmoothQuant 0.75', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.75'] },
+  // auto_alpha: each value's alpha (or none) chosen by predicted noise.
+  static_tf_w8a8_sqa: { label: 'STATIC TF W8A8 SmoothQuant auto', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=auto'] },
+  static_tf_w8a8_sqa_bc: { label: 'STATIC TF W8A8 SmoothQuant auto + bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=auto', '--bias_correction'] },
+  static_tf_w4a8_sqa: { label: 'STATIC TF W4A8 SmoothQuant auto', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--smoothquant=auto'] },
+  static_tf_w4a8_sqa_gptq: { label: 'STATIC TF W4A8 SmoothQuant auto + GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--smoothquant=auto', '--weight_algorithm=gptq'] },
+  dyn_tf_w8a8_sqa: { label: 'DYNAMIC TF W8A8 SmoothQuant auto', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=auto'] },
   static_tf_w8a8_eq: { label: 'STATIC TF W8A8 equalize', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--equalize'] },
   static_tf_w8a8_eq_sq: { label: 'STATIC TF W8A8 equalize + SmoothQuant 0.5', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--equalize', '--smoothquant=0.5'] },
   static_tf_w8a8_sq_bc: { label: 'STATIC TF W8A8 SmoothQuant 0.5 + bias correction', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5', '--bias_correction'] },

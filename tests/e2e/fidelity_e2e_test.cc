@@ -204,19 +204,50 @@ TEST_F(FidelityE2eTest, GptqWeightsWithEitherMethod) {
         << method;
   }
   // Rounding to nearest with DYNAMIC_RANGE takes no batches.
-  CommandResult d = Quantctl(
-      {"quantize", "--model=" + kModel, "--output=" + tmp.File("d.onnx"),
-       "--method=dynamic_range", "--weight_algorithm=rtn",
-       "--calibration_data=" + kCalibX});
+  CommandResult d =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("d.onnx"), "--method=dynamic_range",
+                "--weight_algorithm=rtn", "--calibration_data=" + kCalibX});
   EXPECT_EQ(d.exit_code, 1);
   EXPECT_THAT(d.err, HasSubstr("INVALID_ARGUMENT"));
   EXPECT_THAT(d.err, HasSubstr("weight_algorithm GPTQ"));
-  CommandResult bad = Quantctl(
-      {"quantize", "--model=" + kModel, "--output=" + tmp.File("b.onnx"),
-       "--method=static_range", "--weight_algorithm=awq",
-       "--calibration_data=" + kCalibX});
+  CommandResult bad =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("b.onnx"), "--method=static_range",
+                "--weight_algorithm=awq", "--calibration_data=" + kCalibX});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("it must be rtn or gptq"));
+}
+
+// --smoothquant (bare: alpha 0.5, or auto) and --equalize through quantctl:
+// the table lists each rescaled value; a bad alpha is a usage error.
+TEST_F(FidelityE2eTest, SmoothQuantAndEqualizeFlags) {
+  TempDir tmp;
+  for (const std::string flag : {"--smoothquant", "--smoothquant=auto"}) {
+    CommandResult q = Quantctl(
+        {"quantize", "--model=" + kModel, "--output=" + tmp.File("s.onnx"),
+         "--method=static_range", flag, "--equalize",
+         "--calibration_data=" + kCalibX, "--batch_size=32"});
+    ASSERT_EQ(q.exit_code, 0) << flag << ": " << q.err;
+    EXPECT_THAT(q.out, HasSubstr("channel scalings")) << flag;
+    EXPECT_THAT(q.out, HasSubstr("equalize ")) << flag;
+    EXPECT_THAT(q.out,
+                HasSubstr(flag == "--smoothquant" ? "smoothquant (alpha 0.5)"
+                                                  : "smoothquant (auto_alpha)"))
+        << flag;
+  }
+  CommandResult bad =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("b.onnx"), "--method=static_range",
+                "--smoothquant=strong", "--calibration_data=" + kCalibX});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--smoothquant is 'strong'"));
+  CommandResult range =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("r.onnx"), "--method=static_range",
+                "--smoothquant=2", "--calibration_data=" + kCalibX});
+  EXPECT_EQ(range.exit_code, 1);
+  EXPECT_THAT(range.err, HasSubstr("smoothquant.alpha is 2"));
 }
 
 TEST_F(FidelityE2eTest, UnwritableReportFailsWithoutAPartialFile) {

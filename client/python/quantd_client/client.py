@@ -391,7 +391,7 @@ class QuantdClient:
                  gptq_dampening: Optional[float] = None,
                  gptq_act_order: bool = False,
                  bias_correction: bool = False,
-                 smoothquant: Union[bool, float, None] = None,
+                 smoothquant: Union[bool, float, str, None] = None,
                  equalize: bool = False,
                  on_progress: Optional[Callable[[Progress], None]] = None,
                  on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
@@ -420,9 +420,10 @@ class QuantdClient:
             --gptq_dampening, --gptq_act_order).
         bias_correction: add each Conv / Gemm weight's expected output shift
             on calibration_batches to its bias (quantctl --bias_correction).
-        smoothquant: True (alpha 0.5) or an alpha in [0, 1] (quantctl
-            --smoothquant[=ALPHA]): migrate activation outliers into the
-            weights, from calibration_batches. The summary's
+        smoothquant: True (alpha 0.5), an alpha in [0, 1] or "auto" (each
+            value's alpha chosen by predicted noise; quantctl
+            --smoothquant[=ALPHA|auto]): migrate activation outliers into
+            the weights, from calibration_batches. The summary's
             channel_scalings lists each rescaled value.
         equalize: cross-layer equalization of consecutive layers' weight
             ranges (quantctl --equalize; data-free).
@@ -461,10 +462,13 @@ class QuantdClient:
             config.gptq.act_order = True
         if bias_correction:
             config.bias_correction = True
-        if smoothquant is not None and smoothquant is not False:
+        if smoothquant == "auto":
+            config.smoothquant.auto_alpha = True
+        elif smoothquant is not None and smoothquant is not False:
             alpha = 0.5 if smoothquant is True else float(smoothquant)
             if not 0.0 <= alpha <= 1.0:
-                raise ValueError(f"smoothquant alpha must be in [0, 1], not {smoothquant!r}")
+                raise ValueError(f"smoothquant must be True, 'auto' or an alpha in [0, 1], "
+                                 f"not {smoothquant!r}")
             config.smoothquant.alpha = alpha
         if equalize:
             config.equalize = True

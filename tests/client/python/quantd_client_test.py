@@ -189,6 +189,23 @@ class QuantdClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.quantize(self.model_bytes, STATIC, weight_algorithm="awq")
 
+    def test_quantize_with_smoothquant_and_equalize(self):
+        for smoothquant in (True, 0.75, "auto"):
+            result = self.client.quantize(self.model_bytes, STATIC,
+                                          calibration_batches=NpyBatches(CALIB_X, batch_size=16),
+                                          smoothquant=smoothquant, equalize=True)
+            notes = " ".join(result.summary.validations)
+            self.assertIn("smoothquant", notes)
+            self.assertIn("equalize", notes)
+            algorithms = {c.algorithm for c in result.summary.channel_scalings}
+            self.assertIn("equalize", algorithms)
+            for c in result.summary.channel_scalings:
+                if c.algorithm == "smoothquant" and smoothquant != "auto":
+                    self.assertAlmostEqual(c.alpha, 0.5 if smoothquant is True else 0.75)
+        for bad in (1.5, -0.1, "sometimes"):
+            with self.assertRaises(ValueError):
+                self.client.quantize(self.model_bytes, STATIC, smoothquant=bad)
+
     def test_calibrate_ranges(self):
         x = np.load(CALIB_X)
         progress = []

@@ -67,7 +67,9 @@ int64_t CalibrationPeakBytes(int batches) {
   auto result = RunCalibrate(config, model, queue.get(), {}, cancel, nullptr);
   producer.join();
   EXPECT_TRUE(result.ok()) << result.status();
-  if (result.ok()) EXPECT_EQ(result->batch_count(), batches);
+  if (result.ok()) {
+    EXPECT_EQ(result->batch_count(), batches);
+  }
   return ProcStatusBytes(getpid(), "VmHWM") - before;
 }
 

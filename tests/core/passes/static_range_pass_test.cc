@@ -560,8 +560,12 @@ TEST_F(StaticPassTest, SmallWeightNodesComputeInFloat) {
   for (const auto& s : stats.skipped) b1 |= s.tensor_name() == "B1";
   EXPECT_TRUE(b1);
   for (const auto& n : m.graph().node()) {
-    if (n.name() == "block1/conv") EXPECT_EQ(n.input(0), "x");
-    if (n.op_type() == "QuantizeLinear") EXPECT_EQ(n.input(0), "r1");
+    if (n.name() == "block1/conv") {
+      EXPECT_EQ(n.input(0), "x");
+    }
+    if (n.op_type() == "QuantizeLinear") {
+      EXPECT_EQ(n.input(0), "r1");
+    }
   }
 }
 
