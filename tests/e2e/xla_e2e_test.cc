@@ -74,7 +74,7 @@ class XlaE2eTest : public QuantdServerTest {
     std::printf(
         "digits top-1 in ONNX Runtime: float %.4f, DYNAMIC_RANGE W8A8 XLA "
         "(%s) %.4f\n",
-        float_acc, quant_acc, what);
+        float_acc, what, quant_acc);
     EXPECT_GT(float_acc, 0.9);
     EXPECT_GE(quant_acc, float_acc - 0.01);
   }

@@ -36,4 +36,11 @@ double OrtAccuracy(const std::string& model, const std::string& x_npy,
       "accuracy");
 }
 
+double OrtSqnr(const std::string& float_model, const std::string& model,
+               const std::string& x_npy) {
+  return JsonNumber(OrtEval({"compare", "--model", float_model, "--model2",
+                             model, "--x", x_npy}),
+                    "sqnr_db");
+}
+
 }  // namespace quantd::testing

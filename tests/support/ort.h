@@ -20,6 +20,10 @@ double JsonNumber(const std::string& json, const std::string& key);
 double OrtAccuracy(const std::string& model, const std::string& x_npy,
                    const std::string& y_npy);
 
+// Output SQNR (dB) of `model` against `float_model` on inputs `x_npy`.
+double OrtSqnr(const std::string& float_model, const std::string& model,
+               const std::string& x_npy);
+
 }  // namespace quantd::testing
 
 #endif  // QUANTD_TESTS_SUPPORT_ORT_H_

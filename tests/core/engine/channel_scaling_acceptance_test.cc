@@ -30,8 +30,7 @@ namespace {
 
 namespace tfq = tensorflow::quantization;
 using ::quantd::testing::BatchesOf;
-using ::quantd::testing::JsonNumber;
-using ::quantd::testing::OrtEval;
+using ::quantd::testing::OrtSqnr;
 using ::quantd::testing::TempDir;
 using ::quantd::testing::WriteFileOrDie;
 using ::testing::HasSubstr;
@@ -138,13 +137,6 @@ absl::StatusOr<QuantizeResult> Quantize(const onnx::ModelProto& model,
                     request.method == tfq::QuantizationMethod::STATIC_RANGE;
   return RunQuantize(config, model.SerializeAsString(), {}, cancel, &pool,
                      send ? &queue : nullptr);
-}
-
-double OrtSqnr(const std::string& float_model, const std::string& model,
-               const std::string& x) {
-  return JsonNumber(
-      OrtEval({"compare", "--model", float_model, "--model2", model, "--x", x}),
-      "sqnr_db");
 }
 
 TEST(ChannelScalingAcceptanceTest, SmoothQuantMovesOutliersIntoTheWeights) {

@@ -27,8 +27,7 @@ namespace {
 
 namespace tfq = tensorflow::quantization;
 using ::quantd::testing::BatchesOf;
-using ::quantd::testing::JsonNumber;
-using ::quantd::testing::OrtEval;
+using ::quantd::testing::OrtSqnr;
 using ::quantd::testing::TempDir;
 using ::quantd::testing::WriteFileOrDie;
 using ::testing::HasSubstr;
@@ -143,14 +142,6 @@ absl::StatusOr<QuantizeResult> Quantize(
                     request.method == tfq::QuantizationMethod::STATIC_RANGE;
   return RunQuantize(config, l.model.SerializeAsString(), events, cancel, &pool,
                      send ? &queue : nullptr);
-}
-
-// The output SQNR of `model` against `float_model` on `x`, in ONNX Runtime.
-double OrtSqnr(const std::string& float_model, const std::string& model,
-               const std::string& x) {
-  return JsonNumber(
-      OrtEval({"compare", "--model", float_model, "--model2", model, "--x", x}),
-      "sqnr_db");
 }
 
 TEST(GptqAcceptanceTest, EveryLayoutRunsInOrtAndBeatsRounding) {

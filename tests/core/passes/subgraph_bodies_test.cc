@@ -414,7 +414,9 @@ void ExpectUnreachedElseRunsInOrt(const onnx::ModelProto& m,
             << " dB (level all) and " << both_basic
             << " dB (basic) on inputs taking both branches" << std::endl;
   EXPECT_TRUE(std::isfinite(then_sqnr));
-  if (then_floor > 0) EXPECT_GT(then_sqnr, then_floor);
+  if (then_floor > 0) {
+    EXPECT_GT(then_sqnr, then_floor);
+  }
   EXPECT_TRUE(std::isfinite(both_sqnr));
   EXPECT_TRUE(std::isfinite(both_basic));
 }
