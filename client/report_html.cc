@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
 namespace quantd::client {
@@ -151,6 +152,33 @@ std::string OptionsSection(const QuantizeReportInput& in) {
       HtmlEscape(in.options_text.empty() ? "(no options: do not quantize)"
                                          : in.options_text),
       "</pre>\n");
+}
+
+// What smoothquant / equalize rescaled; nothing when neither ran.
+std::string ChannelScalingSection(const quantd::v1::QuantizeSummary& s) {
+  if (s.channel_scalings_size() == 0) return "";
+  std::string html =
+      "<h2>Channel scalings</h2>\n<p class=\"muted\">smoothquant: the "
+      "value's largest magnitude before and after; equalize: the worst "
+      "weight range ratio between the two layers before and after</p>\n"
+      "<table>\n" +
+      Header({"algorithm", "value", "absorbed by", "readers", "channels",
+              "alpha", "factors", "before", "after"});
+  for (const quantd::v1::ChannelScaling& c : s.channel_scalings()) {
+    absl::StrAppend(
+        &html, "<tr><td>", HtmlEscape(c.algorithm()), "</td><td>",
+        HtmlEscape(c.value()), "</td><td>", HtmlEscape(c.absorbed_by()),
+        "</td><td>", HtmlEscape(absl::StrJoin(c.layers(), ", ")),
+        "</td><td class=\"num\">", c.channels(), "</td><td class=\"num\">",
+        c.algorithm() == "smoothquant" ? absl::StrFormat("%.2g", c.alpha())
+                                       : "-",
+        "</td><td class=\"num\">",
+        absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
+        "</td><td class=\"num\">", absl::StrFormat("%.4g", c.before()),
+        "</td><td class=\"num\">", absl::StrFormat("%.4g", c.after()),
+        "</td></tr>\n");
+  }
+  return html + "</table>\n";
 }
 
 std::string TensorSection(const QuantizeReportInput& in) {
@@ -318,8 +346,8 @@ std::string RenderQuantizeReportHtml(const QuantizeReportInput& input) {
       "</style>\n</head>\n<body>\n<h1>quantd quantization report</h1>\n<p>",
       HtmlEscape(input.model_path), " &rarr; ", HtmlEscape(input.output_path),
       "</p>\n", ModelSection(input), OptionsSection(input),
-      FidelitySection(input.summary), TensorSection(input),
-      "</body>\n</html>\n");
+      FidelitySection(input.summary), ChannelScalingSection(input.summary),
+      TensorSection(input), "</body>\n</html>\n");
 }
 
 }  // namespace quantd::client

@@ -99,6 +99,18 @@ QuantizeReportInput Input() {
   o->set_has_top1(true);
   o->set_top1_agreement(0.984375);
   o->set_top1_rows(64);
+  quantd::v1::ChannelScaling* c = s.add_channel_scalings();
+  c->set_algorithm("smoothquant");
+  c->set_value("ln<out>");
+  c->set_absorbed_by("LayerNormalization 'ln'");
+  c->add_layers("q");
+  c->add_layers("k");
+  c->set_channels(64);
+  c->set_alpha(0.5);
+  c->set_min_scale(0.25);
+  c->set_max_scale(8);
+  c->set_before(120);
+  c->set_after(11.5);
   return in;
 }
 
@@ -127,6 +139,10 @@ TEST(RenderQuantizeReportHtmlTest, SelfContainedWithAChartBarPerLayer) {
   EXPECT_THAT(html, HasSubstr("blocks of 32 (axis 0)"));
   EXPECT_THAT(html, HasSubstr("<td>gptq</td>"));
   EXPECT_THAT(html, HasSubstr("30.2 (rtn 24.5)"));
+  EXPECT_THAT(html, HasSubstr("<h2>Channel scalings</h2>"));
+  EXPECT_THAT(html, HasSubstr("<td>ln&lt;out&gt;</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>q, k</td>"));
+  EXPECT_THAT(html, HasSubstr("0.25..8"));
   // Worst: NaN (t4), 21.25 (t3), 38.5 (t1); the exact layer is not.
   EXPECT_EQ(Count(html, "<tr class=\"worst\">"), 3);
   EXPECT_THAT(html, HasSubstr("worst #1"));
@@ -153,6 +169,13 @@ TEST(RenderQuantizeReportHtmlTest, UnquantizedModelSaysNotMeasured) {
   const std::string html = RenderQuantizeReportHtml(in);
   EXPECT_THAT(html, HasSubstr("not measured"));
   EXPECT_THAT(html, HasSubstr("do not quantize"));
+}
+
+TEST(RenderQuantizeReportHtmlTest, NoChannelScalingsNoSection) {
+  QuantizeReportInput in = Input();
+  in.summary.clear_channel_scalings();
+  EXPECT_THAT(RenderQuantizeReportHtml(in),
+              Not(HasSubstr("Channel scalings")));
 }
 
 }  // namespace

@@ -224,11 +224,14 @@ TEST_F(FidelityE2eTest, GptqWeightsWithEitherMethod) {
 TEST_F(FidelityE2eTest, SmoothQuantAndEqualizeFlags) {
   TempDir tmp;
   for (const std::string flag : {"--smoothquant", "--smoothquant=auto"}) {
-    CommandResult q = Quantctl(
-        {"quantize", "--model=" + kModel, "--output=" + tmp.File("s.onnx"),
-         "--method=static_range", flag, "--equalize",
-         "--calibration_data=" + kCalibX, "--batch_size=32"});
+    CommandResult q =
+        Quantctl({"quantize", "--model=" + kModel,
+                  "--output=" + tmp.File("s.onnx"), "--method=static_range",
+                  flag, "--equalize", "--calibration_data=" + kCalibX,
+                  "--batch_size=32", "--report=" + tmp.File("s.html")});
     ASSERT_EQ(q.exit_code, 0) << flag << ": " << q.err;
+    EXPECT_THAT(ReadFileOrDie(tmp.File("s.html")),
+                HasSubstr("<h2>Channel scalings</h2>"));
     EXPECT_THAT(q.out, HasSubstr("channel scalings")) << flag;
     EXPECT_THAT(q.out, HasSubstr("equalize ")) << flag;
     EXPECT_THAT(q.out,
