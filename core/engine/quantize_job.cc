@@ -476,11 +476,11 @@ absl::Status QuantizeJob::Calibrate() {
   }
   if (layer_inputs || smooth) {
     (*session)->set_tensor_sink(
-        [this](const std::string& name, const executor::Tensor& t) {
+        [this, smooth](const std::string& name, const executor::Tensor& t) {
           if (input_moments_ != nullptr) {
             QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
           }
-          return channel_extremes_.Observe(name, t);
+          return smooth ? channel_extremes_.Observe(name, t) : absl::OkStatus();
         });
   }
   {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
+#include "core/executor/tensor.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
@@ -33,10 +34,9 @@ void AllGraphs(GraphProto* graph, std::vector<GraphProto*>* out) {
   }
 }
 
-int64_t Product(const std::vector<int64_t>& v, size_t from) {
-  int64_t p = 1;
-  for (size_t i = from; i < v.size(); ++i) p *= v[i];
-  return p;
+// Product of dims[from:] (executor::NumElements, saturating).
+int64_t Product(absl::Span<const int64_t> dims, size_t from) {
+  return executor::NumElements(dims.subspan(from));
 }
 
 bool IsLayer(const NodeProto& n) {
@@ -251,8 +251,9 @@ void FindAbsorber(const graph::GraphIndex& index, const ModelWeights& w,
   }
 }
 
-// The channel of each element of a weight for a reader (input channel) or
-// an absorber (output channel), calling fn(element, channel).
+// For each element of a reader's weight, fn(element, output channel,
+// input channel): the output channel is the row the weight is quantized by,
+// the input channel the one of the value the reader mixes.
 template <typename Fn>
 void ForReaderChannels(const NodeProto& n, const std::vector<int64_t>& d,
                        Fn fn) {
@@ -265,7 +266,7 @@ void ForReaderChannels(const NodeProto& n, const std::vector<int64_t>& d,
       const int64_t base_channel = (o / per_group) * d[1];
       for (int64_t c = 0; c < d[1]; ++c) {
         const int64_t at = (o * d[1] + c) * inner;
-        for (int64_t k = 0; k < inner; ++k) fn(at + k, base_channel + c);
+        for (int64_t k = 0; k < inner; ++k) fn(at + k, o, base_channel + c);
       }
     }
     return;
@@ -273,11 +274,12 @@ void ForReaderChannels(const NodeProto& n, const std::vector<int64_t>& d,
   const bool trans_b = op == "Gemm" && graph::IntAttribute(n, "transB", 0) != 0;
   for (int64_t r = 0; r < d[0]; ++r) {
     for (int64_t c = 0; c < d[1]; ++c) {
-      fn(r * d[1] + c, trans_b ? c : r);
+      fn(r * d[1] + c, trans_b ? r : c, trans_b ? c : r);
     }
   }
 }
 
+// For each element of an absorber's weight, fn(element, output channel).
 template <typename Fn>
 void ForAbsorberChannels(const NodeProto& n, const std::vector<int64_t>& d,
                          Fn fn) {
@@ -379,11 +381,9 @@ TensorProto* ModelWeights::Own(NodeProto* node, int slot, GraphProto* graph) {
   const std::string name = node->input(slot);
   TensorProto* t = Find(name);
   if (t == nullptr) return nullptr;
-  // A main-graph initializer that is also a graph input can be fed.
+  // Read by this node alone: change it in place.
   if (reads_[name] <= 1) return t;
-  int64_t uses_here = 0;
-  for (const std::string& in : node->input()) uses_here += in == name ? 1 : 0;
-  if (uses_here != 1) return nullptr;
+  if (!ReadsOnce(*node, name)) return nullptr;
   const std::string copy = names_.Make(name + "_scaled");
   TensorProto made = *t;
   made.set_name(copy);
@@ -490,9 +490,10 @@ absl::StatusOr<std::vector<double>> ReaderChannelMax(const ScalingSite& site,
       return absl::InternalError(absl::StrCat(Label(*r), " lost its weight"));
     }
     QUANTD_ASSIGN_OR_RETURN(std::vector<float> v, graph::ReadFloatTensor(*t));
-    ForReaderChannels(*r, graph::Dims(*t), [&](int64_t i, int64_t c) {
-      m[c] = std::max(m[c], static_cast<double>(std::fabs(v[i])));
-    });
+    ForReaderChannels(
+        *r, graph::Dims(*t), [&](int64_t i, int64_t /*o*/, int64_t c) {
+          m[c] = std::max(m[c], static_cast<double>(std::fabs(v[i])));
+        });
   }
   return m;
 }
@@ -537,7 +538,7 @@ absl::StatusOr<AppliedScaling> ApplyChannelScales(const ScalingSite& site,
     }
     QUANTD_ASSIGN_OR_RETURN(std::vector<float> v, graph::ReadFloatTensor(*t));
     const std::vector<int64_t> d = graph::Dims(*t);
-    ForReaderChannels(*r, d, [&](int64_t i, int64_t c) {
+    ForReaderChannels(*r, d, [&](int64_t i, int64_t /*o*/, int64_t c) {
       v[i] = static_cast<float>(v[i] * s[c]);
     });
     Store(std::move(v), d, t);
@@ -760,22 +761,15 @@ absl::StatusOr<SiteNoise> SiteNoise::Create(const ScalingSite& site,
     if (Product(d, 0) < std::max<int64_t>(grids.min_elements, 1)) continue;
     QUANTD_ASSIGN_OR_RETURN(std::vector<float> v, graph::ReadFloatTensor(*t));
     Reader reader;
-    // Output channel of each element, as the weight's rows are quantized.
-    const std::string& op = r->op_type();
-    const bool trans_b =
-        op == "Gemm" && graph::IntAttribute(*r, "transB", 0) != 0;
-    reader.outputs = op == "Conv" ? d[0] : (trans_b ? d[0] : d[1]);
-    const int64_t inner = op == "Conv" ? Product(d, 2) : 1;
+    // Conv and Gemm with transB keep output channels on the weight's rows.
+    const bool rows_are_outputs =
+        r->op_type() == "Conv" ||
+        (r->op_type() == "Gemm" && graph::IntAttribute(*r, "transB", 0) != 0);
+    reader.outputs = rows_are_outputs ? d[0] : d[1];
     reader.max_abs.assign(reader.outputs * channels, 0.0);
     reader.links.assign(reader.outputs * channels, 0.0);
     reader.sum_sq.assign(channels, 0.0);
-    ForReaderChannels(*r, d, [&](int64_t i, int64_t c) {
-      int64_t o = 0;
-      if (op == "Conv") {
-        o = i / (d[1] * inner);
-      } else {
-        o = trans_b ? i / d[1] : i % d[1];
-      }
+    ForReaderChannels(*r, d, [&](int64_t i, int64_t o, int64_t c) {
       const double a = std::fabs(static_cast<double>(v[i]));
       double& m = reader.max_abs[o * channels + c];
       m = std::max(m, a);

@@ -72,10 +72,9 @@ absl::flat_hash_map<std::string, std::vector<int64_t>> ConstantDims(
   return dims;
 }
 
-int64_t Product(const std::vector<int64_t>& v, size_t from) {
-  int64_t p = 1;
-  for (size_t i = from; i < v.size(); ++i) p *= v[i];
-  return p;
+// Product of dims[from:] (executor::NumElements, saturating).
+int64_t Product(absl::Span<const int64_t> dims, size_t from) {
+  return executor::NumElements(dims.subspan(from));
 }
 
 }  // namespace
