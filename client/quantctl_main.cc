@@ -46,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/calibration_data.h"
@@ -121,10 +122,10 @@ ABSL_FLAG(double, target_sqnr_db, 0,
           "SQNR to reach; nodes that add the most error stay float until it "
           "is met. 0: no search.");
 ABSL_FLAG(std::string, weight_algorithm, "",
-          "quantize: how weights are rounded: rtn (to nearest, the default) "
-          "or gptq (GPTQ, from the inputs each layer sees on "
-          "--calibration_data; with dynamic_range the data serves GPTQ "
-          "only).");
+          "quantize: how weights are rounded: rtn (to nearest, the default), "
+          "gptq (GPTQ) or awq (AWQ's per-channel factors, then to nearest), "
+          "both from the inputs each layer sees on --calibration_data; with "
+          "dynamic_range the data serves the weights only.");
 ABSL_FLAG(double, gptq_dampening, -1,
           "quantize (--weight_algorithm=gptq): gptq.dampening, the fraction "
           "of H's mean diagonal added to it (default 0.01).");
@@ -162,8 +163,9 @@ constexpr char kUsage[] =
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
-    "                    [--weight_algorithm=rtn|gptq [--gptq_dampening=X]\n"
-    "                     [--gptq_act_order]] [--bias_correction]\n"
+    "                    [--weight_algorithm=rtn|gptq|awq\n"
+    "                     [--gptq_dampening=X] [--gptq_act_order]]\n"
+    "                    [--bias_correction]\n"
     "                    [--smoothquant[=ALPHA|auto]] [--equalize]\n"
     "                    [--min_num_elements_for_weights=N]\n"
     "                    [--calibration=RANGES.pb]\n"
@@ -534,21 +536,15 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
 
 void PrintChannelScalings(const quantd::v1::QuantizeSummary& s) {
   if (s.channel_scalings_size() == 0) return;
-  absl::PrintF(
-      "channel scalings (smoothquant: |x| max before -> after; "
-      "equalize: worst weight range ratio before -> after):\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"ALGORITHM", "VALUE", "ABSORBED_BY", "READERS", "CHANNELS", "ALPHA",
-       "SCALES", "BEFORE", "AFTER"}};
+  absl::PrintF("channel scalings (%s):\n",
+               quantd::client::kChannelScalingLegend);
+  std::vector<std::vector<std::string>> rows(1);
+  for (const char* column : quantd::client::kChannelScalingColumns) {
+    rows[0].push_back(
+        absl::AsciiStrToUpper(absl::StrReplaceAll(column, {{" ", "_"}})));
+  }
   for (const quantd::v1::ChannelScaling& c : s.channel_scalings()) {
-    rows.push_back({c.algorithm(), c.value(), c.absorbed_by(),
-                    absl::StrJoin(c.layers(), ","), absl::StrCat(c.channels()),
-                    c.algorithm() == "smoothquant"
-                        ? absl::StrFormat("%.2g", c.alpha())
-                        : "-",
-                    absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
-                    absl::StrFormat("%.4g", c.before()),
-                    absl::StrFormat("%.4g", c.after())});
+    rows.push_back(quantd::client::ChannelScalingCells(c));
   }
   PrintTable(rows);
 }
@@ -693,9 +689,11 @@ int RunQuantize() {
       config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_RTN);
     } else if (a == "gptq") {
       config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
+    } else if (a == "awq") {
+      config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
     } else {
       return UsageError(absl::StrCat("--weight_algorithm is '", a,
-                                     "'; it must be rtn or gptq"));
+                                     "'; it must be rtn, gptq or awq"));
     }
   }
   if (const double d = absl::GetFlag(FLAGS_gptq_dampening); d != -1) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,21 @@ std::string FormatDb(double db) {
   if (std::isnan(db)) return "nan";
   if (std::isinf(db)) return db > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.1f", db);
+}
+
+std::vector<std::string> ChannelScalingCells(
+    const quantd::v1::ChannelScaling& c) {
+  const bool awq = c.algorithm() == "awq";
+  return {
+      c.algorithm(),
+      c.value(),
+      c.absorbed_by(),
+      absl::StrJoin(c.layers(), ", "),
+      absl::StrCat(c.channels()),
+      c.algorithm() == "equalize" ? "-" : absl::StrFormat("%.2g", c.alpha()),
+      absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
+      awq ? FormatDb(c.before()) : absl::StrFormat("%.4g", c.before()),
+      awq ? FormatDb(c.after()) : absl::StrFormat("%.4g", c.after())};
 }
 
 std::string HtmlEscape(absl::string_view text) {
@@ -154,29 +170,23 @@ std::string OptionsSection(const QuantizeReportInput& in) {
       "</pre>\n");
 }
 
-// What smoothquant / equalize rescaled; nothing when neither ran.
+// What smoothquant / equalize / AWQ rescaled; nothing when none ran.
 std::string ChannelScalingSection(const quantd::v1::QuantizeSummary& s) {
   if (s.channel_scalings_size() == 0) return "";
-  std::string html =
-      "<h2>Channel scalings</h2>\n<p class=\"muted\">smoothquant: the "
-      "value's largest magnitude before and after; equalize: the worst "
-      "weight range ratio between the two layers before and after</p>\n"
-      "<table>\n" +
-      Header({"algorithm", "value", "absorbed by", "readers", "channels",
-              "alpha", "factors", "before", "after"});
+  std::string html = absl::StrCat(
+      "<h2>Channel scalings</h2>\n<p class=\"muted\">", kChannelScalingLegend,
+      "</p>\n<table>\n",
+      Header(std::vector<std::string>(std::begin(kChannelScalingColumns),
+                                      std::end(kChannelScalingColumns))));
   for (const quantd::v1::ChannelScaling& c : s.channel_scalings()) {
-    absl::StrAppend(
-        &html, "<tr><td>", HtmlEscape(c.algorithm()), "</td><td>",
-        HtmlEscape(c.value()), "</td><td>", HtmlEscape(c.absorbed_by()),
-        "</td><td>", HtmlEscape(absl::StrJoin(c.layers(), ", ")),
-        "</td><td class=\"num\">", c.channels(), "</td><td class=\"num\">",
-        c.algorithm() == "smoothquant" ? absl::StrFormat("%.2g", c.alpha())
-                                       : "-",
-        "</td><td class=\"num\">",
-        absl::StrFormat("%.3g..%.3g", c.min_scale(), c.max_scale()),
-        "</td><td class=\"num\">", absl::StrFormat("%.4g", c.before()),
-        "</td><td class=\"num\">", absl::StrFormat("%.4g", c.after()),
-        "</td></tr>\n");
+    const std::vector<std::string> cells = ChannelScalingCells(c);
+    html += "<tr>";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      // The first four columns are words, the rest numbers.
+      absl::StrAppend(&html, i < 4 ? "<td>" : "<td class=\"num\">",
+                      HtmlEscape(cells[i]), "</td>");
+    }
+    html += "</tr>\n";
   }
   return html + "</table>\n";
 }

@@ -24,6 +24,20 @@ std::vector<int> WorstLayers(const quantd::v1::FidelityReport& report,
 // An SQNR for people: "38.2", "inf" (exact), "-inf", "nan".
 std::string FormatDb(double db);
 
+// One summary.channel_scalings entry as the cells of the terminal table
+// and the HTML report, in the order of kChannelScalingColumns; and the
+// legend that says what before / after mean for each algorithm.
+inline constexpr const char* kChannelScalingColumns[] = {
+    "algorithm", "value",   "absorbed by", "readers", "channels",
+    "alpha",     "factors", "before",      "after"};
+inline constexpr char kChannelScalingLegend[] =
+    "smoothquant: the value's largest magnitude before and after; equalize: "
+    "the worst weight range ratio between the two layers before and after; "
+    "awq: the readers' output SQNR (dB) of their rounding on the calibration "
+    "inputs, to nearest before and with the factors after";
+std::vector<std::string> ChannelScalingCells(
+    const quantd::v1::ChannelScaling& c);
+
 // Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string HtmlEscape(absl::string_view text);
 

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -25,6 +26,7 @@
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
 #include "core/graph/validate.h"
+#include "core/numerics/awq.h"
 #include "core/numerics/quant_params.h"
 #include "core/passes/channel_scaling.h"
 #include "core/passes/dynamic_range_options.h"
@@ -90,6 +92,21 @@ class QuantizeJob {
   // from their observed extremes, and (STATIC_RANGE) the ranges of the
   // rescaled values with them.
   absl::Status Smooth(const calibration::ObserverConfig& observers);
+  // weight_algorithm AWQ, after calibration: per site, the factors that
+  // lower its readers' output error most (or none), applied as Smooth's.
+  absl::Status Awq(const calibration::ObserverConfig& observers);
+  // The activation and weight grids of the request, for the noise models.
+  passes::QuantGrids Grids(const calibration::ObserverConfig& observers) const;
+  // Whether every value a rescale of `site` divides has per-channel
+  // extremes (their STATIC ranges are derived from them).
+  bool SiteSeen(const passes::ScalingSite& site) const;
+  // Applies `s` to `site`: the graph, the layers' input statistics, and
+  // with STATIC_RANGE the ranges of the divided values. Returns the
+  // summary's new entry with the fields every algorithm shares filled.
+  absl::StatusOr<quantd::v1::ChannelScaling*> Rescale(
+      const passes::ScalingSite& site, const std::vector<double>& s,
+      const char* algorithm, passes::ModelWeights* weights,
+      const calibration::ObserverConfig& observers);
   passes::PassHooks MakeHooks();
   absl::Status Quantize();
   // The quantized model against the float one over the kept calibration
@@ -129,9 +146,9 @@ class QuantizeJob {
   // calibration, and the budget they are charged to.
   calibration::MemoryBudget gptq_budget_;
   std::unique_ptr<passes::InputMoments> input_moments_;
-  // smoothquant: the values to rescale and their per-channel extremes on
-  // the calibration batches.
-  std::vector<passes::ScalingSite> smoothing_sites_;
+  // smoothquant and AWQ: the values to rescale and their per-channel
+  // extremes on the calibration batches.
+  std::vector<passes::ScalingSite> scaling_sites_;
   passes::ChannelExtremes channel_extremes_;
   QuantizeRequestOptions options_;  // Resolved first, by Run.
   passes::ActivationRanges ranges_;
@@ -263,10 +280,68 @@ absl::Status QuantizeJob::Equalize() {
   return cancel_.Check("equalize");
 }
 
-absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
+bool QuantizeJob::SiteSeen(const passes::ScalingSite& site) const {
+  bool seen = channel_extremes_.Find(site.value) != nullptr;
+  for (const std::string& v : site.chain_values) {
+    seen = seen && channel_extremes_.Find(v) != nullptr;
+  }
+  return seen;
+}
+
+absl::StatusOr<quantd::v1::ChannelScaling*> QuantizeJob::Rescale(
+    const passes::ScalingSite& site, const std::vector<double>& s,
+    const char* algorithm, passes::ModelWeights* weights,
+    const calibration::ObserverConfig& observers) {
+  QUANTD_ASSIGN_OR_RETURN(passes::AppliedScaling applied,
+                          passes::ApplyChannelScales(site, s, weights));
+  if (input_moments_ != nullptr) {
+    std::vector<std::string> outputs;
+    for (const onnx::NodeProto* n : site.readers) {
+      if (n->output_size() > 0) outputs.push_back(n->output(0));
+    }
+    input_moments_->ScaleInputChannels(outputs, s);
+  }
+  if (resolved().method == Method::kStaticRange) {
+    // Every divided value's range, exactly, from its per-channel extremes
+    // (SiteSeen held them all).
+    const passes::ChannelExtremes::Extremes* x =
+        channel_extremes_.Find(site.value);
+    for (const std::string& v : applied.scaled_values) {
+      // An inserted Mul's output is X / s.
+      const passes::ChannelExtremes::Extremes* e =
+          site.absorber == nullptr ? x : channel_extremes_.Find(v);
+      if (e == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("no per-channel extremes of '", v, "'"));
+      }
+      float lo = std::numeric_limits<float>::infinity();
+      float hi = -std::numeric_limits<float>::infinity();
+      for (size_t c = 0; c < s.size(); ++c) {
+        if (e->min[c] > e->max[c]) continue;
+        lo = std::min(lo, static_cast<float>(e->min[c] / s[c]));
+        hi = std::max(hi, static_cast<float>(e->max[c] / s[c]));
+      }
+      if (lo > hi) lo = hi = 0;
+      passes::ActivationRange& r = ranges_[v];
+      std::tie(r.min, r.max) = numerics::AdjustRange(
+          lo, hi, observers.bits, observers.symmetric, observers.narrow_range);
+      r.channels = 0;
+    }
+  }
+  quantd::v1::ChannelScaling* report = result_.summary.add_channel_scalings();
+  report->set_algorithm(algorithm);
+  report->set_value(applied.value);
+  report->set_absorbed_by(applied.absorbed_by);
+  for (const onnx::NodeProto* n : site.readers) report->add_layers(n->name());
+  report->set_channels(site.channels);
+  report->set_min_scale(*std::min_element(s.begin(), s.end()));
+  report->set_max_scale(*std::max_element(s.begin(), s.end()));
+  return report;
+}
+
+passes::QuantGrids QuantizeJob::Grids(
+    const calibration::ObserverConfig& observers) const {
   const bool is_static = resolved().method == Method::kStaticRange;
-  const double alpha = *options_.smoothquant_alpha;
-  const bool choose = options_.smoothquant_auto;
   const passes::WeightPassOptions& pass =
       is_static ? options_.static_range : options_.dynamic_range;
   passes::QuantGrids grids;
@@ -277,21 +352,24 @@ absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
   grids.weight_bits = pass.weights.SpecFor(pass.precision).bits;
   grids.weight_per_channel = pass.weights.per_channel;
   grids.min_elements = pass.min_num_elements;
+  return grids;
+}
+
+absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
+  const double alpha = *options_.smoothquant_alpha;
+  const bool choose = options_.smoothquant_auto;
+  const passes::QuantGrids grids = Grids(observers);
   passes::ModelWeights weights(&model_);
   int64_t unseen = 0, inserted = 0, kept = 0;
-  for (const passes::ScalingSite& site : smoothing_sites_) {
+  for (const passes::ScalingSite& site : scaling_sites_) {
     // Every value the rescale changes must have been seen, or its range
     // would be stale.
-    const passes::ChannelExtremes::Extremes* x =
-        channel_extremes_.Find(site.value);
-    bool seen = x != nullptr;
-    for (const std::string& v : site.chain_values) {
-      seen = seen && channel_extremes_.Find(v) != nullptr;
-    }
-    if (!seen) {
+    if (!SiteSeen(site)) {
       ++unseen;
       continue;
     }
+    const passes::ChannelExtremes::Extremes* x =
+        channel_extremes_.Find(site.value);
     const std::vector<double> act = passes::ChannelAbsMax(*x);
     std::vector<double> s;
     double used_alpha = alpha;
@@ -310,57 +388,22 @@ absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
                               passes::ReaderChannelMax(site, weights));
       s = passes::SmoothQuantScales(act, wmax, alpha);
     }
-    QUANTD_ASSIGN_OR_RETURN(passes::AppliedScaling applied,
-                            passes::ApplyChannelScales(site, s, &weights));
-    if (input_moments_ != nullptr) {
-      std::vector<std::string> outputs;
-      for (const onnx::NodeProto* n : site.readers) {
-        if (n->output_size() > 0) outputs.push_back(n->output(0));
-      }
-      input_moments_->ScaleInputChannels(outputs, s);
-    }
+    QUANTD_ASSIGN_OR_RETURN(
+        quantd::v1::ChannelScaling * report,
+        Rescale(site, s, "smoothquant", &weights, observers));
     if (site.absorber == nullptr) ++inserted;
     double before = 0, after = 0;
     for (size_t c = 0; c < act.size(); ++c) {
       before = std::max(before, act[c]);
       after = std::max(after, act[c] / s[c]);
     }
-    if (is_static) {
-      for (const std::string& v : applied.scaled_values) {
-        // An inserted Mul's output is X / s.
-        const passes::ChannelExtremes::Extremes* e =
-            site.absorber == nullptr ? x : channel_extremes_.Find(v);
-        float lo = std::numeric_limits<float>::infinity();
-        float hi = -std::numeric_limits<float>::infinity();
-        for (size_t c = 0; c < s.size(); ++c) {
-          if (e->min[c] > e->max[c]) continue;
-          lo = std::min(lo, static_cast<float>(e->min[c] / s[c]));
-          hi = std::max(hi, static_cast<float>(e->max[c] / s[c]));
-        }
-        if (lo > hi) lo = hi = 0;
-        passes::ActivationRange& r = ranges_[v];
-        std::tie(r.min, r.max) =
-            numerics::AdjustRange(lo, hi, observers.bits, observers.symmetric,
-                                  observers.narrow_range);
-        r.channels = 0;
-      }
-    }
-    quantd::v1::ChannelScaling& report =
-        *result_.summary.add_channel_scalings();
-    report.set_algorithm("smoothquant");
-    report.set_value(applied.value);
-    report.set_absorbed_by(applied.absorbed_by);
-    for (const onnx::NodeProto* n : site.readers) report.add_layers(n->name());
-    report.set_channels(site.channels);
-    report.set_min_scale(*std::min_element(s.begin(), s.end()));
-    report.set_max_scale(*std::max_element(s.begin(), s.end()));
-    report.set_before(before);
-    report.set_after(after);
-    report.set_alpha(used_alpha);
+    report->set_before(before);
+    report->set_after(after);
+    report->set_alpha(used_alpha);
   }
   weights.DropUnread();
   const int64_t applied =
-      static_cast<int64_t>(smoothing_sites_.size()) - unseen - kept;
+      static_cast<int64_t>(scaling_sites_.size()) - unseen - kept;
   result_.summary.add_validations(absl::StrCat(
       "note: smoothquant (",
       choose ? "auto_alpha" : absl::StrCat("alpha ", alpha), "): ", applied,
@@ -376,7 +419,80 @@ absl::Status QuantizeJob::Smooth(const calibration::ObserverConfig& observers) {
                                 "their readers take them")
                  : std::string(),
       " (summary.channel_scalings)"));
-  smoothing_sites_.clear();
+  scaling_sites_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
+  const bool is_static = resolved().method == Method::kStaticRange;
+  passes::WeightPassOptions& pass =
+      is_static ? options_.static_range : options_.dynamic_range;
+  passes::AwqGrid grid;
+  grid.spec = pass.weights.SpecFor(pass.precision);
+  grid.per_channel = pass.weights.per_channel;
+  grid.block_size = pass.weights.block_size;
+  grid.min_elements = pass.min_num_elements;
+  const passes::QuantGrids activations = Grids(observers);
+  passes::ModelWeights weights(&model_);
+  int64_t unseen = 0, inserted = 0, kept = 0, unjudged = 0, applied = 0;
+  std::string why_unjudged;
+  const int64_t total = static_cast<int64_t>(scaling_sites_.size());
+  for (int64_t i = 0; i < total; ++i) {
+    const passes::ScalingSite& site = scaling_sites_[i];
+    QUANTD_RETURN_IF_ERROR(cancel_.Check("awq"));
+    Progress(i, total,
+             absl::StrCat("awq: searching the factors of '", site.value, "'"));
+    // STATIC_RANGE: the rescaled values' ranges come from their extremes.
+    if (is_static && !SiteSeen(site)) {
+      ++unseen;
+      continue;
+    }
+    QUANTD_ASSIGN_OR_RETURN(
+        passes::AwqSiteChoice choice,
+        passes::ChooseAwqScales(site, weights, *input_moments_, grid,
+                                channel_extremes_.Find(site.value),
+                                activations));
+    if (!choice.why_not.empty()) {
+      if (unjudged++ == 0) {
+        why_unjudged = absl::StrCat("'", site.value, "': ", choice.why_not);
+      }
+      continue;
+    }
+    const numerics::AwqChoice& c = choice.choice;
+    if (!c.rescale) {
+      ++kept;
+      continue;
+    }
+    QUANTD_ASSIGN_OR_RETURN(quantd::v1::ChannelScaling * report,
+                            Rescale(site, c.s, "awq", &weights, observers));
+    ++applied;
+    if (site.absorber == nullptr) ++inserted;
+    report->set_before(SqnrDb(c.energy, c.rtn_error));
+    report->set_after(SqnrDb(c.energy, c.error));
+    report->set_alpha(c.alpha);
+    for (const onnx::NodeProto* n : site.readers) {
+      pass.awq_rescaled.insert(n->input(1));
+    }
+  }
+  weights.DropUnread();
+  result_.summary.add_validations(absl::StrCat(
+      "note: weight_algorithm AWQ: ", applied, " values rescaled (",
+      applied - inserted, " folded into their producer, ", inserted,
+      " through an inserted Mul)",
+      kept > 0 ? absl::StrCat("; ", kept,
+                              " left as they are (no alpha lowered their "
+                              "readers' output error)")
+               : std::string(),
+      unjudged > 0 ? absl::StrCat("; ", unjudged, " not judged (e.g. ",
+                                  why_unjudged, ")")
+                   : std::string(),
+      unseen > 0 ? absl::StrCat("; ", unseen,
+                                " left as they are: not reached by the "
+                                "calibration batches, or not shaped as "
+                                "their readers take them")
+                 : std::string(),
+      "; the weights are then rounded to nearest (summary.channel_scalings)"));
+  scaling_sites_.clear();
   return absl::OkStatus();
 }
 
@@ -412,10 +528,15 @@ absl::Status QuantizeJob::Calibrate() {
   passes::WeightPassOptions& weights =
       is_static ? options_.static_range : options_.dynamic_range;
   // GPTQ and bias correction need the inputs each layer sees.
+  const bool awq = weights.algorithm == passes::WeightAlgorithm::kAwq;
   const bool layer_inputs =
-      weights.algorithm == passes::WeightAlgorithm::kGptq ||
+      weights.algorithm == passes::WeightAlgorithm::kGptq || awq ||
       weights.bias_correction;
   const bool smooth = options_.smoothquant_alpha.has_value();
+  // The sites a rescale may change, and the per-channel extremes of every
+  // value it divides (STATIC ranges; the activation noise a factor causes).
+  const bool rescale = smooth || awq;
+  const bool extremes = smooth || awq;
   // DYNAMIC_RANGE calibrates only to gather those.
   if (!is_static && !layer_inputs && !smooth) return absl::OkStatus();
   const bool has_ranges = config_.calibration().ranges_size() > 0;
@@ -432,7 +553,7 @@ absl::Status QuantizeJob::Calibrate() {
     return absl::OkStatus();
   }
   constexpr char kGptqNeedsBatches[] =
-      "weight_algorithm GPTQ, bias_correction and smoothquant need the "
+      "weight_algorithm GPTQ or AWQ, bias_correction and smoothquant need the "
       "inputs each layer sees: send calibration batches of graph inputs "
       "after the model in this call";
   if (calibration_batches_ == nullptr) {
@@ -464,24 +585,26 @@ absl::Status QuantizeJob::Calibrate() {
     }
     input_moments_ = std::move(*moments);
   }
-  if (smooth) {
-    smoothing_sites_ =
+  if (rescale) {
+    scaling_sites_ =
         passes::FindScalingSites(&model_, weights.min_num_elements);
-    for (const passes::ScalingSite& site : smoothing_sites_) {
+  }
+  if (extremes) {
+    for (const passes::ScalingSite& site : scaling_sites_) {
       channel_extremes_.Track(site.value, site.axis, site.channels);
       for (const std::string& v : site.chain_values) {
         channel_extremes_.Track(v, site.axis, site.channels);
       }
     }
   }
-  if (layer_inputs || smooth) {
-    (*session)->set_tensor_sink(
-        [this, smooth](const std::string& name, const executor::Tensor& t) {
-          if (input_moments_ != nullptr) {
-            QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
-          }
-          return smooth ? channel_extremes_.Observe(name, t) : absl::OkStatus();
-        });
+  if (layer_inputs || extremes) {
+    (*session)->set_tensor_sink([this, extremes](const std::string& name,
+                                                 const executor::Tensor& t) {
+      if (input_moments_ != nullptr) {
+        QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
+      }
+      return extremes ? channel_extremes_.Observe(name, t) : absl::OkStatus();
+    });
   }
   {
     const auto start = std::chrono::steady_clock::now();
@@ -547,14 +670,17 @@ absl::Status QuantizeJob::Calibrate() {
   if (input_moments_ != nullptr) input_moments_->Finish();
   // After Finish: the layers' statistics follow the rescale.
   if (smooth) QUANTD_RETURN_IF_ERROR(Smooth(observer_config));
+  if (awq) QUANTD_RETURN_IF_ERROR(Awq(observer_config));
   if (input_moments_ != nullptr) {
     weights.input_moments = input_moments_.get();
     result_.summary.add_validations(absl::StrCat(
         "note: ",
-        weights.algorithm == passes::WeightAlgorithm::kGptq
-            ? (weights.bias_correction
-                   ? "weight_algorithm GPTQ and bias_correction"
-                   : "weight_algorithm GPTQ")
+        weights.algorithm != passes::WeightAlgorithm::kRoundToNearest
+            ? absl::StrCat(
+                  "weight_algorithm ",
+                  absl::AsciiStrToUpper(
+                      passes::WeightAlgorithmName(weights.algorithm)),
+                  weights.bias_correction ? " and bias_correction" : "")
             : "bias_correction",
         ": input statistics of ", input_moments_->matrices(), " layer inputs (",
         calibration::ByteText(input_moments_->bytes()), ") from ",

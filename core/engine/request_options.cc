@@ -19,12 +19,16 @@ namespace tfq = tensorflow::quantization;
 // in this call (InputMoments, ChannelExtremes).
 bool UsesLayerInputs(const quantd::v1::QuantizeConfig& config) {
   return config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
+         config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
          config.bias_correction() || config.has_smoothquant();
 }
 std::string LayerInputUsers(const quantd::v1::QuantizeConfig& config) {
   std::vector<std::string> users;
   if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
     users.push_back("weight_algorithm GPTQ");
+  }
+  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
+    users.push_back("weight_algorithm AWQ");
   }
   if (config.bias_correction()) users.push_back("bias_correction");
   if (config.has_smoothquant()) users.push_back("smoothquant");
@@ -44,6 +48,13 @@ absl::Status CheckChannelScaling(const quantd::v1::QuantizeConfig& config,
     return absl::InvalidArgumentError(
         "smoothquant has both alpha and auto_alpha: auto_alpha chooses the "
         "alpha of each value; give one or the other");
+  }
+  if (config.has_smoothquant() &&
+      config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
+    return absl::InvalidArgumentError(
+        "smoothquant and weight_algorithm AWQ both choose per-channel "
+        "factors for the same values (SmoothQuant from activation and weight "
+        "maxima, AWQ by the readers' output error); ask for one of them");
   }
   if (config.has_smoothquant()) {
     const double alpha =
@@ -149,9 +160,12 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     if (batch_stream && config.calibration().ranges_size() == 0) {
       QUANTD_ASSIGN_OR_RETURN(
           out.observers, InCallObservers(config, out.static_range.activations));
-      if (out.smoothquant_alpha && out.observers.method != "min_max") {
+      const bool awq =
+          config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ;
+      if ((out.smoothquant_alpha || awq) && out.observers.method != "min_max") {
         return absl::UnimplementedError(absl::StrCat(
-            "smoothquant with STATIC_RANGE is implemented for the min_max "
+            awq ? "weight_algorithm AWQ" : "smoothquant",
+            " with STATIC_RANGE is implemented for the min_max "
             "observer only (the ranges of the rescaled values are derived "
             "from per-channel minima and maxima), not for calibration "
             "method '",
@@ -167,7 +181,8 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     return absl::InvalidArgumentError(
         "calibration batches were sent with DYNAMIC_RANGE, which quantizes "
         "activations at run time; use STATIC_RANGE to calibrate (or "
-        "weight_algorithm GPTQ, bias_correction or smoothquant, which use "
+        "weight_algorithm GPTQ or AWQ, bias_correction or smoothquant, which "
+        "use "
         "them for the weights)");
   }
   QUANTD_ASSIGN_OR_RETURN(out.dynamic_range,

@@ -41,16 +41,17 @@ struct QuantizeRequestOptions {
 //  1. method, enums and (method, op set, precision) of the model and of
 //     each unit entry against the capability table (CheckSupported);
 //  2. the search fields: target_sqnr_db (STATIC_RANGE only, in (0, 200]),
-//     weight_algorithm GPTQ, bias_correction and smoothquant (not with
-//     config.calibration), holdout_batches (>= 0, STATIC_RANGE only),
-//     smoothquant (alpha in [0, 1]) and equalize (a method set);
+//     weight_algorithm GPTQ or AWQ, bias_correction and smoothquant (not
+//     with config.calibration), holdout_batches (>= 0, STATIC_RANGE only),
+//     smoothquant (alpha in [0, 1], not with AWQ) and equalize (a method
+//     set);
 //  3. the method's pass options (passes::ResolveStaticRangeOptions or
 //     passes::ResolveDynamicRangeOptions, each field refused by name);
 //  4. the stream: calibration batches with DYNAMIC_RANGE, unless
-//     weight_algorithm GPTQ, bias_correction or smoothquant use them;
+//     weight_algorithm GPTQ or AWQ, bias_correction or smoothquant use them;
 //  5. STATIC_RANGE calibrating in the call: calibration_config (falling back
 //     to activation_params) as the observers will run it; with smoothquant
-//     only the min_max observer.
+//     or AWQ only the min_max observer.
 absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     const quantd::v1::QuantizeConfig& config, bool batch_stream);
 

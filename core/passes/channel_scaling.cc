@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -13,6 +15,7 @@
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
+#include "core/numerics/awq.h"
 
 namespace quantd::passes {
 namespace {
@@ -781,7 +784,7 @@ absl::StatusOr<SiteNoise> SiteNoise::Create(const ScalingSite& site,
   return out;
 }
 
-double SiteNoise::Predict(absl::Span<const double> s) const {
+double SiteNoise::ActivationNoise(absl::Span<const double> s) const {
   const int64_t channels = static_cast<int64_t>(mean_sq_.size());
   // The value's per-tensor step after the rescale.
   double lo = 0, hi = 0;
@@ -806,12 +809,20 @@ double SiteNoise::Predict(absl::Span<const double> s) const {
     if (max_[c] > 0) clip[c] += TailPower(s[c] * hi, sigma);
     if (min_[c] < 0) clip[c] += TailPower(-s[c] * lo, sigma);
   }
-  const double wq = std::ldexp(1.0, grids_.weight_bits - 1) - 1;
   double noise = 0;
   for (const Reader& r : readers_) {
     for (int64_t c = 0; c < channels; ++c) {
       noise += act_var * r.sum_sq[c] * s[c] * s[c] + clip[c] * r.sum_sq[c];
     }
+  }
+  return noise;
+}
+
+double SiteNoise::Predict(absl::Span<const double> s) const {
+  const int64_t channels = static_cast<int64_t>(mean_sq_.size());
+  const double wq = std::ldexp(1.0, grids_.weight_bits - 1) - 1;
+  double noise = ActivationNoise(s);
+  for (const Reader& r : readers_) {
     std::vector<double> out_max(r.outputs, 0.0);
     std::vector<double> out_signal(r.outputs, 0.0);
     for (int64_t o = 0; o < r.outputs; ++o) {
@@ -932,6 +943,90 @@ absl::StatusOr<std::vector<quantd::v1::ChannelScaling>> EqualizeLayers(
   }
   w.DropUnread();
   return reports;
+}
+
+absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
+    const ScalingSite& site, const ModelWeights& w, const InputMoments& moments,
+    const AwqGrid& grid, const ChannelExtremes::Extremes* x,
+    const QuantGrids& activations) {
+  AwqSiteChoice out;
+  std::vector<numerics::AwqMatrix> matrices;
+  std::vector<double> diag_sum(site.channels, 0.0);
+  std::vector<int64_t> diag_count(site.channels, 0);
+  for (const NodeProto* r : site.readers) {
+    const TensorProto* t = w.Find(r->input(1));
+    if (t == nullptr) {
+      return absl::InternalError(absl::StrCat(Label(*r), " lost its weight"));
+    }
+    const std::vector<int64_t> d = graph::Dims(*t);
+    if (executor::NumElements(d) < grid.min_elements) continue;  // Float.
+    const LayerMoments* m =
+        r->output_size() > 0 ? moments.Find(r->output(0)) : nullptr;
+    if (m == nullptr) {
+      out.why_not = absl::StrCat(
+          Label(*r), " has no input statistics: ",
+          r->output_size() > 0 ? moments.WhyNone(r->output(0)) : "no output");
+      return out;
+    }
+    QUANTD_ASSIGN_OR_RETURN(std::vector<float> v, graph::ReadFloatTensor(*t));
+    const bool conv = r->op_type() == "Conv";
+    const int64_t groups = conv ? graph::IntAttribute(*r, "group", 1) : 1;
+    // Rows per group and columns (H's order: Conv c_in then kernel position;
+    // MatMul / Gemm the K inputs).
+    const bool trans_b =
+        r->op_type() == "Gemm" && graph::IntAttribute(*r, "transB", 0) != 0;
+    const int64_t rows = conv ? d[0] / groups : (trans_b ? d[0] : d[1]);
+    const int64_t cols = conv ? Product(d, 1) : (trans_b ? d[1] : d[0]);
+    if (groups < 1 || m->groups != groups || m->k != cols || m->rows == 0) {
+      out.why_not = absl::StrCat("the input statistics of ", Label(*r),
+                                 " do not fit its weight");
+      return out;
+    }
+    const int64_t inner = conv ? Product(d, 2) : 1;
+    for (int64_t g = 0; g < groups; ++g) {
+      numerics::AwqMatrix a;
+      a.rows = rows;
+      a.cols = cols;
+      a.samples = m->rows;
+      a.per_row = grid.per_channel;
+      a.block_size = conv ? 0 : grid.block_size;
+      a.w.resize(rows * cols);
+      for (int64_t o = 0; o < rows; ++o) {
+        for (int64_t c = 0; c < cols; ++c) {
+          a.w[o * cols + c] = conv      ? v[(g * rows + o) * cols + c]
+                              : trans_b ? v[o * cols + c]
+                                        : v[c * rows + o];
+        }
+      }
+      a.h.assign(m->h.begin() + g * cols * cols,
+                 m->h.begin() + (g + 1) * cols * cols);
+      a.channel.resize(cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        a.channel[c] = conv ? g * d[1] + c / inner : c;
+        if (a.channel[c] >= site.channels) {
+          return absl::InternalError(absl::StrCat(
+              Label(*r), " reads more channels than '", site.value, "' has"));
+        }
+        diag_sum[a.channel[c]] +=
+            a.h[c * cols + c] / static_cast<double>(m->rows);
+        ++diag_count[a.channel[c]];
+      }
+      matrices.push_back(std::move(a));
+    }
+  }
+  if (matrices.empty()) {
+    out.why_not = "none of its readers' weights is quantized";
+    return out;
+  }
+  std::vector<double> magnitude(site.channels, 0.0);
+  for (int64_t c = 0; c < site.channels; ++c) {
+    if (diag_count[c] > 0)
+      magnitude[c] = std::sqrt(diag_sum[c] / diag_count[c]);
+  }
+  QUANTD_ASSIGN_OR_RETURN(
+      out.choice,
+      numerics::SearchAwqScales(matrices, magnitude, grid.spec, grid.steps));
+  return out;
 }
 
 }  // namespace quantd::passes

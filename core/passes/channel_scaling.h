@@ -27,6 +27,9 @@
 #include "absl/types/span.h"
 #include "core/executor/tensor.h"
 #include "core/graph/unique_names.h"
+#include "core/numerics/awq.h"
+#include "core/numerics/quant_params.h"
+#include "core/passes/input_moments.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -197,6 +200,9 @@ class SiteNoise {
                                           const ChannelExtremes::Extremes& x,
                                           const QuantGrids& grids);
   double Predict(absl::Span<const double> s) const;
+  // Predict's activation terms alone (rounding and clipping of the value's
+  // grid through the rescaled weights).
+  double ActivationNoise(absl::Span<const double> s) const;
 
  private:
   struct Reader {
@@ -225,6 +231,35 @@ struct SmoothingChoice {
 absl::StatusOr<SmoothingChoice> ChooseSmoothing(
     const ScalingSite& site, const ModelWeights& w,
     const ChannelExtremes::Extremes& x, const QuantGrids& grids);
+
+// How AWQ's search rounds the readers' weights: the weight pass's grid for
+// the request's precision (Conv weights always per output channel).
+struct AwqGrid {
+  numerics::QuantSpec spec;
+  bool per_channel = true;
+  int64_t block_size = 0;  // MatMul / Gemm weights.
+  // Readers whose weight has fewer values stay float (no rounding error).
+  int64_t min_elements = 1024;
+  int steps = 20;  // alpha in {0, 1/steps, ..., 1}.
+};
+struct AwqSiteChoice {
+  numerics::AwqChoice choice;
+  // Why the site cannot be judged (a quantized reader without input
+  // statistics, or none quantized); empty when `choice` holds the search.
+  std::string why_not;
+};
+// AWQ for one site: each quantized reader's weight as output rows x input
+// columns (per group of a grouped Conv) with its H from `moments` (after
+// Finish), the channel magnitudes the root mean square of each channel's
+// columns of H, and numerics::SearchAwqScales over them. With the value's
+// per-channel extremes `x` (may be null), the search also counts what the
+// factors do to the value's own grid, `activations` (SiteNoise's
+// activation terms), so that a rescale that helps the weights but widens
+// the activations' range is weighed as a whole.
+absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
+    const ScalingSite& site, const ModelWeights& w, const InputMoments& moments,
+    const AwqGrid& grid, const ChannelExtremes::Extremes* x,
+    const QuantGrids& activations);
 
 // Cross-layer equalization on `model`: every site whose absorber is a
 // Conv / Gemm / MatMul, iterated (up to 32 rounds, until every factor of a

@@ -92,6 +92,9 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
           "gptq settings were given but weight_algorithm is not "
           "WEIGHT_ALGORITHM_GPTQ");
     }
+    if (a == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
+      options->algorithm = WeightAlgorithm::kAwq;
+    }
     return absl::OkStatus();
   }
   if (!options->weights.per_channel) {
@@ -121,7 +124,15 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
 }  // namespace
 
 const char* WeightAlgorithmName(WeightAlgorithm a) {
-  return a == WeightAlgorithm::kGptq ? "gptq" : "rtn";
+  switch (a) {
+    case WeightAlgorithm::kGptq:
+      return "gptq";
+    case WeightAlgorithm::kAwq:
+      return "awq";
+    case WeightAlgorithm::kRoundToNearest:
+      break;
+  }
+  return "rtn";
 }
 
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(

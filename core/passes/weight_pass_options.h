@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/graph/function_inline.h"
 #include "core/numerics/gptq.h"
@@ -59,9 +60,9 @@ struct WeightQuantOptions {
 };
 
 // How weight values are rounded onto their grid (config.weight_algorithm).
-enum class WeightAlgorithm { kRoundToNearest, kGptq };
+enum class WeightAlgorithm { kRoundToNearest, kGptq, kAwq };
 
-// The word summaries and reports use: "rtn", "gptq".
+// The word summaries and reports use: "rtn", "gptq", "awq".
 const char* WeightAlgorithmName(WeightAlgorithm a);
 
 // The weight side of a pass, shared by both methods: DYNAMIC_RANGE runs on
@@ -92,6 +93,9 @@ struct WeightPassOptions {
   // whose readers have none is rounded to nearest, and its report says
   // why.
   const InputMoments* input_moments = nullptr;
+  // WeightAlgorithm::kAwq: the weights AWQ rescaled before the pass (their
+  // reports say "awq"; the rest were left as they were and say "rtn").
+  absl::flat_hash_set<std::string> awq_rescaled;
 };
 
 // The weight side of a request, for either method: options.op_set,

@@ -111,6 +111,17 @@ QuantizeReportInput Input() {
   c->set_max_scale(8);
   c->set_before(120);
   c->set_after(11.5);
+  c = s.add_channel_scalings();
+  c->set_algorithm("awq");
+  c->set_value("h");
+  c->set_absorbed_by("MatMul 'mm0'");
+  c->add_layers("mm1");
+  c->set_channels(32);
+  c->set_alpha(0.35);
+  c->set_min_scale(0.5);
+  c->set_max_scale(3);
+  c->set_before(14.04);
+  c->set_after(std::numeric_limits<double>::infinity());
   return in;
 }
 
@@ -143,6 +154,11 @@ TEST(RenderQuantizeReportHtmlTest, SelfContainedWithAChartBarPerLayer) {
   EXPECT_THAT(html, HasSubstr("<td>ln&lt;out&gt;</td>"));
   EXPECT_THAT(html, HasSubstr("<td>q, k</td>"));
   EXPECT_THAT(html, HasSubstr("0.25..8"));
+  // AWQ's before / after are output SQNRs in dB.
+  EXPECT_THAT(html, HasSubstr("<td>awq</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"num\">0.35</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"num\">14.0</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"num\">inf</td>"));
   // Worst: NaN (t4), 21.25 (t3), 38.5 (t1); the exact layer is not.
   EXPECT_EQ(Count(html, "<tr class=\"worst\">"), 3);
   EXPECT_THAT(html, HasSubstr("worst #1"));
@@ -174,8 +190,7 @@ TEST(RenderQuantizeReportHtmlTest, UnquantizedModelSaysNotMeasured) {
 TEST(RenderQuantizeReportHtmlTest, NoChannelScalingsNoSection) {
   QuantizeReportInput in = Input();
   in.summary.clear_channel_scalings();
-  EXPECT_THAT(RenderQuantizeReportHtml(in),
-              Not(HasSubstr("Channel scalings")));
+  EXPECT_THAT(RenderQuantizeReportHtml(in), Not(HasSubstr("Channel scalings")));
 }
 
 }  // namespace

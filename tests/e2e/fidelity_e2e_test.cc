@@ -214,9 +214,32 @@ TEST_F(FidelityE2eTest, GptqWeightsWithEitherMethod) {
   CommandResult bad =
       Quantctl({"quantize", "--model=" + kModel,
                 "--output=" + tmp.File("b.onnx"), "--method=static_range",
-                "--weight_algorithm=awq", "--calibration_data=" + kCalibX});
+                "--weight_algorithm=hqq", "--calibration_data=" + kCalibX});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("it must be rtn or gptq"));
+  EXPECT_THAT(bad.err, HasSubstr("it must be rtn, gptq or awq"));
+}
+
+// --weight_algorithm=awq with either method: the note says what AWQ did,
+// the rescaled weights say "awq", and smoothquant beside it is refused.
+TEST_F(FidelityE2eTest, AwqWeightsWithEitherMethod) {
+  TempDir tmp;
+  for (const std::string method : {"static_range", "dynamic_range"}) {
+    CommandResult q = Quantctl(
+        {"quantize", "--model=" + kModel, "--output=" + tmp.File("a.onnx"),
+         "--method=" + method, "--precision=w4a8", "--weight_algorithm=awq",
+         "--calibration_data=" + kCalibX, "--batch_size=32",
+         "--report=" + tmp.File("a.html")});
+    ASSERT_EQ(q.exit_code, 0) << method << ": " << q.err;
+    EXPECT_THAT(q.out, HasSubstr("weight_algorithm AWQ: ")) << method;
+    EXPECT_THAT(q.out, HasSubstr("values rescaled")) << method;
+  }
+  CommandResult both = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + tmp.File("b.onnx"),
+       "--method=static_range", "--weight_algorithm=awq", "--smoothquant",
+       "--calibration_data=" + kCalibX});
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_THAT(both.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(both.err, HasSubstr("ask for one of them"));
 }
 
 // --smoothquant (bare: alpha 0.5, or auto) and --equalize through quantctl:

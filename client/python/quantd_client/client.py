@@ -413,9 +413,11 @@ class QuantdClient:
             accuracy_search says what was tried and chosen.
         holdout_batches: the first N calibration_batches are kept back from
             calibration; fidelity (and target_sqnr_db) is measured on them.
-        weight_algorithm: "rtn" (round to nearest, the default) or "gptq"
-            (quantctl --weight_algorithm): GPTQ rounds each weight using the
-            inputs its layer saw on calibration_batches (STATIC_RANGE).
+        weight_algorithm: "rtn" (round to nearest, the default), "gptq" or
+            "awq" (quantctl --weight_algorithm): GPTQ rounds each weight using
+            the inputs its layer saw on calibration_batches; AWQ rescales the
+            input channels of each layer by factors chosen from them, then
+            rounds to nearest (either method).
         gptq_dampening, gptq_act_order: config.gptq (quantctl
             --gptq_dampening, --gptq_act_order).
         bias_correction: add each Conv / Gemm weight's expected output shift
@@ -451,7 +453,8 @@ class QuantdClient:
             config.holdout_batches = int(holdout_batches)
         if weight_algorithm is not None:
             algorithms = {"rtn": service_pb2.WEIGHT_ALGORITHM_RTN,
-                          "gptq": service_pb2.WEIGHT_ALGORITHM_GPTQ}
+                          "gptq": service_pb2.WEIGHT_ALGORITHM_GPTQ,
+                          "awq": service_pb2.WEIGHT_ALGORITHM_AWQ}
             if weight_algorithm not in algorithms:
                 raise ValueError(f"weight_algorithm must be one of {sorted(algorithms)}, "
                                  f"not {weight_algorithm!r}")

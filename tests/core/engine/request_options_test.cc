@@ -127,6 +127,43 @@ TEST(ResolveQuantizeRequestTest, TargetNeedsStaticRange) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// weight_algorithm AWQ takes batches with either method, refuses
+// smoothquant beside it and, with STATIC_RANGE, observers other than min_max.
+TEST(ResolveQuantizeRequestTest, AwqNeedsBatchesAndMinMax) {
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->dynamic_range.algorithm, passes::WeightAlgorithm::kAwq);
+
+  c.mutable_smoothquant();
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("weight_algorithm AWQ"));
+
+  c = WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
+  c.mutable_calibration_config()->set_method("percentile");
+  c.mutable_calibration_config()->set_percentile(99.9);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(o.status().message(), HasSubstr("weight_algorithm AWQ"));
+  EXPECT_THAT(o.status().message(), HasSubstr("percentile"));
+  c.clear_calibration_config();
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->static_range.algorithm, passes::WeightAlgorithm::kAwq);
+
+  // Ranges from a Calibrate call hold no layer inputs.
+  c.mutable_calibration()->add_ranges()->set_tensor_name("x");
+  o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("weight_algorithm AWQ"));
+}
+
 TEST(ResolveQuantizeRequestTest, InCallObserversRunOnThePassGrid) {
   quantd::v1::QuantizeConfig c =
       WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
