@@ -104,6 +104,13 @@ const CONFIGS = {
   static_tf_w4a8_eq: { label: 'STATIC TF W4A8 equalize', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--equalize'] },
   static_tf_w4a8_sq_gptq: { label: 'STATIC TF W4A8 SmoothQuant 0.5 + GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--smoothquant=0.5', '--weight_algorithm=gptq'] },
   dyn_tf_w8a8_sq: { label: 'DYNAMIC TF W8A8 SmoothQuant 0.5', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w8a8', '--op_set=tf', '--smoothquant=0.5'] },
+  // AWQ (per-channel factors searched per value by the readers' output
+  // error, then rounding to nearest) against rtn and GPTQ above.
+  static_tf_w4a8_awq: { label: 'STATIC TF W4A8 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq'] },
+  static_tf_w4a8_b32_awq: { label: 'STATIC TF W4A8 block 32 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq'] },
+  static_tf_w8a8_awq: { label: 'STATIC TF W8A8 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=awq'] },
+  dyn_tf_w4a8_awq: { label: 'DYNAMIC TF W4A8 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq'] },
+  dyn_tf_w4a8_b32_awq: { label: 'DYNAMIC TF W4A8 block 32 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
