@@ -121,6 +121,15 @@ ABSL_FLAG(double, target_sqnr_db, 0,
           "quantize (static_range with --calibration_data): the worst output "
           "SQNR to reach; nodes that add the most error stay float until it "
           "is met. 0: no search.");
+ABSL_FLAG(double, target_agreement, 0,
+          "quantize (static_range with --calibration_data): the worst top-1 "
+          "agreement with float (0..1] over the outputs with a class axis; "
+          "same search as --target_sqnr_db (with both, both must be met). "
+          "0: no search.");
+ABSL_FLAG(std::string, allowed_precisions, "",
+          "quantize, with --target_sqnr_db or --target_agreement: the "
+          "precisions the search may raise a node to, comma-separated from "
+          "w4a4,w4a8,w8a8,full (must include --precision). Empty: all.");
 ABSL_FLAG(std::string, weight_algorithm, "",
           "quantize: how weights are rounded: rtn (to nearest, the default), "
           "gptq (GPTQ) or awq (AWQ's per-channel factors, then to nearest), "
@@ -162,6 +171,8 @@ constexpr char kUsage[] =
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
     "                    [--block_size=N] [--target_sqnr_db=DB]\n"
+    "                    [--target_agreement=Y]\n"
+    "                    [--allowed_precisions=w4a8,w8a8,full]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--weight_algorithm=rtn|gptq|awq\n"
     "                     [--gptq_dampening=X] [--gptq_act_order]]\n"
@@ -214,7 +225,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
                     "holdout_batches",  "min_num_elements_for_weights",
                     "weight_algorithm", "gptq_dampening",
                     "gptq_act_order",   "bias_correction",
-                    "smoothquant",      "equalize"}},
+                    "smoothquant",      "equalize",
+                    "target_agreement", "allowed_precisions"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -518,18 +530,16 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_accuracy_search()) return;
   const quantd::v1::AccuracySearch& a = s.accuracy_search();
   absl::PrintF("accuracy search: target %s, %s; %s\n",
-               quantd::client::FormatDb(a.target_sqnr_db()),
+               quantd::client::AccuracySearchGoal(a),
                a.met() ? "met" : "NOT met", a.note());
-  std::vector<std::vector<std::string>> rows = {{"round", "raised",
-                                                 "output SQNR", "model bytes",
-                                                 "raised this round", ""}};
+  std::vector<std::vector<std::string>> rows(1);
+  for (const char* column : quantd::client::kAccuracySearchColumns) {
+    rows[0].push_back(column);
+  }
+  rows[0].push_back("");
   for (int i = 0; i < a.rounds_size(); ++i) {
-    const quantd::v1::AccuracySearchRound& r = a.rounds(i);
-    rows.push_back({absl::StrCat(i + 1), absl::StrCat(r.raised_nodes()),
-                    quantd::client::FormatDb(r.output_sqnr_db()),
-                    absl::StrCat(r.model_bytes()),
-                    absl::StrJoin(r.raised_this_round(), ", "),
-                    i == a.chosen_round() ? "<- returned" : ""});
+    rows.push_back(quantd::client::AccuracySearchRoundCells(a, i));
+    rows.back().push_back(i == a.chosen_round() ? "<- returned" : "");
   }
   PrintTable(rows);
 }
@@ -676,6 +686,18 @@ int RunQuantize() {
   *config.mutable_options() = std::move(*options);
   if (const double target = absl::GetFlag(FLAGS_target_sqnr_db); target != 0) {
     config.set_target_sqnr_db(target);
+  }
+  if (const double target = absl::GetFlag(FLAGS_target_agreement);
+      target != 0) {
+    config.set_target_agreement(target);
+  }
+  if (const std::string allowed = absl::GetFlag(FLAGS_allowed_precisions);
+      !allowed.empty()) {
+    absl::StatusOr<std::vector<tensorflow::quantization::QuantizationPrecision>>
+        list =
+            quantd::client::ParsePrecisionList("allowed_precisions", allowed);
+    if (!list.ok()) return UsageError(list.status().message());
+    for (auto p : *list) config.add_allowed_precisions(p);
   }
   if (const int32_t n = absl::GetFlag(FLAGS_holdout_batches); n != 0) {
     config.set_holdout_batches(n);

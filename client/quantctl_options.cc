@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/file_util.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -53,7 +54,29 @@ absl::StatusOr<T> LookUp(absl::string_view flag, absl::string_view given,
       "--", flag, "=", given, " is not one of: ", absl::StrJoin(names, ", ")));
 }
 
+absl::StatusOr<QuantizationPrecision> LookUpPrecision(absl::string_view flag,
+                                                      absl::string_view given) {
+  return LookUp(flag, given,
+                std::vector<FlagValue<QuantizationPrecision>>{
+                    {"w8a8", tensorflow::quantization::PRECISION_W8A8},
+                    {"w4a8", tensorflow::quantization::PRECISION_W4A8},
+                    {"w4a4", tensorflow::quantization::PRECISION_W4A4},
+                    {"full", tensorflow::quantization::PRECISION_FULL}});
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<QuantizationPrecision>> ParsePrecisionList(
+    absl::string_view flag, absl::string_view given) {
+  std::vector<QuantizationPrecision> out;
+  for (absl::string_view item : absl::StrSplit(given, ',')) {
+    absl::StatusOr<QuantizationPrecision> p =
+        LookUpPrecision(flag, absl::StripAsciiWhitespace(item));
+    if (!p.ok()) return p.status();
+    out.push_back(*p);
+  }
+  return out;
+}
 
 absl::StatusOr<QuantizationOptions> ParseQuantizationOptionsText(
     absl::string_view text, absl::string_view source) {
@@ -91,12 +114,7 @@ absl::StatusOr<QuantizationOptions> BuildQuantizationOptions(
   }
   if (!flags.precision.empty()) {
     absl::StatusOr<QuantizationPrecision> precision =
-        LookUp("precision", flags.precision,
-               std::vector<FlagValue<QuantizationPrecision>>{
-                   {"w8a8", tensorflow::quantization::PRECISION_W8A8},
-                   {"w4a8", tensorflow::quantization::PRECISION_W4A8},
-                   {"w4a4", tensorflow::quantization::PRECISION_W4A4},
-                   {"full", tensorflow::quantization::PRECISION_FULL}});
+        LookUpPrecision("precision", flags.precision);
     if (!precision.ok()) return precision.status();
     options.set_quantization_precision(*precision);
   }

@@ -4,6 +4,7 @@
 #define QUANTD_CLIENT_QUANTCTL_OPTIONS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -18,6 +19,12 @@ struct QuantctlOptionFlags {
   std::string precision;     // --precision: w8a8 | w4a8 | w4a4 | full
   std::string op_set;        // --op_set: tf | xla | uniform_quantized
 };
+
+// A comma-separated list of --precision's spellings ("w4a8,w8a8,full") for
+// --`flag`; INVALID_ARGUMENT names the first unknown item and the accepted
+// ones.
+absl::StatusOr<std::vector<tensorflow::quantization::QuantizationPrecision>>
+ParsePrecisionList(absl::string_view flag, absl::string_view given);
 
 // Parses protobuf text format. INVALID_ARGUMENT names `source`, the line and
 // column (1-based) and the parser's message.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,30 @@ std::vector<std::string> ChannelScalingCells(
       awq ? FormatDb(c.after()) : absl::StrFormat("%.4g", c.after())};
 }
 
+std::string AccuracySearchGoal(const quantd::v1::AccuracySearch& a) {
+  std::vector<std::string> goals;
+  if (a.target_sqnr_db() > 0)
+    goals.push_back(FormatDb(a.target_sqnr_db()) + " dB");
+  if (a.target_agreement() > 0) {
+    goals.push_back(
+        absl::StrFormat("top-1 agreement %.3f", a.target_agreement()));
+  }
+  return goals.empty() ? "none" : absl::StrJoin(goals, " and ");
+}
+
+std::vector<std::string> AccuracySearchRoundCells(
+    const quantd::v1::AccuracySearch& a, int round) {
+  const quantd::v1::AccuracySearchRound& r = a.rounds(round);
+  return {absl::StrCat(round + 1),
+          absl::StrCat(r.raised_nodes()),
+          FormatDb(r.output_sqnr_db()),
+          std::isnan(r.top1_agreement())
+              ? std::string("-")
+              : absl::StrFormat("%.4f", r.top1_agreement()),
+          absl::StrCat(r.model_bytes()),
+          absl::StrJoin(r.raised_this_round(), ", ")};
+}
+
 std::string HtmlEscape(absl::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -93,13 +118,16 @@ th, td { border: 1px solid #d0d7de; padding: .25em .6em; text-align: left;
          vertical-align: top; }
 th { background: #f3f5f7; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.worst td { background: #fde8e8; }
+tr.worst td { background: #fde8e8; } tr.chosen td { background: #e8f1fd; }
 .tag { color: #b42318; font-weight: 600; }
 .muted { color: #57606a; }
 pre { background: #f6f8fa; padding: .6em; overflow-x: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: #1d232a; }
 svg .bar { fill: #3b7dd8; } svg .bar.worst { fill: #d92d20; }
 svg .bar.exact { fill: #8fbf7f; } svg .axis { stroke: #8c959f; }
+svg .trade { fill: none; stroke: #3b7dd8; } svg .point { fill: #3b7dd8; }
+svg .point.chosen { fill: #d92d20; } svg .goal { stroke: #b42318;
+  stroke-dasharray: 4 3; }
 )css";
 
 std::string Cell(absl::string_view text, bool numeric = false) {
@@ -189,6 +217,130 @@ std::string ChannelScalingSection(const quantd::v1::QuantizeSummary& s) {
     html += "</tr>\n";
   }
   return html + "</table>\n";
+}
+
+// The rounds of an accuracy search as size (x) against accuracy (y): the
+// output SQNR, or the top-1 agreement when that was the goal (the measure
+// the search was judged by), the goal as a dashed line and the returned
+// round in red. Rounds that cannot be placed (NaN, infinite) are left out.
+std::string AccuracySearchChart(const quantd::v1::AccuracySearch& a) {
+  const bool by_agreement = a.target_agreement() > 0;
+  auto y_of = [&](const quantd::v1::AccuracySearchRound& r) {
+    return by_agreement ? r.top1_agreement() : r.output_sqnr_db();
+  };
+  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo;
+  double y_lo = x_lo, y_hi = -x_lo;
+  int placed = 0;
+  for (const auto& r : a.rounds()) {
+    if (!std::isfinite(y_of(r))) continue;
+    ++placed;
+    x_lo = std::min(x_lo, static_cast<double>(r.model_bytes()));
+    x_hi = std::max(x_hi, static_cast<double>(r.model_bytes()));
+    y_lo = std::min(y_lo, y_of(r));
+    y_hi = std::max(y_hi, y_of(r));
+  }
+  if (placed == 0) return "";
+  const double goal = by_agreement ? a.target_agreement() : a.target_sqnr_db();
+  y_lo = std::min(y_lo, goal);
+  y_hi = std::max(y_hi, goal);
+  if (y_hi - y_lo < 1e-9) y_hi = y_lo + (by_agreement ? 0.01 : 1);
+  if (x_hi - x_lo < 1) x_hi = x_lo + 1;
+  constexpr int kLeft = 70, kTop = 16, kW = 520, kH = 220;
+  const int width = kLeft + kW + 30, height = kTop + kH + 44;
+  auto px = [&](double x) { return kLeft + kW * (x - x_lo) / (x_hi - x_lo); };
+  auto py = [&](double y) { return kTop + kH * (y_hi - y) / (y_hi - y_lo); };
+  const std::string y_name =
+      by_agreement ? "top-1 agreement" : "output SQNR (dB)";
+  std::string svg = absl::StrFormat(
+      "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+      "aria-label=\"model bytes against %s per search round\">\n"
+      "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>"
+      "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n"
+      "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">model bytes "
+      "(%.0f .. %.0f)</text>\n"
+      "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+      "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+      "<text x=\"4\" y=\"%d\">%s</text>\n",
+      width, height, width, height, y_name, kLeft, kTop, kLeft, kTop + kH,
+      kLeft, kTop + kH, kLeft + kW, kTop + kH, kLeft + kW / 2, kTop + kH + 32,
+      x_lo, x_hi, kLeft - 4, kTop + 10, y_hi, kLeft - 4, kTop + kH, y_lo,
+      kTop + kH + 44 - 2, y_name);
+  absl::StrAppendFormat(&svg,
+                        "<line class=\"goal\" x1=\"%d\" y1=\"%.1f\" "
+                        "x2=\"%d\" y2=\"%.1f\"><title>goal %.4g</title>"
+                        "</line>\n",
+                        kLeft, py(goal), kLeft + kW, py(goal), goal);
+  std::string path;
+  for (int i = 0; i < a.rounds_size(); ++i) {
+    const auto& r = a.rounds(i);
+    if (!std::isfinite(y_of(r))) continue;
+    absl::StrAppendFormat(&path, "%s%.1f,%.1f", path.empty() ? "" : " ",
+                          px(r.model_bytes()), py(y_of(r)));
+  }
+  absl::StrAppend(&svg, "<polyline class=\"trade\" points=\"", path, "\"/>\n");
+  for (int i = 0; i < a.rounds_size(); ++i) {
+    const auto& r = a.rounds(i);
+    if (!std::isfinite(y_of(r))) continue;
+    absl::StrAppendFormat(
+        &svg,
+        "<circle class=\"point%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\">"
+        "<title>round %d: %d bytes, %.4g</title></circle>"
+        "<text x=\"%.1f\" y=\"%.1f\">%d</text>\n",
+        i == a.chosen_round() ? " chosen" : "", px(r.model_bytes()),
+        py(y_of(r)), i + 1, r.model_bytes(), y_of(r), px(r.model_bytes()) + 6,
+        py(y_of(r)) - 6, i + 1);
+  }
+  return svg + "</svg>\n";
+}
+
+// What a target_sqnr_db / target_agreement search tried and returned.
+std::string AccuracySearchSection(const quantd::v1::QuantizeSummary& s) {
+  if (!s.has_accuracy_search()) return "";
+  const quantd::v1::AccuracySearch& a = s.accuracy_search();
+  std::vector<std::string> ladder;
+  for (int p : a.allowed_precisions()) {
+    ladder.push_back(absl::AsciiStrToLower(absl::StripPrefix(
+        tensorflow::quantization::QuantizationPrecision_Name(
+            static_cast<tensorflow::quantization::QuantizationPrecision>(p)),
+        "PRECISION_")));
+  }
+  std::string html = absl::StrCat(
+      "<h2>Accuracy search</h2>\n<p>goal <b>",
+      HtmlEscape(AccuracySearchGoal(a)), "</b>, ",
+      a.met() ? "met" : "<span class=\"tag\">not met</span>", "; precisions ",
+      absl::StrJoin(ladder, " &rarr; "), ". ", HtmlEscape(a.note()),
+      "</p>\n", AccuracySearchChart(a), "<table>\n");
+  std::vector<std::string> columns(std::begin(kAccuracySearchColumns),
+                                   std::end(kAccuracySearchColumns));
+  columns.push_back("");
+  html += Header(columns);
+  for (int i = 0; i < a.rounds_size(); ++i) {
+    const std::vector<std::string> cells = AccuracySearchRoundCells(a, i);
+    html += i == a.chosen_round() ? "<tr class=\"chosen\">" : "<tr>";
+    for (size_t c = 0; c < cells.size(); ++c) {
+      html += Cell(cells[c], c + 1 < cells.size());
+    }
+    absl::StrAppend(
+        &html,
+        i == a.chosen_round() ? "<td class=\"tag\">returned</td>" : "<td></td>",
+        "</tr>\n");
+  }
+  html += "</table>\n";
+  if (a.unit_wise_quantization_precision_size() > 0) {
+    html += "<p>Replay with these unit entries (and no target):</p>\n<pre>";
+    for (const auto& u : a.unit_wise_quantization_precision()) {
+      absl::StrAppend(&html, HtmlEscape(u.unit_name()),
+                      u.func_name().empty()
+                          ? ""
+                          : " (in " + HtmlEscape(u.func_name()) + ")",
+                      ": ",
+                      tensorflow::quantization::QuantizationPrecision_Name(
+                          u.quantization_precision()),
+                      "\n");
+    }
+    html += "</pre>\n";
+  }
+  return html;
 }
 
 std::string TensorSection(const QuantizeReportInput& in) {
@@ -356,8 +508,9 @@ std::string RenderQuantizeReportHtml(const QuantizeReportInput& input) {
       "</style>\n</head>\n<body>\n<h1>quantd quantization report</h1>\n<p>",
       HtmlEscape(input.model_path), " &rarr; ", HtmlEscape(input.output_path),
       "</p>\n", ModelSection(input), OptionsSection(input),
-      FidelitySection(input.summary), ChannelScalingSection(input.summary),
-      TensorSection(input), "</body>\n</html>\n");
+      FidelitySection(input.summary), AccuracySearchSection(input.summary),
+      ChannelScalingSection(input.summary), TensorSection(input),
+      "</body>\n</html>\n");
 }
 
 }  // namespace quantd::client

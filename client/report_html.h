@@ -38,6 +38,17 @@ inline constexpr char kChannelScalingLegend[] =
 std::vector<std::string> ChannelScalingCells(
     const quantd::v1::ChannelScaling& c);
 
+// summary.accuracy_search for people: the goal ("30.0 dB", "top-1
+// agreement 0.950", or both joined by "and"), and one round as the cells of
+// the terminal table and the HTML report, in the order of
+// kAccuracySearchColumns (agreement "-" when the model has no class axis).
+inline constexpr const char* kAccuracySearchColumns[] = {
+    "round",           "raised",      "output SQNR (dB)",
+    "top-1 agreement", "model bytes", "raised this round"};
+std::string AccuracySearchGoal(const quantd::v1::AccuracySearch& a);
+std::vector<std::string> AccuracySearchRoundCells(
+    const quantd::v1::AccuracySearch& a, int round);
+
 // Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string HtmlEscape(absl::string_view text);
 

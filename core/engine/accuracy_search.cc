@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,25 +26,118 @@ double NoiseRatio(double sqnr_db) {
 
 int NodesToRaise(int round) { return round <= 1 ? 1 : 1 << (round - 1); }
 
-tensorflow::quantization::QuantizationPrecision RaisedPrecision(
-    tensorflow::quantization::QuantizationPrecision p) {
-  switch (p) {
-    case tensorflow::quantization::PRECISION_W4A4:
-      return tensorflow::quantization::PRECISION_W4A8;
-    case tensorflow::quantization::PRECISION_W4A8:
-      return tensorflow::quantization::PRECISION_W8A8;
-    default:
-      return tensorflow::quantization::PRECISION_FULL;
+namespace {
+
+constexpr SearchPrecision kLadder[] = {
+    tensorflow::quantization::PRECISION_W4A4,
+    tensorflow::quantization::PRECISION_W4A8,
+    tensorflow::quantization::PRECISION_W8A8,
+    tensorflow::quantization::PRECISION_FULL};
+
+// Position on kLadder; -1 for anything else (UNSPECIFIED is W8A8).
+int Rung(SearchPrecision p) {
+  if (p == tensorflow::quantization::PRECISION_UNSPECIFIED) {
+    p = tensorflow::quantization::PRECISION_W8A8;
   }
+  for (int i = 0; i < 4; ++i) {
+    if (kLadder[i] == p) return i;
+  }
+  return -1;
 }
 
-absl::Status CheckTargetSqnr(const quantd::v1::QuantizeConfig& config) {
-  if (!config.has_target_sqnr_db()) return absl::OkStatus();
-  const double t = config.target_sqnr_db();
-  if (!(t > 0.0 && t <= 200.0)) {
+std::string PrecisionName(int p) {
+  return tensorflow::quantization::QuantizationPrecision_IsValid(p)
+             ? tensorflow::quantization::QuantizationPrecision_Name(
+                   static_cast<SearchPrecision>(p))
+             : absl::StrCat("value ", p, " (unknown)");
+}
+
+}  // namespace
+
+bool HasSearchTarget(const quantd::v1::QuantizeConfig& config) {
+  return config.has_target_sqnr_db() || config.has_target_agreement();
+}
+
+std::vector<SearchPrecision> SearchLadder(
+    const quantd::v1::QuantizeConfig& config) {
+  std::vector<SearchPrecision> ladder;
+  for (SearchPrecision p : kLadder) {
+    const bool allowed =
+        config.allowed_precisions().empty() ||
+        std::find(config.allowed_precisions().begin(),
+                  config.allowed_precisions().end(),
+                  static_cast<int>(p)) != config.allowed_precisions().end();
+    if (allowed) ladder.push_back(p);
+  }
+  return ladder;
+}
+
+std::optional<SearchPrecision> RaisedPrecision(
+    SearchPrecision p, absl::Span<const SearchPrecision> ladder) {
+  const int from = Rung(p);
+  for (SearchPrecision q : ladder) {
+    if (Rung(q) > from) return q;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckSearchTargets(const quantd::v1::QuantizeConfig& config,
+                                SearchPrecision request_precision) {
+  if (config.has_target_sqnr_db()) {
+    const double t = config.target_sqnr_db();
+    if (!(t > 0.0 && t <= 200.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target_sqnr_db is ", t,
+                       "; it must be in (0, 200] dB (unset: no search)"));
+    }
+  }
+  if (config.has_target_agreement()) {
+    const double t = config.target_agreement();
+    if (!(t > 0.0 && t <= 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "target_agreement is ", t,
+          "; it must be in (0, 1] (a fraction of rows; unset: no search)"));
+    }
+  }
+  if (config.allowed_precisions().empty()) return absl::OkStatus();
+  if (!HasSearchTarget(config)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("target_sqnr_db is ", t,
-                     "; it must be in (0, 200] dB (unset: no search)"));
+        "allowed_precisions bounds the accuracy search, but the request "
+        "asks for none: set target_sqnr_db or target_agreement");
+  }
+  for (int i = 0; i < config.allowed_precisions_size(); ++i) {
+    const int p = config.allowed_precisions(i);
+    if (p == tensorflow::quantization::PRECISION_UNSPECIFIED ||
+        Rung(static_cast<SearchPrecision>(p)) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("allowed_precisions[", i, "] is ", PrecisionName(p),
+                       "; it must be one of PRECISION_W4A4, PRECISION_W4A8, "
+                       "PRECISION_W8A8, PRECISION_FULL"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (config.allowed_precisions(j) == p) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("allowed_precisions names ", PrecisionName(p),
+                         " twice (entries ", j, " and ", i, ")"));
+      }
+    }
+  }
+  const std::vector<SearchPrecision> ladder = SearchLadder(config);
+  if (std::find(ladder.begin(), ladder.end(), request_precision) ==
+      ladder.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allowed_precisions does not include the request's "
+        "quantization_precision ",
+        PrecisionName(request_precision),
+        ": the search starts every node there and only raises; set "
+        "quantization_precision to the cheapest precision you allow"));
+  }
+  if (!RaisedPrecision(request_precision, ladder).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allowed_precisions holds nothing above the request's "
+                     "quantization_precision ",
+                     PrecisionName(request_precision),
+                     ", so the search could raise no node"));
   }
   return absl::OkStatus();
 }
@@ -59,6 +153,16 @@ double WorstOutputSqnr(const quantd::v1::FidelityReport& report) {
   return worst;
 }
 
+double WorstTop1Agreement(const quantd::v1::FidelityReport& report) {
+  double worst = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& o : report.outputs()) {
+    if (!o.has_top1()) continue;
+    const double a = std::isnan(o.top1_agreement()) ? 0.0 : o.top1_agreement();
+    worst = std::isnan(worst) ? a : std::min(worst, a);
+  }
+  return worst;
+}
+
 std::string SearchUnit::Describe() const {
   return scope.empty() ? name : absl::StrCat(name, " (in ", scope, ")");
 }
@@ -66,7 +170,7 @@ std::string SearchUnit::Describe() const {
 std::vector<SearchUnit> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
-    const absl::flat_hash_set<SearchUnit>& at_full,
+    const absl::flat_hash_set<SearchUnit>& at_top,
     const absl::flat_hash_set<SearchUnit>& excluded, int count,
     const graph::InlinedFunctions* inlined) {
   absl::flat_hash_map<std::string, double> sqnr;
@@ -92,7 +196,7 @@ std::vector<SearchUnit> PickNodesToRaise(
   for (const Candidate& c : nodes) {
     const onnx::NodeProto& n = *c.node;
     if (n.name().empty() || unit_count[c.unit] != 1 ||
-        at_full.contains(c.unit) || excluded.contains(c.unit) ||
+        at_top.contains(c.unit) || excluded.contains(c.unit) ||
         excluded.contains(SearchUnit{"", n.name()}) || n.output_size() == 0) {
       continue;
     }

@@ -122,8 +122,9 @@ class QuantizeJob {
       FidelityEvaluator* evaluator, bool free_batches);
   // What the report's note says about batches that were not compared.
   std::string FidelityNote() const;
-  // config.target_sqnr_db: Quantize and compare, keeping more nodes in
-  // float each round until the goal is met (accuracy_search.h).
+  // config.target_sqnr_db / target_agreement: Quantize and compare,
+  // raising more nodes' precision each round until the goals are met
+  // (accuracy_search.h).
   absl::Status SearchForTarget();
   // Keeps a calibration batch for Fidelity, within the memory budget.
   void KeepForFidelity(quantd::v1::TensorBatch batch);
@@ -867,7 +868,8 @@ std::string QuantizeJob::FidelityNote() const {
 }
 
 absl::Status QuantizeJob::SearchForTarget() {
-  const double target = config_.target_sqnr_db();
+  const char* goal =
+      config_.has_target_sqnr_db() ? "target_sqnr_db" : "target_agreement";
   if (fidelity_ == nullptr || fidelity_batches_.empty()) {
     std::string why = fidelity_skipped_;
     if (why.empty()) {
@@ -877,7 +879,8 @@ absl::Status QuantizeJob::SearchForTarget() {
                 : "no calibration batch fed the graph inputs";
     }
     return absl::FailedPreconditionError(absl::StrCat(
-        "target_sqnr_db needs the quantized model compared with the float "
+        goal,
+        " needs the quantized model compared with the float "
         "one on calibration batches of graph inputs sent in this call, "
         "but ",
         why));
@@ -897,7 +900,9 @@ absl::Status QuantizeJob::SearchForTarget() {
   // each stands now; the others are at the model-wide precision.
   std::vector<SearchUnit> raised;
   absl::flat_hash_map<SearchUnit, QuantizationPrecision> level;
-  absl::flat_hash_set<SearchUnit> at_full;
+  // Nodes with nothing above them on the ladder.
+  absl::flat_hash_set<SearchUnit> at_top;
+  const std::vector<SearchPrecision> ladder = SearchLadder(config_);
   auto units_now = [&] {
     passes::UnitPrecisionEntries units = user_units;
     for (const SearchUnit& unit : raised) {
@@ -912,10 +917,32 @@ absl::Status QuantizeJob::SearchForTarget() {
   };
 
   quantd::v1::AccuracySearch search;
-  search.set_target_sqnr_db(target);
+  search.set_target_sqnr_db(config_.target_sqnr_db());
+  search.set_target_agreement(config_.target_agreement());
+  for (SearchPrecision p : ladder) search.add_allowed_precisions(p);
+  // A round meets the goals when each one asked for is met; among rounds
+  // that meet none, the best is the one nearest the agreement goal (the
+  // task's own terms), then the SQNR goal.
+  auto meets = [&](double sqnr, double agreement) {
+    return (!config_.has_target_sqnr_db() ||
+            sqnr >= config_.target_sqnr_db()) &&
+           (!config_.has_target_agreement() ||
+            agreement >= config_.target_agreement());
+  };
+  auto better = [&](double sqnr, double agreement, double best_sqnr,
+                    double best_agreement) {
+    if (meets(sqnr, agreement) != meets(best_sqnr, best_agreement)) {
+      return meets(sqnr, agreement);
+    }
+    if (config_.has_target_agreement() && agreement != best_agreement) {
+      return agreement > best_agreement;
+    }
+    return sqnr > best_sqnr;
+  };
   onnx::ModelProto best_model;
   quantd::v1::QuantizeSummary best_summary;
   double best = -std::numeric_limits<double>::infinity();
+  double best_agreement = 0;
   int best_round = -1;
   quantd::v1::FidelityReport last;
   std::string stop = absl::StrCat("stopped after ", kAccuracySearchRounds + 1,
@@ -927,7 +954,7 @@ absl::Status QuantizeJob::SearchForTarget() {
       evaluator = std::move(fidelity_);
     } else {
       const std::vector<SearchUnit> picks =
-          PickNodesToRaise(float_model.graph(), last, at_full, excluded,
+          PickNodesToRaise(float_model.graph(), last, at_top, excluded,
                            NodesToRaise(round), &options_.static_range.inlined);
       if (picks.empty()) {
         stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
@@ -937,9 +964,12 @@ absl::Status QuantizeJob::SearchForTarget() {
         auto [it, first] =
             level.try_emplace(n, options_.static_range.precision);
         if (first) raised.push_back(n);
-        it->second = RaisedPrecision(it->second);
-        if (it->second == tensorflow::quantization::PRECISION_FULL) {
-          at_full.insert(n);
+        // PickNodesToRaise leaves out nodes in at_top, so there is a
+        // rung above.
+        it->second = RaisedPrecision(it->second, ladder)
+                         .value_or(tensorflow::quantization::PRECISION_FULL);
+        if (!RaisedPrecision(it->second, ladder).has_value()) {
+          at_top.insert(n);
         }
         this_round.push_back(absl::StrCat(
             n.Describe(), ": ",
@@ -963,7 +993,8 @@ absl::Status QuantizeJob::SearchForTarget() {
       QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
       if (round == 0) {
         return absl::FailedPreconditionError(
-            absl::StrCat("target_sqnr_db: cannot measure the quantized "
+            absl::StrCat(goal,
+                         ": cannot measure the quantized "
                          "model: ",
                          report.status().message()));
       }
@@ -973,13 +1004,22 @@ absl::Status QuantizeJob::SearchForTarget() {
       break;
     }
     const double worst = WorstOutputSqnr(*report);
+    const double agreement = WorstTop1Agreement(*report);
+    if (round == 0 && config_.has_target_agreement() && std::isnan(agreement)) {
+      return absl::FailedPreconditionError(
+          "target_agreement needs an output with a class axis (rank >= 2, "
+          "the last axis at least 2 wide) to measure top-1 agreement on, "
+          "and this model has none; use target_sqnr_db");
+    }
     quantd::v1::AccuracySearchRound* r = search.add_rounds();
     r->set_raised_nodes(static_cast<int32_t>(raised.size()));
     for (std::string& n : this_round) r->add_raised_this_round(std::move(n));
     r->set_output_sqnr_db(worst);
     r->set_model_bytes(model_.ByteSizeLong());
-    if (worst > best || best_round < 0) {
+    r->set_top1_agreement(agreement);
+    if (best_round < 0 || better(worst, agreement, best, best_agreement)) {
       best = worst;
+      best_agreement = agreement;
       best_round = static_cast<int>(search.rounds_size()) - 1;
       best_model = std::move(model_);
       best_summary = result_.summary;
@@ -990,21 +1030,29 @@ absl::Status QuantizeJob::SearchForTarget() {
           options_.static_range.units.begin(),
           options_.static_range.units.end()};
     }
-    if (worst >= target) {
-      stop = absl::StrCat("met in round ", round + 1, " with ", raised.size(),
-                          " nodes raised (", at_full.size(), " to FULL)");
+    if (meets(worst, agreement)) {
+      stop = absl::StrCat(
+          "met in round ", round + 1, " with ", raised.size(),
+          " nodes raised (", at_top.size(), " to ",
+          tensorflow::quantization::QuantizationPrecision_Name(ladder.back()),
+          ")");
       break;
     }
     last = std::move(*report);
   }
   model_ = std::move(best_model);
   result_.summary = std::move(best_summary);
-  search.set_met(best >= target);
+  search.set_met(meets(best, best_agreement));
   search.set_chosen_round(best_round);
-  search.set_note(search.met()
-                      ? stop
-                      : absl::StrCat(stop, "; returning round ", best_round + 1,
-                                     " (", best, " dB, the best tried)"));
+  search.set_note(
+      search.met()
+          ? stop
+          : absl::StrCat(
+                stop, "; returning round ", best_round + 1, " (", best, " dB",
+                config_.has_target_agreement()
+                    ? absl::StrCat(", top-1 agreement ", best_agreement)
+                    : "",
+                ", the best tried)"));
   *result_.summary.mutable_accuracy_search() = std::move(search);
   std::vector<quantd::v1::TensorBatch>().swap(fidelity_batches_);
   return cancel_.Check("fidelity");
@@ -1062,7 +1110,7 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
   }
   s = Equalize();
   if (s.ok()) s = Calibrate();
-  if (config_.has_target_sqnr_db()) {
+  if (HasSearchTarget(config_)) {
     if (s.ok()) s = SearchForTarget();
   } else {
     if (s.ok()) s = Quantize();

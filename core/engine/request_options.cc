@@ -68,20 +68,24 @@ absl::Status CheckChannelScaling(const quantd::v1::QuantizeConfig& config,
 }
 
 absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
-                               Method method) {
-  if (config.has_target_sqnr_db()) {
-    QUANTD_RETURN_IF_ERROR(CheckTargetSqnr(config));
-    if (method == Method::kDynamicRange) {
-      return absl::UnimplementedError(
-          "target_sqnr_db is not implemented for DYNAMIC_RANGE: the search "
+                               const ResolvedOptions& resolved) {
+  QUANTD_RETURN_IF_ERROR(CheckSearchTargets(config, resolved.precision));
+  if (HasSearchTarget(config)) {
+    const char* target =
+        config.has_target_sqnr_db() ? "target_sqnr_db" : "target_agreement";
+    if (resolved.method == Method::kDynamicRange) {
+      return absl::UnimplementedError(absl::StrCat(
+          target,
+          " is not implemented for DYNAMIC_RANGE: the search "
           "measures each candidate on calibration batches, which "
           "DYNAMIC_RANGE does not take; use STATIC_RANGE with calibration "
-          "batches");
+          "batches"));
     }
-    if (method != Method::kStaticRange) {
+    if (resolved.method != Method::kStaticRange) {
       return absl::InvalidArgumentError(
-          "target_sqnr_db needs quantization_method STATIC_RANGE: there is "
-          "nothing to search without quantizing");
+          absl::StrCat(target,
+                       " needs quantization_method STATIC_RANGE: there is "
+                       "nothing to search without quantizing"));
     }
   }
   if (config.holdout_batches() < 0) {
@@ -96,7 +100,7 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
         "config.calibration ranges, which hold none; send the batches "
         "instead"));
   }
-  if (config.holdout_batches() > 0 && method != Method::kStaticRange) {
+  if (config.holdout_batches() > 0 && resolved.method != Method::kStaticRange) {
     return absl::InvalidArgumentError(
         "holdout_batches needs quantization_method STATIC_RANGE with "
         "calibration batches: it keeps batches back from calibration");
@@ -130,7 +134,7 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   out.resolved = Resolve(config.options());
   const Method method = out.resolved.method;
   QUANTD_RETURN_IF_ERROR(CheckSupported(config.options()));
-  QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, method));
+  QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, out.resolved));
   QUANTD_RETURN_IF_ERROR(CheckChannelScaling(config, method));
   if (config.has_smoothquant()) {
     out.smoothquant_alpha =

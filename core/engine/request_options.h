@@ -40,7 +40,9 @@ struct QuantizeRequestOptions {
 // carry) calibration batches. The checks, in order:
 //  1. method, enums and (method, op set, precision) of the model and of
 //     each unit entry against the capability table (CheckSupported);
-//  2. the search fields: target_sqnr_db (STATIC_RANGE only, in (0, 200]),
+//  2. the search fields: target_sqnr_db (in (0, 200]) and target_agreement
+//     (in (0, 1]), STATIC_RANGE only, allowed_precisions (with a target,
+//     from the request's precision up; accuracy_search.h),
 //     weight_algorithm GPTQ or AWQ, bias_correction and smoothquant (not
 //     with config.calibration), holdout_batches (>= 0, STATIC_RANGE only),
 //     smoothquant (alpha in [0, 1], not with AWQ) and equalize (a method

@@ -173,5 +173,22 @@ TEST(BuildQuantizationOptionsTest, UnknownValuesListTheAcceptedOnes) {
   }
 }
 
+TEST(ParsePrecisionListTest, CommaSeparatedSpellings) {
+  namespace tfq = tensorflow::quantization;
+  absl::StatusOr<std::vector<tfq::QuantizationPrecision>> list =
+      ParsePrecisionList("allowed_precisions", "w4a8, W8A8,full");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(*list, (std::vector<tfq::QuantizationPrecision>{
+                       tfq::PRECISION_W4A8, tfq::PRECISION_W8A8,
+                       tfq::PRECISION_FULL}));
+  list = ParsePrecisionList("allowed_precisions", "w4a8,int4");
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(list.status().message()),
+              ::testing::HasSubstr("--allowed_precisions=int4 is not one of: "
+                                   "w8a8, w4a8, w4a4, full"));
+  EXPECT_FALSE(ParsePrecisionList("allowed_precisions", "").ok());
+}
+
 }  // namespace
 }  // namespace quantd::client

@@ -193,5 +193,74 @@ TEST(RenderQuantizeReportHtmlTest, NoChannelScalingsNoSection) {
   EXPECT_THAT(RenderQuantizeReportHtml(in), Not(HasSubstr("Channel scalings")));
 }
 
+// An agreement search of three rounds, the last returned.
+quantd::v1::AccuracySearch Search() {
+  namespace tfq = tensorflow::quantization;
+  quantd::v1::AccuracySearch a;
+  a.set_target_agreement(0.95);
+  a.add_allowed_precisions(tfq::PRECISION_W4A8);
+  a.add_allowed_precisions(tfq::PRECISION_FULL);
+  a.set_met(true);
+  a.set_chosen_round(2);
+  a.set_note("met in round 3 with 3 nodes raised (1 to PRECISION_FULL)");
+  const double sqnr[] = {12.5, 18.25, 24.0};
+  const double agreement[] = {0.8, 0.9, 0.96875};
+  const uint64_t bytes[] = {1000, 1500, 2500};
+  for (int i = 0; i < 3; ++i) {
+    quantd::v1::AccuracySearchRound* r = a.add_rounds();
+    r->set_raised_nodes(i == 0 ? 0 : 2 * i - 1);
+    r->set_output_sqnr_db(sqnr[i]);
+    r->set_top1_agreement(agreement[i]);
+    r->set_model_bytes(bytes[i]);
+    if (i > 0)
+      r->add_raised_this_round("conv<" + std::to_string(i) + ">: FULL");
+  }
+  tfq::UnitWiseQuantizationPrecision* u =
+      a.add_unit_wise_quantization_precision();
+  u->set_unit_type(tfq::UnitWiseQuantizationPrecision::UNIT_NODE);
+  u->set_unit_name("conv1");
+  u->set_quantization_precision(tfq::PRECISION_FULL);
+  return a;
+}
+
+TEST(AccuracySearchCellsTest, GoalAndRounds) {
+  quantd::v1::AccuracySearch a = Search();
+  EXPECT_EQ(AccuracySearchGoal(a), "top-1 agreement 0.950");
+  a.set_target_sqnr_db(30);
+  EXPECT_EQ(AccuracySearchGoal(a), "30.0 dB and top-1 agreement 0.950");
+  EXPECT_THAT(AccuracySearchRoundCells(a, 1),
+              ElementsAre("2", "1", "18.2", "0.9000", "1500", "conv<1>: FULL"));
+  a.mutable_rounds(1)->set_top1_agreement(std::nan(""));
+  EXPECT_EQ(AccuracySearchRoundCells(a, 1)[3], "-");
+}
+
+TEST(RenderQuantizeReportHtmlTest, AccuracySearchIsTabledAndPlotted) {
+  QuantizeReportInput in = Input();
+  *in.summary.mutable_accuracy_search() = Search();
+  const std::string html = RenderQuantizeReportHtml(in);
+  EXPECT_THAT(html, HasSubstr("<h2>Accuracy search</h2>"));
+  EXPECT_THAT(html, HasSubstr("goal <b>top-1 agreement 0.950</b>, met"));
+  EXPECT_THAT(html, HasSubstr("w4a8 &rarr; full"));
+  // The layer chart and the size/accuracy chart, three points, the
+  // returned one marked, the goal drawn; agreement is the y axis.
+  EXPECT_EQ(Count(html, "<svg"), 2);
+  EXPECT_EQ(Count(html, "<circle class=\"point"), 3);
+  EXPECT_EQ(Count(html, "<circle class=\"point chosen\""), 1);
+  EXPECT_THAT(html, HasSubstr("<title>round 3: 2500 bytes, 0.9688</title>"));
+  EXPECT_THAT(html, HasSubstr("class=\"goal\""));
+  EXPECT_THAT(html, HasSubstr("model bytes against top-1 agreement"));
+  EXPECT_THAT(html, HasSubstr("conv&lt;2&gt;: FULL"));
+  EXPECT_EQ(Count(html, "<tr class=\"chosen\">"), 1);
+  EXPECT_THAT(html, HasSubstr("conv1: PRECISION_FULL"));
+  // An SQNR goal puts the SQNR on the y axis.
+  in.summary.mutable_accuracy_search()->clear_target_agreement();
+  in.summary.mutable_accuracy_search()->set_target_sqnr_db(20);
+  EXPECT_THAT(RenderQuantizeReportHtml(in),
+              HasSubstr("model bytes against output SQNR (dB)"));
+  // No search, no section.
+  in.summary.clear_accuracy_search();
+  EXPECT_THAT(RenderQuantizeReportHtml(in), Not(HasSubstr("Accuracy search")));
+}
+
 }  // namespace
 }  // namespace quantd::client

@@ -356,4 +356,79 @@ TEST_F(FidelityE2eTest, TargetSqnrSearchWithHeldOutBatches) {
   EXPECT_THAT(bad.err, HasSubstr("FAILED_PRECONDITION"));
 }
 
+// --target_agreement with --allowed_precisions: W4A4 digits with 2-bit
+// weights, judged on top-1 agreement on held-out batches, raised straight
+// to float; the table,
+// the JSON and the HTML report show the rounds, and ONNX Runtime agrees the
+// returned model reads at least as many digits like float as the plain one.
+TEST_F(FidelityE2eTest, AgreementTargetWithAllowedPrecisions) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  TempDir tmp;
+  const std::string plain = tmp.File("plain.onnx");
+  const std::string searched = tmp.File("searched.onnx");
+  const std::string report = tmp.File("report.html");
+  const std::vector<std::string> common = {
+      "quantize",         "--model=" + kModel,  "--method=static_range",
+      "--precision=w4a4", "--weight_bits=2",    "--calibration_data=" + kCalibX,
+      "--batch_size=16",  "--holdout_batches=2"};
+  std::vector<std::string> args = common;
+  args.push_back("--output=" + plain);
+  ASSERT_EQ(Quantctl(args).exit_code, 0);
+
+  args = common;
+  args.push_back("--output=" + searched);
+  args.push_back("--target_agreement=1");
+  args.push_back("--allowed_precisions=w4a4,full");
+  args.push_back("--report=" + report);
+  CommandResult table = Quantctl(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("accuracy search: target top-1 agreement "
+                                   "1.000"));
+  EXPECT_THAT(table.out, HasSubstr("top-1 agreement"));
+  args.push_back("--json");
+  CommandResult q = Quantctl(args);
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const quantd::v1::AccuracySearch a = SummaryFromJson(q.out).accuracy_search();
+  std::printf("measured: digits W4A4 agreement search: %s\n", a.note().c_str());
+  EXPECT_EQ(a.target_agreement(), 1.0);
+  ASSERT_EQ(a.allowed_precisions_size(), 2);
+  EXPECT_EQ(a.allowed_precisions(1), tensorflow::quantization::PRECISION_FULL);
+  for (const auto& r : a.rounds()) {
+    for (const std::string& n : r.raised_this_round()) {
+      EXPECT_THAT(n, HasSubstr("PRECISION_FULL"));
+    }
+  }
+  // 2-bit weights misread digits: the search had to raise something.
+  ASSERT_GE(a.rounds_size(), 2) << a.note();
+  EXPECT_LT(a.rounds(0).top1_agreement(), 1.0);
+  const double chosen = a.rounds(a.chosen_round()).top1_agreement();
+  EXPECT_GE(chosen, a.rounds(0).top1_agreement());
+  EXPECT_EQ(a.met(), chosen >= 1.0);
+  const std::string html = ReadFileOrDie(report);
+  EXPECT_THAT(html, HasSubstr("<h2>Accuracy search</h2>"));
+  EXPECT_THAT(html, HasSubstr("w4a4 &rarr; full"));
+  EXPECT_GE(Count(html, "<circle class=\"point"), 1);
+
+  const auto ort_top1 = [&](const std::string& model) {
+    const std::string json = OrtEval({"compare", "--model", kModel, "--model2",
+                                      model, "--x", kCalibX, "--opt", "all"});
+    if (json.find("\"identical\":true") != std::string::npos) return 1.0;
+    return JsonNumber(json, "top1_agreement");
+  };
+  EXPECT_GE(ort_top1(searched), ort_top1(plain));
+
+  args = common;
+  args.push_back("--output=" + tmp.File("bad.onnx"));
+  args.push_back("--target_agreement=0.9");
+  args.push_back("--allowed_precisions=w4a4,int2");
+  CommandResult bad = Quantctl(args);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--allowed_precisions=int2 is not one of"));
+  args.back() = "--allowed_precisions=w8a8,full";
+  bad = Quantctl(args);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(bad.err, HasSubstr("PRECISION_W4A4"));
+}
+
 }  // namespace quantd::testing

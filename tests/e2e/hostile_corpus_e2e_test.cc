@@ -554,6 +554,17 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
       [](QuantizeConfig* q) { q->set_target_sqnr_db(std::nan("")); },
       StaticConfig());
   options_case(
+      "target_agreement 1.5", Code::INVALID_ARGUMENT, "target_agreement",
+      [](QuantizeConfig* q) { q->set_target_agreement(1.5); }, StaticConfig());
+  options_case(
+      "allowed_precisions 42", Code::INVALID_ARGUMENT, "allowed_precisions",
+      [](QuantizeConfig* q) {
+        q->set_target_sqnr_db(30);
+        q->add_allowed_precisions(
+            static_cast<tensorflow::quantization::QuantizationPrecision>(42));
+      },
+      StaticConfig());
+  options_case(
       "holdout_batches -1", Code::INVALID_ARGUMENT, "holdout_batches",
       [](QuantizeConfig* q) { q->set_holdout_batches(-1); }, StaticConfig());
   options_case(

@@ -386,6 +386,8 @@ class QuantdClient:
                  activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  block_size: Optional[int] = None,
                  target_sqnr_db: Optional[float] = None,
+                 target_agreement: Optional[float] = None,
+                 allowed_precisions: Optional[Iterable[str]] = None,
                  holdout_batches: Optional[int] = None,
                  weight_algorithm: Optional[str] = None,
                  gptq_dampening: Optional[float] = None,
@@ -411,8 +413,14 @@ class QuantdClient:
             output SQNR to reach (quantctl --target_sqnr_db); the nodes that
             add the most error stay float until it is met. The summary's
             accuracy_search says what was tried and chosen.
+        target_agreement: the worst top-1 agreement with float (0..1] over
+            the outputs with a class axis (quantctl --target_agreement);
+            same search, and with target_sqnr_db both must be met.
+        allowed_precisions: the precisions the search may raise a node to,
+            e.g. ["w4a8", "w8a8", "full"] (quantctl --allowed_precisions);
+            must include the request's own precision. None: all.
         holdout_batches: the first N calibration_batches are kept back from
-            calibration; fidelity (and target_sqnr_db) is measured on them.
+            calibration; fidelity (and the targets) is measured on them.
         weight_algorithm: "rtn" (round to nearest, the default), "gptq" or
             "awq" (quantctl --weight_algorithm): GPTQ rounds each weight using
             the inputs its layer saw on calibration_batches; AWQ rescales the
@@ -449,6 +457,21 @@ class QuantdClient:
             config.weight_params.block_size = int(block_size)
         if target_sqnr_db is not None:
             config.target_sqnr_db = float(target_sqnr_db)
+        if target_agreement is not None:
+            config.target_agreement = float(target_agreement)
+        if allowed_precisions is not None:
+            if isinstance(allowed_precisions, str):
+                allowed_precisions = allowed_precisions.split(",")
+            precisions = {"w4a4": options_pb2.PRECISION_W4A4,
+                          "w4a8": options_pb2.PRECISION_W4A8,
+                          "w8a8": options_pb2.PRECISION_W8A8,
+                          "full": options_pb2.PRECISION_FULL}
+            for p in allowed_precisions:
+                key = str(p).strip().lower()
+                if key not in precisions:
+                    raise ValueError(f"allowed_precisions entries must be among "
+                                     f"{sorted(precisions)}, not {p!r}")
+                config.allowed_precisions.append(precisions[key])
         if holdout_batches:
             config.holdout_batches = int(holdout_batches)
         if weight_algorithm is not None:

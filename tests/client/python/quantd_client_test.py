@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantd_client._proto import options_pb2
 from quantd_client import (NpyBatches, QuantdClient, QuantdError, ServingStatus, TlsOptions,
                            options_pb2, service_pb2)
 from quantd_server import DIGITS_DIR, QuantdServer, Stopwatch, measured
@@ -187,7 +188,25 @@ class QuantdClientTest(unittest.TestCase):
             self.assertIn("GPTQ was asked for but not applied", r.note)
         self.assertTrue(any("GPTQ" in v for v in result.summary.validations))
         with self.assertRaises(ValueError):
-            self.client.quantize(self.model_bytes, STATIC, weight_algorithm="awq")
+            self.client.quantize(self.model_bytes, STATIC, weight_algorithm="hqq")
+
+    def test_quantize_with_an_agreement_target(self):
+        result = self.client.quantize(self.model_bytes, STATIC,
+                                      calibration_batches=NpyBatches(CALIB_X, batch_size=16),
+                                      target_agreement=1.0, allowed_precisions="w8a8,full")
+        search = result.summary.accuracy_search
+        self.assertEqual(search.target_agreement, 1.0)
+        self.assertEqual(list(search.allowed_precisions),
+                         [options_pb2.PRECISION_W8A8, options_pb2.PRECISION_FULL])
+        self.assertGreaterEqual(len(search.rounds), 1)
+        for r in search.rounds:
+            self.assertGreaterEqual(r.top1_agreement, 0.0)
+            self.assertLessEqual(r.top1_agreement, 1.0)
+        chosen = search.rounds[search.chosen_round]
+        self.assertEqual(search.met, chosen.top1_agreement >= 1.0)
+        with self.assertRaises(ValueError):
+            self.client.quantize(self.model_bytes, STATIC, target_agreement=0.9,
+                                 allowed_precisions=["w8a8", "int4"])
 
     def test_quantize_with_smoothquant_and_equalize(self):
         for smoothquant in (True, 0.75, "auto"):

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -14,6 +15,7 @@ namespace quantd {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // The picks as SearchUnit::Describe() strings.
@@ -178,26 +180,136 @@ TEST(AccuracySearchTest, RoundsDouble) {
 
 TEST(AccuracySearchTest, PrecisionLadder) {
   namespace tfq = tensorflow::quantization;
-  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A4), tfq::PRECISION_W4A8);
-  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A8), tfq::PRECISION_W8A8);
-  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W8A8), tfq::PRECISION_FULL);
-  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_UNSPECIFIED), tfq::PRECISION_FULL);
-  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_FULL), tfq::PRECISION_FULL);
+  quantd::v1::QuantizeConfig c;
+  const std::vector<SearchPrecision> all = SearchLadder(c);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A4, all), tfq::PRECISION_W4A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A8, all), tfq::PRECISION_W8A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W8A8, all), tfq::PRECISION_FULL);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_UNSPECIFIED, all),
+            tfq::PRECISION_FULL);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_FULL, all), std::nullopt);
 }
 
-TEST(CheckTargetSqnrTest, RangeIsChecked) {
+TEST(AccuracySearchTest, AllowedPrecisionsSkipRungsInLadderOrder) {
+  namespace tfq = tensorflow::quantization;
   quantd::v1::QuantizeConfig c;
-  EXPECT_TRUE(CheckTargetSqnr(c).ok());
+  // Out of order on the wire; the ladder sorts them.
+  c.add_allowed_precisions(tfq::PRECISION_FULL);
+  c.add_allowed_precisions(tfq::PRECISION_W4A8);
+  const std::vector<SearchPrecision> ladder = SearchLadder(c);
+  EXPECT_EQ(ladder, (std::vector<SearchPrecision>{tfq::PRECISION_W4A8,
+                                                  tfq::PRECISION_FULL}));
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A8, ladder), tfq::PRECISION_FULL);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W4A4, ladder), tfq::PRECISION_W4A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_FULL, ladder), std::nullopt);
+  c.clear_allowed_precisions();
+  c.add_allowed_precisions(tfq::PRECISION_W4A8);
+  c.add_allowed_precisions(tfq::PRECISION_W8A8);
+  EXPECT_EQ(RaisedPrecision(tfq::PRECISION_W8A8, SearchLadder(c)),
+            std::nullopt);
+}
+
+TEST(CheckSearchTargetsTest, SqnrRangeIsChecked) {
+  namespace tfq = tensorflow::quantization;
+  quantd::v1::QuantizeConfig c;
+  EXPECT_TRUE(CheckSearchTargets(c, tfq::PRECISION_W8A8).ok());
   for (double ok : {0.5, 30.0, 200.0}) {
     c.set_target_sqnr_db(ok);
-    EXPECT_TRUE(CheckTargetSqnr(c).ok()) << ok;
+    EXPECT_TRUE(CheckSearchTargets(c, tfq::PRECISION_W8A8).ok()) << ok;
   }
   for (double bad : {0.0, -3.0, 201.0, std::nan(""),
                      std::numeric_limits<double>::infinity()}) {
     c.set_target_sqnr_db(bad);
-    EXPECT_EQ(CheckTargetSqnr(c).code(), absl::StatusCode::kInvalidArgument)
-        << bad;
+    const absl::Status s = CheckSearchTargets(c, tfq::PRECISION_W8A8);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("target_sqnr_db"));
   }
+}
+
+TEST(CheckSearchTargetsTest, AgreementIsAFraction) {
+  namespace tfq = tensorflow::quantization;
+  quantd::v1::QuantizeConfig c;
+  for (double ok : {0.01, 0.9, 1.0}) {
+    c.set_target_agreement(ok);
+    EXPECT_TRUE(CheckSearchTargets(c, tfq::PRECISION_W8A8).ok()) << ok;
+    EXPECT_TRUE(HasSearchTarget(c));
+  }
+  for (double bad : {0.0, -0.5, 1.01, 90.0, std::nan("")}) {
+    c.set_target_agreement(bad);
+    const absl::Status s = CheckSearchTargets(c, tfq::PRECISION_W8A8);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("target_agreement"));
+  }
+}
+
+TEST(CheckSearchTargetsTest, AllowedPrecisionsAreRefusedByName) {
+  namespace tfq = tensorflow::quantization;
+  auto check = [](std::vector<int> allowed, tfq::QuantizationPrecision p,
+                  bool with_target = true) {
+    quantd::v1::QuantizeConfig c;
+    if (with_target) c.set_target_agreement(0.9);
+    for (int a : allowed)
+      c.add_allowed_precisions(static_cast<tfq::QuantizationPrecision>(a));
+    return CheckSearchTargets(c, p);
+  };
+  EXPECT_TRUE(
+      check({tfq::PRECISION_W4A8, tfq::PRECISION_FULL}, tfq::PRECISION_W4A8)
+          .ok());
+  const struct {
+    std::vector<int> allowed;
+    tfq::QuantizationPrecision precision;
+    bool with_target;
+    const char* says;
+  } bad[] = {
+      {{tfq::PRECISION_W8A8, tfq::PRECISION_FULL},
+       tfq::PRECISION_W8A8,
+       false,
+       "set target_sqnr_db or target_agreement"},
+      {{tfq::PRECISION_UNSPECIFIED},
+       tfq::PRECISION_W8A8,
+       true,
+       "allowed_precisions[0] is PRECISION_UNSPECIFIED"},
+      {{tfq::PRECISION_W8A8, 77},
+       tfq::PRECISION_W8A8,
+       true,
+       "allowed_precisions[1] is value 77 (unknown)"},
+      {{tfq::PRECISION_W8A8, tfq::PRECISION_W8A8},
+       tfq::PRECISION_W8A8,
+       true,
+       "twice"},
+      {{tfq::PRECISION_W8A8, tfq::PRECISION_FULL},
+       tfq::PRECISION_W4A8,
+       true,
+       "does not include the request's quantization_precision "
+       "PRECISION_W4A8"},
+      {{tfq::PRECISION_W4A8, tfq::PRECISION_W8A8},
+       tfq::PRECISION_W8A8,
+       true,
+       "nothing above"},
+  };
+  for (const auto& b : bad) {
+    const absl::Status s = check(b.allowed, b.precision, b.with_target);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.says;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(b.says));
+  }
+}
+
+TEST(WorstTop1AgreementTest, ClassOutputsOnly) {
+  quantd::v1::FidelityReport r;
+  auto* a = r.add_outputs();
+  a->set_has_top1(true);
+  a->set_top1_agreement(0.75);
+  auto* b = r.add_outputs();  // no class axis: its agreement is not read
+  b->set_top1_agreement(0.1);
+  auto* c = r.add_outputs();
+  c->set_has_top1(true);
+  c->set_top1_agreement(0.5);
+  EXPECT_EQ(WorstTop1Agreement(r), 0.5);
+  r.mutable_outputs()->DeleteSubrange(2, 1);
+  EXPECT_EQ(WorstTop1Agreement(r), 0.75);
+  r.mutable_outputs()->DeleteSubrange(0, 1);
+  EXPECT_TRUE(std::isnan(WorstTop1Agreement(r)));
 }
 
 }  // namespace

@@ -586,6 +586,87 @@ TEST(AccuracySearchJobTest, FourBitNodesGoToEightBitsBeforeFloat) {
   EXPECT_EQ(again.result->model, run.result->model);
 }
 
+// target_agreement: the goal is the task's (the logits' argmax per row),
+// measured each round, and met once every row agrees.
+TEST(AccuracySearchJobTest, AgreementTargetIsJudgedOnTopOne) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A4);
+  config.set_target_agreement(1.0);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::QuantizeSummary& s = run.result->summary;
+  const quantd::v1::AccuracySearch& a = s.accuracy_search();
+  std::printf("measured: W4A4 agreement search: %s\n", a.note().c_str());
+  EXPECT_EQ(a.target_agreement(), 1.0);
+  EXPECT_EQ(a.target_sqnr_db(), 0.0);
+  ASSERT_GE(a.rounds_size(), 1);
+  for (const auto& r : a.rounds()) {
+    EXPECT_GE(r.top1_agreement(), 0.0);
+    EXPECT_LE(r.top1_agreement(), 1.0);
+  }
+  EXPECT_TRUE(a.met()) << a.note();
+  const auto& chosen = a.rounds(a.chosen_round());
+  EXPECT_EQ(chosen.top1_agreement(), 1.0);
+  // The returned model's report is the chosen round's.
+  ASSERT_TRUE(s.fidelity().outputs(0).has_top1());
+  EXPECT_EQ(s.fidelity().outputs(0).top1_agreement(), 1.0);
+  EXPECT_EQ(s.fidelity().outputs(0).sqnr_db(), chosen.output_sqnr_db());
+  // W4A4 misreads rows on this model: the search had to raise nodes.
+  EXPECT_GE(a.chosen_round(), 1);
+  // Every round before the chosen one fell short.
+  for (int i = 0; i < a.chosen_round(); ++i) {
+    EXPECT_LT(a.rounds(i).top1_agreement(), 1.0);
+  }
+}
+
+// allowed_precisions [W4A8, FULL]: a 4-bit node goes straight to float.
+TEST(AccuracySearchJobTest, AllowedPrecisionsSkipEightBits) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  config.add_allowed_precisions(tfq::PRECISION_FULL);
+  config.add_allowed_precisions(tfq::PRECISION_W4A8);
+  config.set_target_sqnr_db(150);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::AccuracySearch& a = run.result->summary.accuracy_search();
+  EXPECT_THAT(a.allowed_precisions(),
+              ::testing::ElementsAre(tfq::PRECISION_W4A8, tfq::PRECISION_FULL));
+  ASSERT_GE(a.rounds_size(), 2);
+  int raises = 0;
+  for (const auto& r : a.rounds()) {
+    for (const std::string& n : r.raised_this_round()) {
+      EXPECT_THAT(n, HasSubstr("PRECISION_FULL"));
+      ++raises;
+    }
+  }
+  EXPECT_GE(raises, 1);
+  for (const auto& u : a.unit_wise_quantization_precision()) {
+    EXPECT_EQ(u.quantization_precision(), tfq::PRECISION_FULL);
+  }
+}
+
+// A model whose only output has no class axis cannot be judged on top-1.
+TEST(AccuracySearchJobTest, AgreementTargetNeedsAClassAxis) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  ModelBuilder b;
+  b.Input("x", {kBatch, kIn})
+      .Initializer("W1", {kIn, 1}, Values(kIn, 1, 0.3f))
+      .Node("MatMul", {"x", "W1"}, {"y"}, "mm1")
+      .Output("y", {kBatch, 1});
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.set_target_agreement(0.9);
+  JobRun run = RunWithBatches(config, b.Build(), 2);
+  ASSERT_EQ(run.result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(run.result.status().message()),
+              HasSubstr("class axis"));
+}
+
 // FloatModel with both MatMuls inside the then-branch of If "gate" (on a
 // constant true condition); the else-branch is one MatMul of its own.
 onnx::ModelProto BranchModel() {

@@ -127,6 +127,33 @@ TEST(ResolveQuantizeRequestTest, TargetNeedsStaticRange) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// target_agreement is a search goal like target_sqnr_db; allowed_precisions
+// is checked against the request's own precision.
+TEST(ResolveQuantizeRequestTest, AgreementTargetAndAllowedPrecisions) {
+  quantd::v1::QuantizeConfig c =
+      WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE);
+  c.set_target_agreement(0.95);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(o.status().message(), HasSubstr("target_agreement"));
+  c = WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  c.set_target_agreement(0.95);
+  c.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  c.add_allowed_precisions(tfq::PRECISION_W4A8);
+  c.add_allowed_precisions(tfq::PRECISION_W8A8);
+  EXPECT_TRUE(ResolveQuantizeRequest(c, true).ok());
+  // The model-wide default (W8A8) is not allowed.
+  c.mutable_options()->clear_quantization_precision();
+  c.clear_allowed_precisions();
+  c.add_allowed_precisions(tfq::PRECISION_W4A8);
+  c.add_allowed_precisions(tfq::PRECISION_FULL);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("PRECISION_W8A8"));
+}
+
 // weight_algorithm AWQ takes batches with either method, refuses
 // smoothquant beside it and, with STATIC_RANGE, observers other than min_max.
 TEST(ResolveQuantizeRequestTest, AwqNeedsBatchesAndMinMax) {
