@@ -132,8 +132,9 @@ ABSL_FLAG(std::string, allowed_precisions, "",
           "w4a4,w4a8,w8a8,full (must include --precision). Empty: all.");
 ABSL_FLAG(std::string, weight_algorithm, "",
           "quantize: how weights are rounded: rtn (to nearest, the default), "
-          "gptq (GPTQ) or awq (AWQ's per-channel factors, then to nearest), "
-          "both from the inputs each layer sees on --calibration_data; with "
+          "gptq (GPTQ), awq (AWQ's per-channel factors, then to nearest) or "
+          "awq+gptq (AWQ's factors, then GPTQ), from the inputs each layer "
+          "sees on --calibration_data; with "
           "dynamic_range the data serves the weights only.");
 ABSL_FLAG(double, gptq_dampening, -1,
           "quantize (--weight_algorithm=gptq): gptq.dampening, the fraction "
@@ -174,7 +175,7 @@ constexpr char kUsage[] =
     "                    [--target_agreement=Y]\n"
     "                    [--allowed_precisions=w4a8,w8a8,full]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
-    "                    [--weight_algorithm=rtn|gptq|awq\n"
+    "                    [--weight_algorithm=rtn|gptq|awq|awq+gptq\n"
     "                     [--gptq_dampening=X] [--gptq_act_order]]\n"
     "                    [--bias_correction]\n"
     "                    [--smoothquant[=ALPHA|auto]] [--equalize]\n"
@@ -713,9 +714,12 @@ int RunQuantize() {
       config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
     } else if (a == "awq") {
       config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
+    } else if (a == "awq+gptq") {
+      config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ);
     } else {
-      return UsageError(absl::StrCat("--weight_algorithm is '", a,
-                                     "'; it must be rtn, gptq or awq"));
+      return UsageError(
+          absl::StrCat("--weight_algorithm is '", a,
+                       "'; it must be rtn, gptq, awq or awq+gptq"));
     }
   }
   if (const double d = absl::GetFlag(FLAGS_gptq_dampening); d != -1) {

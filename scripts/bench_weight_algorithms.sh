@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# What GPTQ costs against rounding to nearest: for each corpus model given and
-# each (method, algorithm), a fresh quantd serves one Quantize call with the
-# model's calibration data (DYNAMIC rounding: none, as it takes none); prints
-# quantctl's wall time and the server's peak
-# resident memory (GNU time) as a markdown table, with the GPTQ/rtn ratios.
+# What each accuracy algorithm costs against plain rounding to nearest: for
+# each corpus model given, each method and each algorithm, a fresh quantd
+# serves one W4A8 Quantize call with the model's calibration data (DYNAMIC
+# rounding: none, as it takes none); prints quantctl's wall time and the
+# server's peak resident memory (GNU time) as a markdown table, each
+# algorithm's cell with its ratio to rounding.
 #
 #   scripts/bench_weight_algorithms.sh [model ...]   (default: ppocr_rec_v4 ppocr_det_v4)
+#   ALGORITHMS="gptq awq" scripts/bench_weight_algorithms.sh ...
+#     (default: gptq awq smoothquant bias_correction; each is quantctl's
+#     --weight_algorithm=NAME, or --NAME for smoothquant / bias_correction /
+#     equalize)
 #
 # Needs the corpus (scripts/corpus/fetch.sh) and a build (scripts/build.sh).
 set -euo pipefail
@@ -46,17 +51,22 @@ run() {
     "$QUANTCTL" health --server="127.0.0.1:$port" >/dev/null 2>&1 && break
     sleep 0.1
   done
-  # DYNAMIC rounding takes no calibration data; GPTQ and STATIC do.
+  # DYNAMIC rounding takes no calibration data; STATIC and every
+  # algorithm but equalize do.
   local flags=()
-  if [[ $method == static_range || $algorithm == gptq ]]; then
+  if [[ $method == static_range || ($algorithm != rtn && $algorithm != equalize) ]]; then
     mapfile -t flags < <(calib_flags "$model")
   fi
+  case $algorithm in
+    rtn | gptq | awq) flags+=("--weight_algorithm=$algorithm") ;;
+    *) flags+=("--$algorithm") ;;
+  esac
   local t0 t1
   t0=$(date +%s.%N)
   local ok=1
   "$QUANTCTL" quantize --server="127.0.0.1:$port" --model="$CORPUS/$model/model.onnx" \
     --output="$work/out.onnx" --method="$method" --precision=w4a8 \
-    --weight_algorithm="$algorithm" "${flags[@]}" >/dev/null || ok=0
+    "${flags[@]}" >/dev/null || ok=0
   t1=$(date +%s.%N)
   kill -TERM "$(pgrep -P "$server" quantd || echo "$server")" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
@@ -67,14 +77,26 @@ run() {
   fi
 }
 
-echo "| model | method | rtn time | gptq time | ratio | rtn peak RSS | gptq peak RSS | ratio |"
-echo "|---|---|---|---|---|---|---|---|"
+read -r -a algorithms <<<"${ALGORITHMS:-gptq awq smoothquant bias_correction}"
+header="| model | method | rtn time, peak RSS |"
+rule="|---|---|---|"
+for a in "${algorithms[@]}"; do
+  header+=" $a time (x rtn), peak RSS (x rtn) |"
+  rule+="---|"
+done
+echo "$header"
+echo "$rule"
 for model in "${models[@]}"; do
   for method in static_range dynamic_range; do
     read -r rt rss_r < <(run "$model" "$method" rtn)
-    read -r gt rss_g < <(run "$model" "$method" gptq)
-    awk -v m="$model" -v me="$method" -v rt="$rt" -v gt="$gt" -v rm="$rss_r" -v gm="$rss_g" 'BEGIN {
-      printf "| %s | %s W4A8 | %.2f s | %.2f s | %.2fx | %.0f MiB | %.0f MiB | %.2fx |\n",
-        m, me, rt, gt, gt / rt, rm / 1024, gm / 1024, gm / rm }'
+    row=$(awk -v m="$model" -v me="$method" -v rt="$rt" -v rm="$rss_r" 'BEGIN {
+      printf "| %s | %s W4A8 | %.2f s, %.0f MiB |", m, me, rt, rm / 1024 }')
+    for a in "${algorithms[@]}"; do
+      read -r at rss_a < <(run "$model" "$method" "$a")
+      row+=$(awk -v rt="$rt" -v at="$at" -v rm="$rss_r" -v am="$rss_a" 'BEGIN {
+        if (at == "nan") { printf " refused |"; exit }
+        printf " %.2f s (%.2fx), %.0f MiB (%.2fx) |", at, at / rt, am / 1024, am / rm }')
+    done
+    echo "$row"
   done
 done

@@ -477,9 +477,10 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
   }
   weights.DropUnread();
   result_.summary.add_validations(absl::StrCat(
-      "note: weight_algorithm AWQ: ", applied, " values rescaled (",
-      applied - inserted, " folded into their producer, ", inserted,
-      " through an inserted Mul)",
+      "note: weight_algorithm ",
+      pass.algorithm == passes::WeightAlgorithm::kGptq ? "AWQ+GPTQ" : "AWQ",
+      ": ", applied, " values rescaled (", applied - inserted,
+      " folded into their producer, ", inserted, " through an inserted Mul)",
       kept > 0 ? absl::StrCat("; ", kept,
                               " left as they are (no alpha lowered their "
                               "readers' output error)")
@@ -492,7 +493,10 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
                                 "calibration batches, or not shaped as "
                                 "their readers take them")
                  : std::string(),
-      "; the weights are then rounded to nearest (summary.channel_scalings)"));
+      "; the weights are then rounded ",
+      pass.algorithm == passes::WeightAlgorithm::kGptq ? "with GPTQ"
+                                                       : "to nearest",
+      " (summary.channel_scalings)"));
   scaling_sites_.clear();
   return absl::OkStatus();
 }
@@ -529,7 +533,7 @@ absl::Status QuantizeJob::Calibrate() {
   passes::WeightPassOptions& weights =
       is_static ? options_.static_range : options_.dynamic_range;
   // GPTQ and bias correction need the inputs each layer sees.
-  const bool awq = weights.algorithm == passes::WeightAlgorithm::kAwq;
+  const bool awq = weights.awq;
   const bool layer_inputs =
       weights.algorithm == passes::WeightAlgorithm::kGptq || awq ||
       weights.bias_correction;
@@ -676,11 +680,12 @@ absl::Status QuantizeJob::Calibrate() {
     weights.input_moments = input_moments_.get();
     result_.summary.add_validations(absl::StrCat(
         "note: ",
-        weights.algorithm != passes::WeightAlgorithm::kRoundToNearest
+        weights.algorithm != passes::WeightAlgorithm::kRoundToNearest ||
+                weights.awq
             ? absl::StrCat(
                   "weight_algorithm ",
-                  absl::AsciiStrToUpper(
-                      passes::WeightAlgorithmName(weights.algorithm)),
+                  absl::AsciiStrToUpper(passes::WeightAlgorithmName(
+                      weights.algorithm, weights.awq)),
                   weights.bias_correction ? " and bias_correction" : "")
             : "bias_correction",
         ": input statistics of ", input_moments_->matrices(), " layer inputs (",

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "core/base/status_macros.h"
 #include "core/engine/accuracy_search.h"
 #include "core/engine/capabilities.h"
@@ -17,18 +18,26 @@ namespace tfq = tensorflow::quantization;
 
 // The options that need the values each layer reads on calibration batches
 // in this call (InputMoments, ChannelExtremes).
+bool IsAwq(const quantd::v1::QuantizeConfig& config) {
+  return config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
+         config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ;
+}
 bool UsesLayerInputs(const quantd::v1::QuantizeConfig& config) {
   return config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
-         config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
-         config.bias_correction() || config.has_smoothquant();
+         IsAwq(config) || config.bias_correction() || config.has_smoothquant();
+}
+// "weight_algorithm AWQ_GPTQ" and the like, for messages.
+std::string WeightAlgorithmWords(const quantd::v1::QuantizeConfig& config) {
+  return absl::StrCat("weight_algorithm ",
+                      absl::StripPrefix(quantd::v1::WeightAlgorithm_Name(
+                                            config.weight_algorithm()),
+                                        "WEIGHT_ALGORITHM_"));
 }
 std::string LayerInputUsers(const quantd::v1::QuantizeConfig& config) {
   std::vector<std::string> users;
-  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ) {
-    users.push_back("weight_algorithm GPTQ");
-  }
-  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
-    users.push_back("weight_algorithm AWQ");
+  if (config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
+      IsAwq(config)) {
+    users.push_back(WeightAlgorithmWords(config));
   }
   if (config.bias_correction()) users.push_back("bias_correction");
   if (config.has_smoothquant()) users.push_back("smoothquant");
@@ -49,12 +58,12 @@ absl::Status CheckChannelScaling(const quantd::v1::QuantizeConfig& config,
         "smoothquant has both alpha and auto_alpha: auto_alpha chooses the "
         "alpha of each value; give one or the other");
   }
-  if (config.has_smoothquant() &&
-      config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
-    return absl::InvalidArgumentError(
-        "smoothquant and weight_algorithm AWQ both choose per-channel "
+  if (config.has_smoothquant() && IsAwq(config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "smoothquant and ", WeightAlgorithmWords(config),
+        " both choose per-channel "
         "factors for the same values (SmoothQuant from activation and weight "
-        "maxima, AWQ by the readers' output error); ask for one of them");
+        "maxima, AWQ by the readers' output error); ask for one of them"));
   }
   if (config.has_smoothquant()) {
     const double alpha =
@@ -164,11 +173,10 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
     if (batch_stream && config.calibration().ranges_size() == 0) {
       QUANTD_ASSIGN_OR_RETURN(
           out.observers, InCallObservers(config, out.static_range.activations));
-      const bool awq =
-          config.weight_algorithm() == quantd::v1::WEIGHT_ALGORITHM_AWQ;
+      const bool awq = IsAwq(config);
       if ((out.smoothquant_alpha || awq) && out.observers.method != "min_max") {
         return absl::UnimplementedError(absl::StrCat(
-            awq ? "weight_algorithm AWQ" : "smoothquant",
+            awq ? WeightAlgorithmWords(config) : "smoothquant",
             " with STATIC_RANGE is implemented for the min_max "
             "observer only (the ranges of the rescaled values are derived "
             "from per-channel minima and maxima), not for calibration "

@@ -85,27 +85,28 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("weight_algorithm ", a, " is not a known algorithm"));
   }
-  const bool gptq = a == quantd::v1::WEIGHT_ALGORITHM_GPTQ;
+  options->awq = a == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
+                 a == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ;
+  const bool gptq = a == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
+                    a == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ;
   if (!gptq) {
     if (config.has_gptq()) {
       return absl::InvalidArgumentError(
           "gptq settings were given but weight_algorithm is not "
-          "WEIGHT_ALGORITHM_GPTQ");
-    }
-    if (a == quantd::v1::WEIGHT_ALGORITHM_AWQ) {
-      options->algorithm = WeightAlgorithm::kAwq;
+          "WEIGHT_ALGORITHM_GPTQ or WEIGHT_ALGORITHM_AWQ_GPTQ");
     }
     return absl::OkStatus();
   }
+  const char* name = options->awq ? "AWQ_GPTQ" : "GPTQ";
   if (!options->weights.per_channel) {
-    return absl::InvalidArgumentError(
-        "weight_algorithm GPTQ rounds each output channel (or block) on its "
-        "own grid, but weight_params.per_channel is false; leave it unset or "
-        "true");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight_algorithm ", name,
+        " rounds each output channel (or block) on its own grid, but "
+        "weight_params.per_channel is false; leave it unset or true"));
   }
   if (options->op_set != tensorflow::quantization::TF) {
     return absl::UnimplementedError(absl::StrCat(
-        "weight_algorithm GPTQ is implemented for op_set TF only, not ",
+        "weight_algorithm ", name, " is implemented for op_set TF only, not ",
         tensorflow::quantization::OpSet_Name(options->op_set)));
   }
   const quantd::v1::GptqConfig& g = config.gptq();
@@ -123,16 +124,14 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
 
 }  // namespace
 
-const char* WeightAlgorithmName(WeightAlgorithm a) {
+const char* WeightAlgorithmName(WeightAlgorithm a, bool awq) {
   switch (a) {
     case WeightAlgorithm::kGptq:
-      return "gptq";
-    case WeightAlgorithm::kAwq:
-      return "awq";
+      return awq ? "awq+gptq" : "gptq";
     case WeightAlgorithm::kRoundToNearest:
       break;
   }
-  return "rtn";
+  return awq ? "awq" : "rtn";
 }
 
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(

@@ -59,11 +59,13 @@ struct WeightQuantOptions {
   std::string consumer_scope;
 };
 
-// How weight values are rounded onto their grid (config.weight_algorithm).
-enum class WeightAlgorithm { kRoundToNearest, kGptq, kAwq };
+// How weight values are rounded onto their grid, after AWQ's factors when
+// WeightPassOptions::awq asks for them.
+enum class WeightAlgorithm { kRoundToNearest, kGptq };
 
-// The word summaries and reports use: "rtn", "gptq", "awq".
-const char* WeightAlgorithmName(WeightAlgorithm a);
+// The word summaries and reports use: "rtn", "gptq", and for a weight AWQ
+// rescaled "awq" (then rounded to nearest) or "awq+gptq".
+const char* WeightAlgorithmName(WeightAlgorithm a, bool awq = false);
 
 // The weight side of a pass, shared by both methods: DYNAMIC_RANGE runs on
 // it alone, STATIC_RANGE extends it with activations (StaticRangeOptions).
@@ -93,8 +95,10 @@ struct WeightPassOptions {
   // whose readers have none is rounded to nearest, and its report says
   // why.
   const InputMoments* input_moments = nullptr;
-  // WeightAlgorithm::kAwq: the weights AWQ rescaled before the pass (their
-  // reports say "awq"; the rest were left as they were and say "rtn").
+  // weight_algorithm AWQ or AWQ_GPTQ: the caller searches and applies AWQ's
+  // factors before the pass (QuantizeJob::Awq); `awq_rescaled` holds the
+  // weights it changed (their reports say "awq" or "awq+gptq").
+  bool awq = false;
   absl::flat_hash_set<std::string> awq_rescaled;
 };
 

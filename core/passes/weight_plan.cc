@@ -630,11 +630,9 @@ QuantizedWeight QuantizeWeight(
   }
   if (cancelled()) return out;
   out.report = MakeReport(graph, plan, options, *q);
-  out.report.set_weight_algorithm(
-      WeightAlgorithmName(gptq ? WeightAlgorithm::kGptq
-                          : options.awq_rescaled.contains(plan.tensor)
-                              ? WeightAlgorithm::kAwq
-                              : WeightAlgorithm::kRoundToNearest));
+  out.report.set_weight_algorithm(WeightAlgorithmName(
+      gptq ? WeightAlgorithm::kGptq : WeightAlgorithm::kRoundToNearest,
+      options.awq_rescaled.contains(plan.tensor)));
   if (gptq) {
     out.report.set_output_sqnr_db(gptq->output_sqnr_db);
     out.report.set_rtn_output_sqnr_db(gptq->rtn_output_sqnr_db);

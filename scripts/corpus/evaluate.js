@@ -111,7 +111,12 @@ const CONFIGS = {
   static_tf_w8a8_awq: { label: 'STATIC TF W8A8 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_awq: { label: 'DYNAMIC TF W4A8 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_b32_awq: { label: 'DYNAMIC TF W4A8 block 32 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq'] },
+  static_tf_w4a8_awq_gptq: { label: 'STATIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
+  dyn_tf_w4a8_awq_gptq: { label: 'DYNAMIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
+  static_tf_w4a8_a99: { label: 'STATIC TF W4A8 top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99'] },
+  static_tf_w4a8_a99_int: { label: 'STATIC TF W4A8 top-1 target 0.99, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99', '--allowed_precisions=w4a8,w8a8'] },
+  static_tf_w4a8_gptq_a99: { label: 'STATIC TF W4A8 GPTQ top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_agreement=0.99'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
 };

@@ -216,7 +216,7 @@ TEST_F(FidelityE2eTest, GptqWeightsWithEitherMethod) {
                 "--output=" + tmp.File("b.onnx"), "--method=static_range",
                 "--weight_algorithm=hqq", "--calibration_data=" + kCalibX});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("it must be rtn, gptq or awq"));
+  EXPECT_THAT(bad.err, HasSubstr("it must be rtn, gptq, awq or awq+gptq"));
 }
 
 // --weight_algorithm=awq with either method: the note says what AWQ did,
@@ -233,6 +233,18 @@ TEST_F(FidelityE2eTest, AwqWeightsWithEitherMethod) {
     EXPECT_THAT(q.out, HasSubstr("weight_algorithm AWQ: ")) << method;
     EXPECT_THAT(q.out, HasSubstr("values rescaled")) << method;
   }
+  // AWQ's factors, then GPTQ's rounding: every quantized weight is
+  // GPTQ-rounded, the rescaled ones say so.
+  CommandResult composed =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("c.onnx"), "--method=static_range",
+                "--precision=w4a8", "--weight_algorithm=awq+gptq",
+                "--calibration_data=" + kCalibX, "--batch_size=32"});
+  ASSERT_EQ(composed.exit_code, 0) << composed.err;
+  EXPECT_THAT(composed.out, HasSubstr("weight_algorithm AWQ+GPTQ: "));
+  EXPECT_THAT(composed.out, HasSubstr("then rounded with GPTQ"));
+  EXPECT_THAT(composed.out, HasSubstr(" awq+gptq"));
+  EXPECT_THAT(composed.out, Not(HasSubstr(" rtn")));
   CommandResult both = Quantctl(
       {"quantize", "--model=" + kModel, "--output=" + tmp.File("b.onnx"),
        "--method=static_range", "--weight_algorithm=awq", "--smoothquant",

@@ -425,7 +425,8 @@ class QuantdClient:
             "awq" (quantctl --weight_algorithm): GPTQ rounds each weight using
             the inputs its layer saw on calibration_batches; AWQ rescales the
             input channels of each layer by factors chosen from them, then
-            rounds to nearest (either method).
+            rounds to nearest; "awq+gptq" applies AWQ's factors, then GPTQ
+            (either method).
         gptq_dampening, gptq_act_order: config.gptq (quantctl
             --gptq_dampening, --gptq_act_order).
         bias_correction: add each Conv / Gemm weight's expected output shift
@@ -477,7 +478,8 @@ class QuantdClient:
         if weight_algorithm is not None:
             algorithms = {"rtn": service_pb2.WEIGHT_ALGORITHM_RTN,
                           "gptq": service_pb2.WEIGHT_ALGORITHM_GPTQ,
-                          "awq": service_pb2.WEIGHT_ALGORITHM_AWQ}
+                          "awq": service_pb2.WEIGHT_ALGORITHM_AWQ,
+                          "awq+gptq": service_pb2.WEIGHT_ALGORITHM_AWQ_GPTQ}
             if weight_algorithm not in algorithms:
                 raise ValueError(f"weight_algorithm must be one of {sorted(algorithms)}, "
                                  f"not {weight_algorithm!r}")

@@ -162,7 +162,9 @@ TEST(ResolveQuantizeRequestTest, AwqNeedsBatchesAndMinMax) {
   c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
   absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(c, true);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->dynamic_range.algorithm, passes::WeightAlgorithm::kAwq);
+  EXPECT_TRUE(o->dynamic_range.awq);
+  EXPECT_EQ(o->dynamic_range.algorithm,
+            passes::WeightAlgorithm::kRoundToNearest);
 
   c.mutable_smoothquant();
   o = ResolveQuantizeRequest(c, true);
@@ -182,7 +184,29 @@ TEST(ResolveQuantizeRequestTest, AwqNeedsBatchesAndMinMax) {
   c.clear_calibration_config();
   o = ResolveQuantizeRequest(c, true);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->static_range.algorithm, passes::WeightAlgorithm::kAwq);
+  EXPECT_TRUE(o->static_range.awq);
+
+  // AWQ_GPTQ: AWQ's factors, GPTQ's rounding, GPTQ's conditions.
+  c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ);
+  c.mutable_gptq()->set_act_order(true);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->static_range.awq);
+  EXPECT_EQ(o->static_range.algorithm, passes::WeightAlgorithm::kGptq);
+  EXPECT_TRUE(o->static_range.gptq.act_order);
+  c.mutable_weight_params()->set_per_channel(false);
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("weight_algorithm AWQ_GPTQ"));
+  c.clear_weight_params();
+  c.mutable_smoothquant();
+  o = ResolveQuantizeRequest(c, true);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(),
+              HasSubstr("smoothquant and weight_algorithm AWQ_GPTQ"));
+  c.clear_smoothquant();
+  c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
 
   // Ranges from a Calibrate call hold no layer inputs.
   c.mutable_calibration()->add_ranges()->set_tensor_name("x");
