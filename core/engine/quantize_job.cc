@@ -934,11 +934,13 @@ absl::Status QuantizeJob::SearchForTarget() {
            (!config_.has_target_agreement() ||
             agreement >= config_.target_agreement());
   };
-  auto better = [&](double sqnr, double agreement, double best_sqnr,
-                    double best_agreement) {
-    if (meets(sqnr, agreement) != meets(best_sqnr, best_agreement)) {
-      return meets(sqnr, agreement);
-    }
+  // Among rounds that meet the goals the smallest model wins.
+  auto better = [&](double sqnr, double agreement, uint64_t bytes,
+                    double best_sqnr, double best_agreement,
+                    uint64_t best_bytes) {
+    const bool ok = meets(sqnr, agreement);
+    if (ok != meets(best_sqnr, best_agreement)) return ok;
+    if (ok && bytes != best_bytes) return bytes < best_bytes;
     if (config_.has_target_agreement() && agreement != best_agreement) {
       return agreement > best_agreement;
     }
@@ -948,38 +950,25 @@ absl::Status QuantizeJob::SearchForTarget() {
   quantd::v1::QuantizeSummary best_summary;
   double best = -std::numeric_limits<double>::infinity();
   double best_agreement = 0;
+  uint64_t best_bytes = 0;
   int best_round = -1;
-  quantd::v1::FidelityReport last;
-  std::string stop = absl::StrCat("stopped after ", kAccuracySearchRounds + 1,
-                                  " rounds without meeting the target");
-  for (int round = 0; round <= kAccuracySearchRounds; ++round) {
-    std::vector<std::string> this_round;
+  // Quantizes with the nodes at `level`, measures, records the round (with
+  // `changes`, "NODE: PRECISION") and keeps it if it is the best so far.
+  // The report comes back for the next choice.
+  // Errors are the call's; a round the comparison cannot run on ends the
+  // search with what it has (`unmeasurable` says why).
+  struct Measured {
+    quantd::v1::FidelityReport report;
+    bool met = false;
+    std::string unmeasurable;
+  };
+  auto run_round =
+      [&](std::vector<std::string> changes) -> absl::StatusOr<Measured> {
+    const int round = search.rounds_size();
     std::unique_ptr<FidelityEvaluator> evaluator;
     if (round == 0) {
       evaluator = std::move(fidelity_);
     } else {
-      const std::vector<SearchUnit> picks =
-          PickNodesToRaise(float_model.graph(), last, at_top, excluded,
-                           NodesToRaise(round), &options_.static_range.inlined);
-      if (picks.empty()) {
-        stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
-        break;
-      }
-      for (const SearchUnit& n : picks) {
-        auto [it, first] =
-            level.try_emplace(n, options_.static_range.precision);
-        if (first) raised.push_back(n);
-        // PickNodesToRaise leaves out nodes in at_top, so there is a
-        // rung above.
-        it->second = RaisedPrecision(it->second, ladder)
-                         .value_or(tensorflow::quantization::PRECISION_FULL);
-        if (!RaisedPrecision(it->second, ladder).has_value()) {
-          at_top.insert(n);
-        }
-        this_round.push_back(absl::StrCat(
-            n.Describe(), ": ",
-            tensorflow::quantization::QuantizationPrecision_Name(it->second)));
-      }
       model_ = float_model;
       result_.summary = base;
       options_.static_range.units = units_now();
@@ -996,17 +985,9 @@ absl::Status QuantizeJob::SearchForTarget() {
     EndStage();
     if (!report.ok()) {
       QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
-      if (round == 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(goal,
-                         ": cannot measure the quantized "
-                         "model: ",
-                         report.status().message()));
-      }
-      stop =
-          absl::StrCat("round ", round + 1,
-                       " could not be measured: ", report.status().message());
-      break;
+      Measured m;
+      m.unmeasurable = std::string(report.status().message());
+      return m;
     }
     const double worst = WorstOutputSqnr(*report);
     const double agreement = WorstTop1Agreement(*report);
@@ -1016,16 +997,19 @@ absl::Status QuantizeJob::SearchForTarget() {
           "the last axis at least 2 wide) to measure top-1 agreement on, "
           "and this model has none; use target_sqnr_db");
     }
+    const uint64_t bytes = model_.ByteSizeLong();
     quantd::v1::AccuracySearchRound* r = search.add_rounds();
     r->set_raised_nodes(static_cast<int32_t>(raised.size()));
-    for (std::string& n : this_round) r->add_raised_this_round(std::move(n));
+    for (std::string& n : changes) r->add_raised_this_round(std::move(n));
     r->set_output_sqnr_db(worst);
-    r->set_model_bytes(model_.ByteSizeLong());
+    r->set_model_bytes(bytes);
     r->set_top1_agreement(agreement);
-    if (best_round < 0 || better(worst, agreement, best, best_agreement)) {
+    if (best_round < 0 ||
+        better(worst, agreement, bytes, best, best_agreement, best_bytes)) {
       best = worst;
       best_agreement = agreement;
-      best_round = static_cast<int>(search.rounds_size()) - 1;
+      best_bytes = bytes;
+      best_round = round;
       best_model = std::move(model_);
       best_summary = result_.summary;
       report->set_batches_received(batches_received_);
@@ -1035,15 +1019,130 @@ absl::Status QuantizeJob::SearchForTarget() {
           options_.static_range.units.begin(),
           options_.static_range.units.end()};
     }
-    if (meets(worst, agreement)) {
+    return Measured{std::move(*report), meets(worst, agreement), ""};
+  };
+  auto describe = [](const SearchUnit& n, QuantizationPrecision p) {
+    return absl::StrCat(
+        n.Describe(), ": ",
+        tensorflow::quantization::QuantizationPrecision_Name(p));
+  };
+
+  const QuantizationPrecision start = options_.static_range.precision;
+  std::string stop;
+  QUANTD_ASSIGN_OR_RETURN(Measured measured, run_round({}));
+  if (!measured.unmeasurable.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        goal, ": cannot measure the quantized model: ", measured.unmeasurable));
+  }
+  // Why a later round ended the search.
+  auto unmeasurable = [&](const Measured& m) {
+    return absl::StrCat("round ", search.rounds_size() + 1,
+                        " could not be measured: ", m.unmeasurable);
+  };
+  bool done = measured.met;
+  if (done) stop = "met in round 1 with no node raised";
+  quantd::v1::FidelityReport last = std::move(measured.report);
+
+  // A middle rung (W4A8 -> W8A8 below FULL): most layers may take the
+  // cheaper one. If every candidate at the middle rung meets the goals,
+  // bisect on how many of the most error-adding ones need it (the rest
+  // stay at the request's precision): log2(candidates) rounds for the
+  // cheapest such mix. Otherwise the ascending search below starts from
+  // there.
+  const std::optional<QuantizationPrecision> middle =
+      RaisedPrecision(start, ladder);
+  if (!done && middle.has_value() &&
+      *middle != tensorflow::quantization::PRECISION_FULL) {
+    const std::vector<SearchUnit> ranked = PickNodesToRaise(
+        float_model.graph(), last, at_top, excluded,
+        std::numeric_limits<int>::max(), &options_.static_range.inlined);
+    auto set_prefix = [&](size_t count) {
+      std::vector<std::string> changes;
+      for (size_t i = 0; i < ranked.size(); ++i) {
+        const QuantizationPrecision want = i < count ? *middle : start;
+        const auto it = level.find(ranked[i]);
+        const QuantizationPrecision now =
+            it == level.end() ? start : it->second;
+        if (want != now) changes.push_back(describe(ranked[i], want));
+      }
+      raised.assign(ranked.begin(), ranked.begin() + count);
+      level.clear();
+      for (const SearchUnit& n : raised) level[n] = *middle;
+      return changes;
+    };
+    if (!ranked.empty()) {
+      QUANTD_ASSIGN_OR_RETURN(measured, run_round(set_prefix(ranked.size())));
+      if (!measured.unmeasurable.empty()) {
+        stop = unmeasurable(measured);
+        done = true;
+      } else if (measured.met) {
+        // Invariant: `lo` of the ranked nodes at the middle rung falls
+        // short, `hi` meets.
+        size_t lo = 0, hi = ranked.size();
+        while (hi - lo > 1) {
+          const size_t mid = lo + (hi - lo) / 2;
+          QUANTD_ASSIGN_OR_RETURN(measured, run_round(set_prefix(mid)));
+          if (!measured.unmeasurable.empty()) break;
+          (measured.met ? hi : lo) = mid;
+        }
+        set_prefix(hi);
+        stop = absl::StrCat(
+            "met with ", hi, " of ", ranked.size(), " error-adding nodes at ",
+            tensorflow::quantization::QuantizationPrecision_Name(*middle),
+            " and the rest at ",
+            tensorflow::quantization::QuantizationPrecision_Name(start),
+            " (bisected in ", search.rounds_size() - 2, " rounds)");
+        done = true;
+      } else {
+        last = std::move(measured.report);
+        for (const SearchUnit& n : ranked) {
+          if (!RaisedPrecision(*middle, ladder).has_value()) at_top.insert(n);
+        }
+      }
+    }
+  }
+
+  // Ascending: raise the most error-adding nodes one rung, 1, 2, 4, ...
+  // more each round, re-ranked on the last round's report.
+  for (int step = 1; !done && step <= kAccuracySearchRounds; ++step) {
+    const std::vector<SearchUnit> picks =
+        PickNodesToRaise(float_model.graph(), last, at_top, excluded,
+                         NodesToRaise(step), &options_.static_range.inlined);
+    if (picks.empty()) {
+      stop = "no quantized Conv, Gemm or MatMul node loses SQNR any more";
+      break;
+    }
+    std::vector<std::string> changes;
+    for (const SearchUnit& n : picks) {
+      auto [it, first] = level.try_emplace(n, start);
+      if (first) raised.push_back(n);
+      // PickNodesToRaise leaves out nodes in at_top, so there is a rung
+      // above.
+      it->second = RaisedPrecision(it->second, ladder)
+                       .value_or(tensorflow::quantization::PRECISION_FULL);
+      if (!RaisedPrecision(it->second, ladder).has_value()) {
+        at_top.insert(n);
+      }
+      changes.push_back(describe(n, it->second));
+    }
+    QUANTD_ASSIGN_OR_RETURN(measured, run_round(std::move(changes)));
+    if (!measured.unmeasurable.empty()) {
+      stop = unmeasurable(measured);
+      break;
+    }
+    if (measured.met) {
       stop = absl::StrCat(
-          "met in round ", round + 1, " with ", raised.size(),
+          "met in round ", search.rounds_size(), " with ", raised.size(),
           " nodes raised (", at_top.size(), " to ",
           tensorflow::quantization::QuantizationPrecision_Name(ladder.back()),
           ")");
       break;
     }
-    last = std::move(*report);
+    last = std::move(measured.report);
+  }
+  if (stop.empty()) {
+    stop = absl::StrCat("stopped after ", search.rounds_size(),
+                        " rounds without meeting the target");
   }
   model_ = std::move(best_model);
   result_.summary = std::move(best_summary);

@@ -651,6 +651,55 @@ TEST(AccuracySearchJobTest, AllowedPrecisionsSkipEightBits) {
   }
 }
 
+// From W4A8 with a goal all-W8A8 meets: the search tries every
+// error-adding node at W8A8, then bisects on how many of the worst need it;
+// the returned mix is no larger than all-W8A8 and replays to the same bytes.
+TEST(AccuracySearchJobTest, MiddleRungIsBisectedForTheSmallestMix) {
+  if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
+  const onnx::ModelProto model = FloatModel(
+      Values(kIn * kHidden, 1, 0.3f), Values(kHidden * kClasses, 2, 0.3f));
+  auto sqnr_at = [&](tfq::QuantizationPrecision p) {
+    quantd::v1::QuantizeConfig c = StaticRange();
+    c.mutable_options()->set_quantization_precision(p);
+    JobRun r = RunWithBatches(c, model, 4);
+    EXPECT_TRUE(r.result.ok()) << r.result.status();
+    return r.result->summary.fidelity().outputs(0).sqnr_db();
+  };
+  const double w4 = sqnr_at(tfq::PRECISION_W4A8);
+  const double w8 = sqnr_at(tfq::PRECISION_W8A8);
+  ASSERT_LT(w4 + 3, w8);
+  quantd::v1::QuantizeConfig config = StaticRange();
+  config.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  config.set_target_sqnr_db(w4 + 1);
+  JobRun run = RunWithBatches(config, model, 4);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  const quantd::v1::AccuracySearch& a = run.result->summary.accuracy_search();
+  std::printf("measured: W4A8 %.1f dB, W8A8 %.1f dB, goal %.1f: %s\n", w4, w8,
+              w4 + 1, a.note().c_str());
+  ASSERT_TRUE(a.met()) << a.note();
+  ASSERT_GE(a.rounds_size(), 3) << a.note();
+  // Round 2: every error-adding node at W8A8.
+  EXPECT_EQ(a.rounds(1).raised_nodes(), 2);
+  for (const std::string& n : a.rounds(1).raised_this_round()) {
+    EXPECT_THAT(n, HasSubstr("PRECISION_W8A8"));
+  }
+  EXPECT_THAT(a.note(), HasSubstr("bisected"));
+  const auto& chosen = a.rounds(a.chosen_round());
+  EXPECT_LE(chosen.model_bytes(), a.rounds(1).model_bytes());
+  EXPECT_LT(chosen.raised_nodes(), 2);
+  EXPECT_GE(chosen.output_sqnr_db(), w4 + 1);
+  for (const auto& u : a.unit_wise_quantization_precision()) {
+    EXPECT_EQ(u.quantization_precision(), tfq::PRECISION_W8A8);
+  }
+  quantd::v1::QuantizeConfig replay = StaticRange();
+  replay.mutable_options()->set_quantization_precision(tfq::PRECISION_W4A8);
+  *replay.mutable_options()->mutable_unit_wise_quantization_precision() =
+      a.unit_wise_quantization_precision();
+  JobRun again = RunWithBatches(replay, model, 4);
+  ASSERT_TRUE(again.result.ok()) << again.result.status();
+  EXPECT_EQ(again.result->model, run.result->model);
+}
+
 // A model whose only output has no class axis cannot be judged on top-1.
 TEST(AccuracySearchJobTest, AgreementTargetNeedsAClassAxis) {
   if (!ExecutorRunsQdq()) GTEST_SKIP() << "the executor cannot run QDQ";
