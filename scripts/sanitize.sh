@@ -32,6 +32,8 @@ SUITES=(
   gptq_test input_moments_test gptq_weight_test gptq_acceptance_test
   # SmoothQuant / equalization: the rescale, the noise model, through ORT
   channel_scaling_test channel_scaling_acceptance_test
+  # AWQ: the scale search; the accuracy search's choices
+  awq_test accuracy_search_test
   # end to end, through the sanitized quantd
   hostile_e2e_test hostile_corpus_e2e_test fault_e2e_test
 )

@@ -172,7 +172,7 @@ std::vector<SearchUnit> PickNodesToRaise(
     const quantd::v1::FidelityReport& report,
     const absl::flat_hash_set<SearchUnit>& at_top,
     const absl::flat_hash_set<SearchUnit>& excluded, int count,
-    const graph::InlinedFunctions* inlined) {
+    const graph::InlinedFunctions* inlined, bool noisy_only) {
   absl::flat_hash_map<std::string, double> sqnr;
   for (const auto& l : report.layers()) sqnr[l.tensor_name()] = l.sqnr_db();
 
@@ -208,7 +208,7 @@ std::vector<SearchUnit> PickNodesToRaise(
       if (it != sqnr.end()) in = std::max(in, NoiseRatio(it->second));
     }
     const double added = NoiseRatio(out->second) - in;
-    if (added > 0) drops.emplace_back(added, c.unit);
+    if (added > 0 || !noisy_only) drops.emplace_back(added, c.unit);
   }
   // Most noise added first; ties in visiting order (stable).
   std::stable_sort(

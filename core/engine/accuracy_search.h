@@ -87,12 +87,15 @@ struct SearchUnit {
 // own unit entries; an entry without func_name excludes that name in every
 // scope). Nodes inlined from local functions (in `inlined`, may be null) are
 // left out: their precision is their function's, shared by every call.
+// `noisy_only` false also returns the nodes that add no noise (last): a
+// deep layer can lower the noise ratio its inputs bring and still add
+// error of its own at a coarser precision.
 std::vector<SearchUnit> PickNodesToRaise(
     const onnx::GraphProto& float_graph,
     const quantd::v1::FidelityReport& report,
     const absl::flat_hash_set<SearchUnit>& at_top,
     const absl::flat_hash_set<SearchUnit>& excluded, int count,
-    const graph::InlinedFunctions* inlined = nullptr);
+    const graph::InlinedFunctions* inlined = nullptr, bool noisy_only = true);
 
 }  // namespace quantd
 

@@ -1044,7 +1044,8 @@ absl::Status QuantizeJob::SearchForTarget() {
   quantd::v1::FidelityReport last = std::move(measured.report);
 
   // A middle rung (W4A8 -> W8A8 below FULL): most layers may take the
-  // cheaper one. If every candidate at the middle rung meets the goals,
+  // cheaper one. If every candidate (every Conv / Gemm / MatMul the search
+  // may touch, most error-adding first) at the middle rung meets the goals,
   // bisect on how many of the most error-adding ones need it (the rest
   // stay at the request's precision): log2(candidates) rounds for the
   // cheapest such mix. Otherwise the ascending search below starts from
@@ -1055,7 +1056,8 @@ absl::Status QuantizeJob::SearchForTarget() {
       *middle != tensorflow::quantization::PRECISION_FULL) {
     const std::vector<SearchUnit> ranked = PickNodesToRaise(
         float_model.graph(), last, at_top, excluded,
-        std::numeric_limits<int>::max(), &options_.static_range.inlined);
+        std::numeric_limits<int>::max(), &options_.static_range.inlined,
+        /*noisy_only=*/false);
     auto set_prefix = [&](size_t count) {
       std::vector<std::string> changes;
       for (size_t i = 0; i < ranked.size(); ++i) {
@@ -1087,7 +1089,7 @@ absl::Status QuantizeJob::SearchForTarget() {
         }
         set_prefix(hi);
         stop = absl::StrCat(
-            "met with ", hi, " of ", ranked.size(), " error-adding nodes at ",
+            "met with ", hi, " of ", ranked.size(), " nodes at ",
             tensorflow::quantization::QuantizationPrecision_Name(*middle),
             " and the rest at ",
             tensorflow::quantization::QuantizationPrecision_Name(start),

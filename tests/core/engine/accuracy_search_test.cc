@@ -79,6 +79,13 @@ TEST(PickNodesToRaiseTest, SkipsNodesThatAddNoNoiseOrAreUnnamed) {
   // conv_b's output is as good as its input: nothing to gain there.
   auto report = Report({{"a", 30}, {"r", 30}, {"b", 30}, {"y0", 20}});
   EXPECT_THAT(Pick(Chain(), report, 5), ElementsAre("mm", "conv_a"));
+  // Unless asked for every candidate: conv_b then comes last.
+  std::vector<std::string> all;
+  for (const SearchUnit& u : PickNodesToRaise(Chain(), report, {}, {}, 5,
+                                              nullptr, /*noisy_only=*/false)) {
+    all.push_back(u.Describe());
+  }
+  EXPECT_THAT(all, ElementsAre("mm", "conv_a", "conv_b"));
   onnx::GraphProto g = Chain();
   g.mutable_node(3)->clear_name();        // mm
   g.mutable_node(2)->set_name("conv_a");  // conv_b: a duplicate
