@@ -58,7 +58,7 @@ run() {
     mapfile -t flags < <(calib_flags "$model")
   fi
   case $algorithm in
-    rtn | gptq | awq) flags+=("--weight_algorithm=$algorithm") ;;
+    rtn | gptq | awq | awq+gptq) flags+=("--weight_algorithm=$algorithm") ;;
     *) flags+=("--$algorithm") ;;
   esac
   local t0 t1
