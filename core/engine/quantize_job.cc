@@ -1087,9 +1087,11 @@ absl::Status QuantizeJob::SearchForTarget() {
           if (!measured.unmeasurable.empty()) break;
           (measured.met ? hi : lo) = mid;
         }
-        set_prefix(hi);
+        // The returned round is the smallest that met, `hi` unless the
+        // measure was not monotonic in the count.
         stop = absl::StrCat(
-            "met with ", hi, " of ", ranked.size(), " nodes at ",
+            "met with ", search.rounds(best_round).raised_nodes(), " of ",
+            ranked.size(), " nodes at ",
             tensorflow::quantization::QuantizationPrecision_Name(*middle),
             " and the rest at ",
             tensorflow::quantization::QuantizationPrecision_Name(start),
