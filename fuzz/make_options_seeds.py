@@ -138,6 +138,37 @@ def quantize_configs(qs, qo):
     c.activation_params.init_max = -1
     yield "q_static_init_inverted", c, True
 
+    # The weight algorithms and the search, with either method: batches are
+    # accepted with DYNAMIC_RANGE only when one of them reads them.
+    for name, algorithm in [("gptq", qs.WEIGHT_ALGORITHM_GPTQ),
+                            ("awq", qs.WEIGHT_ALGORITHM_AWQ),
+                            ("awq_gptq", qs.WEIGHT_ALGORITHM_AWQ_GPTQ)]:
+        c = config(M.DYNAMIC_RANGE, qo.PRECISION_W4A8)
+        c.weight_algorithm = algorithm
+        c.weight_params.block_size = 32
+        yield "q_dynamic_%s_batches" % name, c, True
+    c = config(M.STATIC_RANGE, qo.PRECISION_W4A8)
+    c.weight_algorithm = qs.WEIGHT_ALGORITHM_GPTQ
+    c.gptq.dampening = 0.01
+    c.gptq.act_order = True
+    c.bias_correction = True
+    c.equalize = True
+    yield "q_static_gptq_bias_equalize", c, True
+    c = config(M.STATIC_RANGE)
+    c.smoothquant.alpha = 0.5
+    yield "q_static_smoothquant", c, True
+    c = config(M.DYNAMIC_RANGE)
+    c.smoothquant.auto_alpha = True
+    yield "q_dynamic_smoothquant_auto", c, True
+    c = config(M.DYNAMIC_RANGE)
+    c.bias_correction = True
+    yield "q_dynamic_bias_correction", c, True
+    c = config(M.STATIC_RANGE, qo.PRECISION_W4A8)
+    c.target_agreement = 0.99
+    c.allowed_precisions.extend([qo.PRECISION_W4A8, qo.PRECISION_W8A8])
+    c.holdout_batches = 2
+    yield "q_static_target_agreement", c, True
+
 
 def calibrate_configs(qs):
     # Every observer core accepts (kObserverMethods), and its parameters.

@@ -133,10 +133,23 @@ void FuzzQuantize(const quantd::v1::QuantizeConfig& config, bool batch_stream,
       !(config.target_sqnr_db() > 0 && config.target_sqnr_db() <= 200)) {
     Fail("accepted target_sqnr_db outside (0, 200]", input);
   }
+  if (config.has_target_agreement() &&
+      !(config.target_agreement() > 0 && config.target_agreement() <= 1)) {
+    Fail("accepted target_agreement outside (0, 1]", input);
+  }
   if (config.holdout_batches() < 0) Fail("accepted holdout_batches < 0", input);
   if (r->pass_through) return;
   const quantd::Method method = r->resolved.method;
-  if (method == quantd::Method::kDynamicRange && batch_stream) {
+  // Batches with DYNAMIC_RANGE feed only the weight algorithms that read
+  // the layers' inputs (request_options.h, check 4).
+  const quantd::v1::WeightAlgorithm algorithm = config.weight_algorithm();
+  const bool weights_use_batches =
+      algorithm == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
+      algorithm == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
+      algorithm == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ ||
+      config.bias_correction() || config.has_smoothquant();
+  if (method == quantd::Method::kDynamicRange && batch_stream &&
+      !weights_use_batches) {
     Fail("accepted calibration batches with DYNAMIC_RANGE", input);
   }
   if (method != quantd::Method::kStaticRange &&
