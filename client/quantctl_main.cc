@@ -142,6 +142,11 @@ ABSL_FLAG(double, gptq_dampening, -1,
 ABSL_FLAG(bool, gptq_act_order, false,
           "quantize (--weight_algorithm=gptq): round the columns of the "
           "inputs with the most energy first.");
+ABSL_FLAG(bool, gptq_cross_check, true,
+          "quantize (--weight_algorithm=gptq or awq+gptq): keep GPTQ on a "
+          "weight only where, fitted on half of the calibration samples, it "
+          "beats rounding to nearest on the other half (false: GPTQ "
+          "everywhere; saves two solves per weight).");
 ABSL_FLAG(bool, bias_correction, false,
           "quantize: add each Conv / Gemm weight's expected output shift on "
           "--calibration_data to its layer's bias (either method).");
@@ -176,7 +181,8 @@ constexpr char kUsage[] =
     "                    [--allowed_precisions=w4a8,w8a8,full]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
     "                    [--weight_algorithm=rtn|gptq|awq|awq+gptq\n"
-    "                     [--gptq_dampening=X] [--gptq_act_order]]\n"
+    "                     [--gptq_dampening=X] [--gptq_act_order]\n"
+    "                     [--gptq_cross_check=false]]\n"
     "                    [--bias_correction]\n"
     "                    [--smoothquant[=ALPHA|auto]] [--equalize]\n"
     "                    [--min_num_elements_for_weights=N]\n"
@@ -214,20 +220,36 @@ int Fail(const absl::Status& status) {
 // The flags each command takes; anything else is a usage error.
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static auto* flags = new std::map<std::string, std::set<std::string>>{
-      {"quantize", {"server",           "model",
-                    "output",           "options",
-                    "method",           "precision",
-                    "op_set",           "json",
-                    "timeout",          "calibration",
-                    "calibration_data", "calibration_method",
-                    "batch_size",       "sample_axis",
-                    "report",           "block_size",
-                    "target_sqnr_db",   "weight_bits",
-                    "holdout_batches",  "min_num_elements_for_weights",
-                    "weight_algorithm", "gptq_dampening",
-                    "gptq_act_order",   "bias_correction",
-                    "smoothquant",      "equalize",
-                    "target_agreement", "allowed_precisions"}},
+      {"quantize",
+       {"server",
+        "model",
+        "output",
+        "options",
+        "method",
+        "precision",
+        "op_set",
+        "json",
+        "timeout",
+        "calibration",
+        "calibration_data",
+        "calibration_method",
+        "batch_size",
+        "sample_axis",
+        "report",
+        "block_size",
+        "target_sqnr_db",
+        "weight_bits",
+        "holdout_batches",
+        "min_num_elements_for_weights",
+        "weight_algorithm",
+        "gptq_dampening",
+        "gptq_act_order",
+        "gptq_cross_check",
+        "bias_correction",
+        "smoothquant",
+        "equalize",
+        "target_agreement",
+        "allowed_precisions"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout"}},
@@ -465,12 +487,10 @@ void PrintReports(const std::vector<quantd::v1::TensorReport>& reports) {
                                                  "ELEMENTS", "SCHEME", "SCALE",
                                                  "MSE", "SQNR_DB", "ROUNDING"}};
   for (const quantd::v1::TensorReport& r : reports) {
-    // GPTQ: the layer output SQNR it reached, rounding's in brackets.
     std::string rounding = r.weight_algorithm();
-    if (rounding == "gptq") {
-      absl::StrAppend(&rounding, " ",
-                      quantd::client::FormatDb(r.output_sqnr_db()), " (rtn ",
-                      quantd::client::FormatDb(r.rtn_output_sqnr_db()), ")");
+    if (const std::string gptq = quantd::client::GptqOutcomeText(r);
+        !gptq.empty()) {
+      absl::StrAppend(&rounding, " ", gptq);
     }
     rows.push_back({r.node_name(), r.op_type(), r.tensor_name(),
                     absl::StrCat(r.num_elements()), SchemeText(r.scheme()),
@@ -727,6 +747,9 @@ int RunQuantize() {
   }
   if (absl::GetFlag(FLAGS_gptq_act_order)) {
     config.mutable_gptq()->set_act_order(true);
+  }
+  if (!absl::GetFlag(FLAGS_gptq_cross_check)) {
+    config.mutable_gptq()->set_cross_check(false);
   }
   if (absl::GetFlag(FLAGS_bias_correction)) config.set_bias_correction(true);
   if (const std::string a = absl::GetFlag(FLAGS_smoothquant); a == "auto") {

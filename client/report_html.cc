@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -38,6 +39,21 @@ std::string FormatDb(double db) {
   if (std::isnan(db)) return "nan";
   if (std::isinf(db)) return db > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.1f", db);
+}
+
+std::string GptqOutcomeText(const quantd::v1::TensorReport& r) {
+  if (r.input_rows() == 0) return "";  // GPTQ did not run.
+  const bool checked =
+      r.held_out_output_sqnr_db() != 0 || r.held_out_rtn_output_sqnr_db() != 0;
+  const std::string held_out =
+      absl::StrCat(FormatDb(r.held_out_output_sqnr_db()), " vs ",
+                   FormatDb(r.held_out_rtn_output_sqnr_db()));
+  if (!absl::StrContains(r.weight_algorithm(), "gptq")) {
+    return checked ? absl::StrCat("gptq lost on held-out: ", held_out) : "";
+  }
+  return absl::StrCat(
+      FormatDb(r.output_sqnr_db()), " (rtn ", FormatDb(r.rtn_output_sqnr_db()),
+      checked ? absl::StrCat("; held-out ", held_out) : "", ")");
 }
 
 std::vector<std::string> ChannelScalingCells(
@@ -308,8 +324,8 @@ std::string AccuracySearchSection(const quantd::v1::QuantizeSummary& s) {
       "<h2>Accuracy search</h2>\n<p>goal <b>",
       HtmlEscape(AccuracySearchGoal(a)), "</b>, ",
       a.met() ? "met" : "<span class=\"tag\">not met</span>", "; precisions ",
-      absl::StrJoin(ladder, " &rarr; "), ". ", HtmlEscape(a.note()),
-      "</p>\n", AccuracySearchChart(a), "<table>\n");
+      absl::StrJoin(ladder, " &rarr; "), ". ", HtmlEscape(a.note()), "</p>\n",
+      AccuracySearchChart(a), "<table>\n");
   std::vector<std::string> columns(std::begin(kAccuracySearchColumns),
                                    std::end(kAccuracySearchColumns));
   columns.push_back("");
@@ -359,12 +375,7 @@ std::string TensorSection(const QuantizeReportInput& in) {
               : q.per_channel()
                   ? absl::StrCat(", per-channel (axis ", q.axis(), ")")
                   : ", per-tensor";
-    // GPTQ's layer output SQNR on the calibration inputs, rounding's beside.
-    const std::string output_sqnr =
-        r.weight_algorithm() == "gptq"
-            ? absl::StrCat(FormatDb(r.output_sqnr_db()), " (rtn ",
-                           FormatDb(r.rtn_output_sqnr_db()), ")")
-            : "";
+    const std::string output_sqnr = GptqOutcomeText(r);
     const std::string scale =
         r.scale_min() == r.scale_max()
             ? absl::StrFormat("%.4g", r.scale_min())

@@ -24,6 +24,14 @@ std::vector<int> WorstLayers(const quantd::v1::FidelityReport& report,
 // An SQNR for people: "38.2", "inf" (exact), "-inf", "nan".
 std::string FormatDb(double db);
 
+// Where GPTQ ran on a weight, what it reached, for the terminal table and
+// the HTML report: the layer output SQNR on the calibration inputs with
+// rounding's in brackets and the cross-check's held-out pair, e.g.
+// "24.4 (rtn 21.8; held-out 24.3 vs 21.8)", or when GPTQ lost the
+// cross-check and the weight was rounded to nearest, "gptq lost on
+// held-out: 21.3 vs 22.8". Empty where GPTQ did not run.
+std::string GptqOutcomeText(const quantd::v1::TensorReport& r);
+
 // One summary.channel_scalings entry as the cells of the terminal table
 // and the HTML report, in the order of kChannelScalingColumns; and the
 // legend that says what before / after mean for each algorithm.

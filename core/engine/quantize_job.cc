@@ -2,6 +2,7 @@
 // options -> parse -> validate -> [calibrate] -> plan -> quantize ->
 // fidelity -> serialize (+ re-check).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <new>
@@ -12,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -165,6 +167,10 @@ class QuantizeJob {
   int64_t activation_batches_ = 0;
   int64_t held_out_ = 0;  // Batches kept back from calibration.
   double fidelity_setup_seconds_ = 0;
+  // Weights of the last pass where GPTQ ran: kept, or rounded to nearest
+  // after losing its cross-check (reports may come from pool threads).
+  std::atomic<int64_t> gptq_kept_{0};
+  std::atomic<int64_t> gptq_lost_{0};
 
   onnx::ModelProto model_;
   // The half graph inputs and outputs of a model that computed in
@@ -508,7 +514,17 @@ passes::PassHooks QuantizeJob::MakeHooks() {
     StartStage(quantd::v1::STAGE_QUANTIZE, total,
                absl::StrCat("quantizing ", total, " tensors"));
   };
-  hooks.on_report = events_.on_tensor_report;
+  hooks.on_report = [this](const quantd::v1::TensorReport& r) {
+    if (r.input_rows() > 0) {  // GPTQ ran.
+      if (absl::StrContains(r.weight_algorithm(), "gptq")) {
+        ++gptq_kept_;
+      } else if (r.held_out_output_sqnr_db() != 0 ||
+                 r.held_out_rtn_output_sqnr_db() != 0) {
+        ++gptq_lost_;
+      }
+    }
+    if (events_.on_tensor_report) events_.on_tensor_report(r);
+  };
   hooks.on_progress = [this](int64_t done, int64_t total) {
     Progress(done, total, "");
   };
@@ -582,8 +598,10 @@ absl::Status QuantizeJob::Calibrate() {
   }
   if (layer_inputs) {
     absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
-        passes::InputMoments::Create(model_.graph(), weights.min_num_elements,
-                                     &gptq_budget_);
+        passes::InputMoments::Create(
+            model_.graph(), weights.min_num_elements, &gptq_budget_,
+            /*folds=*/weights.algorithm == passes::WeightAlgorithm::kGptq &&
+                weights.gptq_cross_check);
     if (!moments.ok()) {
       calibration_batches_->Abort();
       return moments.status();
@@ -706,6 +724,8 @@ absl::Status QuantizeJob::Calibrate() {
 absl::Status QuantizeJob::Quantize() {
   StartStage(quantd::v1::STAGE_PLAN, 1, "choosing the tensors to quantize");
   const passes::PassHooks hooks = MakeHooks();
+  gptq_kept_ = 0;
+  gptq_lost_ = 0;
   quantd::v1::QuantizeSummary& s = result_.summary;
   std::vector<quantd::v1::SkippedTensor> skipped;
   std::string opset_note;
@@ -747,6 +767,15 @@ absl::Status QuantizeJob::Quantize() {
   for (auto& t : skipped) *s.add_skipped() = std::move(t);
   if (!opset_note.empty()) {
     s.add_validations(absl::StrCat("note: ", opset_note));
+  }
+  if (gptq_lost_ > 0) {
+    s.add_validations(absl::StrCat(
+        "note: GPTQ's cross-check kept it on ", gptq_kept_.load(), " of ",
+        gptq_kept_ + gptq_lost_,
+        " weights; the others are rounded to nearest: fitted on half of the "
+        "calibration samples, GPTQ did worse than rounding on the other half "
+        "(each report says by how much). More calibration samples, at least "
+        "as many as the widest layer has inputs, let GPTQ generalise"));
   }
   return cancel_.Check("quantize");
 }

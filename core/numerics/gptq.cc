@@ -33,26 +33,29 @@ absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
   return ChooseQuantParams(lo, hi, spec);
 }
 
+}  // namespace
+
 double RatioDb(double signal, double noise) {
   if (noise <= 0) return std::numeric_limits<double>::infinity();
   if (signal <= 0) return -std::numeric_limits<double>::infinity();
   return 10.0 * std::log10(signal / noise);
 }
 
-}  // namespace
-
 absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
                                         int64_t cols, absl::Span<const float> h,
                                         const QuantSpec& spec,
                                         int64_t block_size,
-                                        const GptqOptions& options) {
+                                        const GptqOptions& options,
+                                        absl::Span<const float> held_out_h) {
   QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
   if (rows < 1 || cols < 1 || static_cast<int64_t>(w.size()) != rows * cols ||
-      static_cast<int64_t>(h.size()) != cols * cols) {
+      static_cast<int64_t>(h.size()) != cols * cols ||
+      (!held_out_h.empty() &&
+       static_cast<int64_t>(held_out_h.size()) != cols * cols)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPTQ wants a rows x cols weight and a cols x cols H; got ", rows,
-        " x ", cols, " with ", w.size(), " weights and ", h.size(),
-        " H entries"));
+        " x ", cols, " with ", w.size(), " weights and ", h.size(), " (",
+        held_out_h.size(), " held-out) H entries"));
   }
   if (block_size < 0 || options.lazy_block < 1 || !(options.dampening >= 0) ||
       !std::isfinite(options.dampening)) {
@@ -66,6 +69,13 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     }
   }
   for (float v : h) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          "the input statistics (H) hold NaN or infinity: the calibration "
+          "inputs of this layer overflowed float");
+    }
+  }
+  for (float v : held_out_h) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError(
           "the input statistics (H) hold NaN or infinity: the calibration "
@@ -244,6 +254,21 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
   }
   out.output_sqnr_db = RatioDb(energy[0], energy[1]);
   out.rtn_output_sqnr_db = RatioDb(energy[0], energy[2]);
+  if (!held_out_h.empty()) {
+    const MatF judged =
+        stacked * Eigen::Map<const MatF>(held_out_h.data(), cols, cols);
+    double held[3] = {0, 0, 0};
+    for (int part = 0; part < 3; ++part) {
+      held[part] = judged.middleRows(part * n, n)
+                       .cwiseProduct(stacked.middleRows(part * n, n))
+                       .template cast<double>()
+                       .sum();
+    }
+    out.has_held_out = true;
+    out.held_out_signal = held[0];
+    out.held_out_gptq_error = held[1];
+    out.held_out_rtn_error = held[2];
+  }
   return out;
 }
 

@@ -51,6 +51,13 @@ struct GptqResult {
   // The damping that made H positive definite (dampening, raised tenfold
   // per failed factorisation).
   double dampening = 0;
+  // With a held-out H: the energies behind those SQNRs measured with it
+  // instead (the weights' output energy, GPTQ's error, rounding's error),
+  // unnormalised so that the folds of a cross-check add up.
+  bool has_held_out = false;
+  double held_out_signal = 0;
+  double held_out_gptq_error = 0;
+  double held_out_rtn_error = 0;
 };
 
 // Quantizes `w` (rows x cols, row-major: one row per output channel, its
@@ -63,11 +70,15 @@ struct GptqResult {
 // (inputs that were always zero) are rounded to nearest. INVALID_ARGUMENT
 // for sizes that do not match, non-finite values, a bad spec or block size,
 // and for an H that stays indefinite after damping up to 1000x.
-absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
-                                        int64_t cols, absl::Span<const float> h,
-                                        const QuantSpec& spec,
-                                        int64_t block_size,
-                                        const GptqOptions& options);
+// `held_out_h` (empty, or cols x cols like h): the second moment of inputs
+// the solve did not see, on which the result is also judged (has_held_out).
+absl::StatusOr<GptqResult> GptqQuantize(
+    absl::Span<const float> w, int64_t rows, int64_t cols,
+    absl::Span<const float> h, const QuantSpec& spec, int64_t block_size,
+    const GptqOptions& options, absl::Span<const float> held_out_h = {});
+
+// 10*log10(signal / noise): +inf without noise, -inf without signal.
+double RatioDb(double signal, double noise);
 
 }  // namespace quantd::numerics
 

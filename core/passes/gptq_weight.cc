@@ -79,9 +79,11 @@ GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
     }
     if (out.h.empty()) {
       out.h = m->h;
+      out.h_fold = m->h_fold;
       out.k = m->k;
       out.groups = m->groups;
       out.rows = m->rows;
+      out.fold_rows = m->fold_rows;
       continue;
     }
     if (m->k != out.k || m->groups != out.groups) {
@@ -91,6 +93,15 @@ GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
     }
     for (size_t i = 0; i < out.h.size(); ++i) out.h[i] += m->h[i];
     out.rows += m->rows;
+    if (out.h_fold.size() == m->h_fold.size()) {
+      for (size_t i = 0; i < out.h_fold.size(); ++i) {
+        out.h_fold[i] += m->h_fold[i];
+      }
+      out.fold_rows += m->fold_rows;
+    } else {
+      out.h_fold.clear();
+      out.fold_rows = 0;
+    }
   }
   if (out.h.empty()) out.why_not = "the weight has no readers";
   return out;
@@ -133,7 +144,12 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
       blocked ? numerics::BlockCount(view.cols, plan.block_size) : 1;
   q.params.resize(view.groups * view.rows * blocks);
   const int64_t k = view.cols;
+  const bool cross_check =
+      static_cast<int64_t>(inputs.h_fold.size()) == view.groups * k * k &&
+      inputs.fold_rows > 0 && inputs.fold_rows < inputs.rows;
+  double held_signal = 0, held_gptq = 0, held_rtn = 0;
   std::vector<float> w(view.rows * k);
+  std::vector<float> other_fold;
   for (int64_t g = 0; g < view.groups; ++g) {
     for (int64_t r = 0; r < view.rows; ++r) {
       for (int64_t c = 0; c < k; ++c)
@@ -145,6 +161,28 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
             w, view.rows, k,
             absl::MakeConstSpan(inputs.h.data() + g * k * k, k * k), spec,
             plan.block_size, options));
+    if (cross_check) {
+      // Fitted on one fold, judged on the other, both ways.
+      const absl::Span<const float> even =
+          absl::MakeConstSpan(inputs.h_fold.data() + g * k * k, k * k);
+      other_fold.resize(k * k);
+      for (int64_t i = 0; i < k * k; ++i) {
+        other_fold[i] = inputs.h[g * k * k + i] - even[i];
+      }
+      for (int fold = 0; fold < 2; ++fold) {
+        const absl::Span<const float> fit =
+            fold == 0 ? even : absl::MakeConstSpan(other_fold);
+        const absl::Span<const float> judge =
+            fold == 0 ? absl::MakeConstSpan(other_fold) : even;
+        QUANTD_ASSIGN_OR_RETURN(
+            const numerics::GptqResult half,
+            numerics::GptqQuantize(w, view.rows, k, fit, spec, plan.block_size,
+                                   options, judge));
+        held_signal += half.held_out_signal;
+        held_gptq += half.held_out_gptq_error;
+        held_rtn += half.held_out_rtn_error;
+      }
+    }
     out.output_sqnr_db = std::min(out.output_sqnr_db, result.output_sqnr_db);
     out.rtn_output_sqnr_db =
         std::min(out.rtn_output_sqnr_db, result.rtn_output_sqnr_db);
@@ -163,6 +201,11 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
         q.params[at] = result.params[r * blocks + b];
       }
     }
+  }
+  if (cross_check) {
+    out.cross_checked = true;
+    out.held_out_sqnr_db = numerics::RatioDb(held_signal, held_gptq);
+    out.held_out_rtn_sqnr_db = numerics::RatioDb(held_signal, held_rtn);
   }
   const std::chrono::duration<double> seconds =
       std::chrono::steady_clock::now() - start;

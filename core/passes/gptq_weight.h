@@ -25,6 +25,14 @@ struct GptqWeight {
   // a grouped Conv), and what plain rounding would have given.
   double output_sqnr_db = 0;
   double rtn_output_sqnr_db = 0;
+  // The cross-check (inputs with both folds): GPTQ fitted on each half of
+  // the calibration samples and judged on the other, the two halves' errors
+  // added, against rounding to nearest on the same inputs (output SQNRs,
+  // all groups together). GPTQ that loses it fits its calibration inputs
+  // but not the layer's: the caller rounds to nearest instead.
+  bool cross_checked = false;
+  double held_out_sqnr_db = 0;
+  double held_out_rtn_sqnr_db = 0;
   int64_t input_rows = 0;  // Calibration rows behind H.
   double seconds = 0;
 };
@@ -38,6 +46,10 @@ struct GptqWeight {
 struct GptqInputs {
   std::vector<float> h;  // groups x k x k.
   int64_t k = 0, groups = 1, rows = 0;
+  // The even-numbered samples' part of h (InputMoments folds; empty
+  // without), and its rows.
+  std::vector<float> h_fold;
+  int64_t fold_rows = 0;
   std::string why_not;
 };
 GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
@@ -45,8 +57,9 @@ GptqInputs GptqInputsFor(const onnx::GraphProto& graph, const WeightPlan& plan,
 
 // GPTQ on the weight `values` of `plan` (a 2-D MatMul / Gemm weight or a
 // Conv weight read by `consumer`, per channel on the output axis or blocked
-// along the input axis). INVALID_ARGUMENT when the plan's layout is not one
-// of those, or when GptqQuantize refuses.
+// along the input axis). With both folds in `inputs` (each holding rows),
+// also the cross-check: two more solves, one on each fold. INVALID_ARGUMENT
+// when the plan's layout is not one of those, or when GptqQuantize refuses.
 absl::StatusOr<GptqWeight> GptqQuantizeWeight(
     const onnx::NodeProto& consumer, const WeightPlan& plan,
     absl::Span<const float> values, const GptqInputs& inputs,

@@ -85,8 +85,9 @@ InputMoments::~InputMoments() {
 
 absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
     const onnx::GraphProto& graph, int64_t min_elements,
-    calibration::MemoryBudget* budget) {
+    calibration::MemoryBudget* budget, bool folds) {
   std::unique_ptr<InputMoments> out(new InputMoments(nullptr));
+  out->folds_ = folds;
   std::vector<const onnx::GraphProto*> graphs;
   AllGraphs(graph, &graphs);
   const auto constants = ConstantDims(graphs);
@@ -162,7 +163,8 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
   std::iota(order.begin(), order.end(), 0);
   auto bytes_of = [&](int i) {
     const LayerMoments& m = *out->layers_[i].moments;
-    return m.groups * m.k * m.k * static_cast<int64_t>(sizeof(float));
+    return (folds ? 2 : 1) * m.groups * m.k * m.k *
+           static_cast<int64_t>(sizeof(float));
   };
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return bytes_of(a) < bytes_of(b); });
@@ -193,6 +195,7 @@ absl::StatusOr<std::unique_ptr<InputMoments>> InputMoments::Create(
     LayerMoments& m = *layer.moments;
     if (m.skipped.empty()) {
       m.h.assign(m.groups * m.k * m.k, 0.0f);
+      if (folds) m.h_fold.assign(m.h.size(), 0.0f);
       m.sum.assign(m.groups * m.k, 0.0);
     }
   }
@@ -234,18 +237,52 @@ absl::Status InputMoments::Accumulate(const Layer& layer,
   }
   const int64_t n = t.size() / k;
   const float* x = t.data<float>();
-  if (rows) {
-    RankUpdate(x, n, k, m.h.data(), m.sum.data());
-  } else {
-    // A^T's rows are A's columns: H += A A^T.
-    Eigen::Map<MatF> hm(m.h.data(), k, k);
+  if (m.merged) Unmerge(&m);
+  if (!rows) {
+    // A^T's rows are A's columns: H += A A^T, all one sample.
+    const bool even = folds_ && m.samples % 2 == 0;
+    Eigen::Map<MatF> hm(even ? m.h_fold.data() : m.h.data(), k, k);
     Eigen::Map<const MatF> am(x, k, n);
     hm.selfadjointView<Eigen::Upper>().rankUpdate(am);
     Eigen::Map<Eigen::VectorXd>(m.sum.data(), k) +=
         am.rowwise().sum().cast<double>();
+    if (even) m.fold_rows += n;
+    ++m.samples;
+  } else if (!folds_) {
+    RankUpdate(x, n, k, m.h.data(), m.sum.data());
+    m.samples += t.rank() >= 2 ? t.dim(0) : 1;
+  } else {
+    // Each fold's rows gathered, a chunk at a time, for one rank update.
+    const int64_t samples = t.rank() >= 2 ? t.dim(0) : 1;
+    const int64_t per_sample = n / samples;
+    const int64_t chunk = std::max<int64_t>(per_sample, kChunkFloats / k);
+    std::vector<float> gathered;
+    for (int fold = 0; fold < 2; ++fold) {
+      float* h = fold == 0 ? m.h_fold.data() : m.h.data();
+      gathered.clear();
+      for (int64_t j = 0; j < samples; ++j) {
+        if ((m.samples + j) % 2 != fold) continue;
+        gathered.insert(gathered.end(), x + j * per_sample * k,
+                        x + (j + 1) * per_sample * k);
+        if (fold == 0) m.fold_rows += per_sample;
+        if (static_cast<int64_t>(gathered.size()) >= chunk * k) {
+          RankUpdate(gathered.data(), gathered.size() / k, k, h, m.sum.data());
+          gathered.clear();
+        }
+      }
+      if (!gathered.empty()) {
+        RankUpdate(gathered.data(), gathered.size() / k, k, h, m.sum.data());
+      }
+    }
+    m.samples += samples;
   }
   m.rows += n;
   return absl::OkStatus();
+}
+
+void InputMoments::Unmerge(LayerMoments* m) {
+  for (size_t i = 0; i < m->h.size(); ++i) m->h[i] -= m->h_fold[i];
+  m->merged = false;
 }
 
 absl::Status InputMoments::AccumulateConv(const Layer& layer,
@@ -277,9 +314,12 @@ absl::Status InputMoments::AccumulateConv(const Layer& layer,
   std::vector<float> x(std::min(chunk, positions) * k);
   const float* data = t.data<float>();
   const int64_t plane = s.h * s.w;
+  if (m.merged) Unmerge(&m);
   for (int64_t n = 0; n < t.dim(0); ++n) {
+    const bool even = folds_ && (m.samples + n) % 2 == 0;
+    if (even) m.fold_rows += positions;
     for (int64_t g = 0; g < group; ++g) {
-      float* h = m.h.data() + g * k * k;
+      float* h = (even ? m.h_fold.data() : m.h.data()) + g * k * k;
       const float* image = data + (n * cg * group + g * cg) * plane;
       for (int64_t p0 = 0; p0 < positions; p0 += chunk) {
         const int64_t rows = std::min(chunk, positions - p0);
@@ -303,18 +343,26 @@ absl::Status InputMoments::AccumulateConv(const Layer& layer,
     }
   }
   m.rows += t.dim(0) * positions;
+  m.samples += t.dim(0);
   return absl::OkStatus();
 }
 
 void InputMoments::Finish() {
   for (Layer& layer : layers_) {
     LayerMoments& m = *layer.moments;
-    if (!m.skipped.empty()) continue;
-    for (int64_t g = 0; g < m.groups; ++g) {
-      float* h = m.h.data() + g * m.k * m.k;
-      for (int64_t i = 0; i < m.k; ++i) {
-        for (int64_t j = 0; j < i; ++j) h[i * m.k + j] = h[j * m.k + i];
+    if (!m.skipped.empty() || m.merged) continue;
+    for (std::vector<float>* matrices : {&m.h, &m.h_fold}) {
+      if (matrices->empty()) continue;
+      for (int64_t g = 0; g < m.groups; ++g) {
+        float* h = matrices->data() + g * m.k * m.k;
+        for (int64_t i = 0; i < m.k; ++i) {
+          for (int64_t j = 0; j < i; ++j) h[i * m.k + j] = h[j * m.k + i];
+        }
       }
+    }
+    if (!m.h_fold.empty()) {
+      for (size_t i = 0; i < m.h.size(); ++i) m.h[i] += m.h_fold[i];
+      m.merged = true;
     }
   }
   finished_ = true;
@@ -341,13 +389,16 @@ void InputMoments::ScaleInputChannels(
       for (int64_t j = 0; j < m.k; ++j) {
         f[j] = 1.0 / s[g * per_group + j / inner];
       }
-      float* h = m.h.data() + g * m.k * m.k;
-      for (int64_t a = 0; a < m.k; ++a) {
-        for (int64_t b = 0; b < m.k; ++b) {
-          h[a * m.k + b] = static_cast<float>(h[a * m.k + b] * f[a] * f[b]);
+      for (std::vector<float>* matrices : {&m.h, &m.h_fold}) {
+        if (matrices->empty()) continue;
+        float* h = matrices->data() + g * m.k * m.k;
+        for (int64_t a = 0; a < m.k; ++a) {
+          for (int64_t b = 0; b < m.k; ++b) {
+            h[a * m.k + b] = static_cast<float>(h[a * m.k + b] * f[a] * f[b]);
+          }
         }
-        m.sum[g * m.k + a] *= f[a];
       }
+      for (int64_t a = 0; a < m.k; ++a) m.sum[g * m.k + a] *= f[a];
     }
   }
 }

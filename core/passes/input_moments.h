@@ -32,6 +32,15 @@ struct LayerMoments {
   // correction.
   std::vector<double> sum;
   int64_t rows = 0;  // Input rows (per group) accumulated.
+  // With folds: the H of the rows of even-numbered samples alone (layout as
+  // h; its rows counted in fold_rows), so that a weight fitted on one half
+  // of the samples can be judged on the other (H - h_fold). Samples are the
+  // first axis of each value seen (an image of a Conv, a batch row of a
+  // MatMul input), numbered in the order they arrive.
+  std::vector<float> h_fold;
+  int64_t fold_rows = 0;
+  int64_t samples = 0;
+  bool merged = false;  // h holds both folds (after Finish).
   // Why this layer gets no statistics (it did not fit the budget); empty
   // when it is tracked.
   std::string skipped;
@@ -46,9 +55,10 @@ class InputMoments {
   // 2-D kernels). Layers reading the same input the same way share one H.
   // RESOURCE_EXHAUSTED, naming the largest layer, when their H would go
   // over `budget` (charged here, up front, for the object's lifetime).
+  // With `folds`, every layer also keeps h_fold (twice the memory).
   static absl::StatusOr<std::unique_ptr<InputMoments>> Create(
       const onnx::GraphProto& graph, int64_t min_elements,
-      calibration::MemoryBudget* budget);
+      calibration::MemoryBudget* budget, bool folds = false);
   ~InputMoments();
 
   // Accumulates `t` into the H of every tracked layer that reads the value
@@ -67,9 +77,9 @@ class InputMoments {
 
   // The statistics of inputs whose channel c was divided by s[c] (a
   // function-preserving rescale, channel_scaling.h) for the layers whose
-  // first outputs are `node_outputs`: H_ab / (s_a s_b) and sum_a / s_a,
-  // each shared H once. For Conv, s is per input channel (all groups).
-  // After Finish.
+  // first outputs are `node_outputs`: H_ab / (s_a s_b) (h_fold alike) and
+  // sum_a / s_a, each shared H once. For Conv, s is per input channel (all
+  // groups). After Finish.
   void ScaleInputChannels(const std::vector<std::string>& node_outputs,
                           const std::vector<double>& s);
 
@@ -100,11 +110,14 @@ class InputMoments {
 
   InputMoments(calibration::MemoryBudget* budget) : budget_(budget) {}
   absl::Status Accumulate(const Layer& layer, const executor::Tensor& t);
+  // Takes h_fold back out of a merged h, so that more rows can go in.
+  static void Unmerge(LayerMoments* m);
   absl::Status AccumulateConv(const Layer& layer, const executor::Tensor& t);
 
   calibration::MemoryBudget* budget_;
   int64_t bytes_ = 0;
   int64_t tracked_ = 0;
+  bool folds_ = false;
   bool finished_ = false;
   std::vector<Layer> layers_;
   // Input value name -> indices into layers_.

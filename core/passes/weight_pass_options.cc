@@ -118,6 +118,7 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
     options->gptq.dampening = g.dampening();
   }
   options->gptq.act_order = g.act_order();
+  options->gptq_cross_check = !g.has_cross_check() || g.cross_check();
   options->algorithm = WeightAlgorithm::kGptq;
   return absl::OkStatus();
 }

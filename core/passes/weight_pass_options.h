@@ -86,6 +86,10 @@ struct WeightPassOptions {
   tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
   WeightAlgorithm algorithm = WeightAlgorithm::kRoundToNearest;
   numerics::GptqOptions gptq;
+  // GptqConfig.cross_check: the calibration statistics keep two folds
+  // (InputMoments folds) and a weight whose GPTQ loses on the held-out fold
+  // is rounded to nearest.
+  bool gptq_cross_check = true;
   // config.bias_correction: add each Conv / Gemm weight's expected output
   // shift (ExpectedOutputShift) to its layer's float bias.
   bool bias_correction = false;

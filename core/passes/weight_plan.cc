@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
@@ -606,10 +607,21 @@ QuantizedWeight QuantizeWeight(
   const bool four_bit = HasFourBitWeights(plan.precision);
   const numerics::QuantSpec spec = options.weights.SpecFor(plan.precision);
   std::optional<GptqWeight> gptq;
+  // GPTQ that lost its cross-check: reported, not used.
+  std::optional<GptqWeight> held_out;
   std::string fallback;  // Why a GPTQ request rounded to nearest.
   if (options.algorithm == WeightAlgorithm::kGptq) {
     absl::StatusOr<GptqWeight> g = RunGptq(graph, plan, *values, spec, options);
-    if (g.ok()) {
+    if (g.ok() && g->cross_checked &&
+        !(g->held_out_sqnr_db > g->held_out_rtn_sqnr_db)) {
+      fallback = absl::StrFormat(
+          "GPTQ fitted on half of the calibration samples reached %.1f dB "
+          "output SQNR on the other half against %.1f dB for rounding to "
+          "nearest (it fits the calibration inputs, not the layer: more "
+          "samples would help); rounded to nearest",
+          g->held_out_sqnr_db, g->held_out_rtn_sqnr_db);
+      held_out = std::move(*g);
+    } else if (g.ok()) {
       gptq = std::move(*g);
     } else {
       fallback = absl::StrCat("GPTQ was asked for but not applied: ",
@@ -633,11 +645,15 @@ QuantizedWeight QuantizeWeight(
   out.report.set_weight_algorithm(WeightAlgorithmName(
       gptq ? WeightAlgorithm::kGptq : WeightAlgorithm::kRoundToNearest,
       options.awq_rescaled.contains(plan.tensor)));
-  if (gptq) {
-    out.report.set_output_sqnr_db(gptq->output_sqnr_db);
-    out.report.set_rtn_output_sqnr_db(gptq->rtn_output_sqnr_db);
-    out.report.set_input_rows(gptq->input_rows);
-    out.report.set_algorithm_seconds(gptq->seconds);
+  if (const GptqWeight* g = gptq ? &*gptq : held_out ? &*held_out : nullptr) {
+    out.report.set_output_sqnr_db(g->output_sqnr_db);
+    out.report.set_rtn_output_sqnr_db(g->rtn_output_sqnr_db);
+    out.report.set_input_rows(g->input_rows);
+    out.report.set_algorithm_seconds(g->seconds);
+    if (g->cross_checked) {
+      out.report.set_held_out_output_sqnr_db(g->held_out_sqnr_db);
+      out.report.set_held_out_rtn_output_sqnr_db(g->held_out_rtn_sqnr_db);
+    }
   }
   out.report.set_note(fallback);
   {

@@ -58,6 +58,24 @@ TEST(FormatDbTest, Values) {
   EXPECT_EQ(FormatDb(std::nan("")), "nan");
 }
 
+TEST(GptqOutcomeTextTest, KeptLostAndUnchecked) {
+  quantd::v1::TensorReport r;
+  r.set_weight_algorithm("rtn");
+  EXPECT_EQ(GptqOutcomeText(r), "");  // GPTQ never ran.
+  r.set_weight_algorithm("awq+gptq");
+  r.set_input_rows(16);
+  r.set_output_sqnr_db(30.25);
+  r.set_rtn_output_sqnr_db(24.5);
+  EXPECT_EQ(GptqOutcomeText(r), "30.2 (rtn 24.5)");
+  r.set_held_out_output_sqnr_db(28);
+  r.set_held_out_rtn_output_sqnr_db(23.5);
+  EXPECT_EQ(GptqOutcomeText(r), "30.2 (rtn 24.5; held-out 28.0 vs 23.5)");
+  r.set_weight_algorithm("awq");  // Lost its cross-check: rounded.
+  r.set_held_out_output_sqnr_db(21.25);
+  r.set_held_out_rtn_output_sqnr_db(22.75);
+  EXPECT_EQ(GptqOutcomeText(r), "gptq lost on held-out: 21.2 vs 22.8");
+}
+
 TEST(HtmlEscapeTest, EscapesMarkup) {
   EXPECT_EQ(HtmlEscape("<a href=\"x\">'&'</a>"),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
@@ -86,6 +104,7 @@ QuantizeReportInput Input() {
   r.set_weight_algorithm("gptq");
   r.set_output_sqnr_db(30.2);
   r.set_rtn_output_sqnr_db(24.5);
+  r.set_input_rows(64);
   r.mutable_scheme()->set_block_size(32);
   in.tensors.push_back(r);
   *s.mutable_fidelity() = Layers({45, 38.5, kInf, 21.25, std::nan("")});

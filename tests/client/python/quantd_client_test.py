@@ -184,9 +184,21 @@ class QuantdClientTest(unittest.TestCase):
         for r in gptq:
             self.assertGreater(r.input_rows, 0)
             self.assertGreaterEqual(r.output_sqnr_db, r.rtn_output_sqnr_db - 0.5)
-        for r in rounded:  # Layers with fewer calibration rows than inputs.
-            self.assertIn("GPTQ was asked for but not applied", r.note)
+            # The cross-check ran and GPTQ won it.
+            self.assertGreater(r.held_out_output_sqnr_db, r.held_out_rtn_output_sqnr_db)
+        for r in rounded:  # GPTQ could not run, or lost its cross-check.
+            self.assertTrue("GPTQ was asked for but not applied" in r.note
+                            or "on the other half" in r.note, r.note)
         self.assertTrue(any("GPTQ" in v for v in result.summary.validations))
+        unchecked = []
+        self.client.quantize(self.model_bytes, STATIC,
+                             calibration_batches=NpyBatches(CALIB_X, batch_size=16),
+                             weight_algorithm="gptq", gptq_cross_check=False,
+                             on_tensor_report=unchecked.append)
+        self.assertGreaterEqual(len([r for r in unchecked if r.weight_algorithm == "gptq"]),
+                                len(gptq))
+        for r in unchecked:
+            self.assertEqual(r.held_out_output_sqnr_db, 0)
         with self.assertRaises(ValueError):
             self.client.quantize(self.model_bytes, STATIC, weight_algorithm="hqq")
 

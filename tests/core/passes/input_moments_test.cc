@@ -67,6 +67,93 @@ TEST(InputMomentsTest, MatMulRowsAreTheLastAxis) {
   ExpectNear(*got, 0, Moments(rows, 4));
 }
 
+void ExpectNearFold(const LayerMoments& got, const std::vector<double>& want) {
+  ASSERT_EQ(static_cast<int64_t>(want.size()), got.k * got.k);
+  ASSERT_EQ(got.h_fold.size(), want.size());
+  for (int64_t i = 0; i < got.k * got.k; ++i) {
+    EXPECT_NEAR(got.h_fold[i], want[i], 1e-4 * (1 + std::abs(want[i])))
+        << "entry " << i;
+  }
+}
+
+// Samples (the first axis) alternate between the folds across calls; h
+// holds both after Finish, and more rows may come after it.
+TEST(InputMomentsTest, FoldsTakeAlternateSamplesAndAddUpToH) {
+  testing::ModelBuilder m(13);
+  m.Input("x", {3, 2, 4}).Weight("W", {4, 5});
+  m.Node("MatMul", {"x", "W"}, {"y"}, "mm");
+  m.Output("y");
+  auto moments = InputMoments::Create(m.Build().graph(), 0, nullptr,
+                                      /*folds=*/true);
+  ASSERT_TRUE(moments.ok()) << moments.status();
+  std::vector<std::vector<float>> all, even;
+  auto feed = [&](uint32_t seed, int64_t first_sample) {
+    const executor::Tensor x = Random({3, 2, 4}, seed);
+    ASSERT_TRUE((*moments)->Observe("x", x).ok());
+    for (int64_t s = 0; s < 3; ++s) {
+      for (int64_t r = 0; r < 2; ++r) {
+        const float* row = x.data<float>() + (s * 2 + r) * 4;
+        all.emplace_back(row, row + 4);
+        if ((first_sample + s) % 2 == 0) even.emplace_back(row, row + 4);
+      }
+    }
+  };
+  feed(4, 0);
+  feed(5, 3);  // Samples 3, 4, 5: sample 4 is even.
+  (*moments)->Finish();
+  const LayerMoments* got = (*moments)->Find("y");
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(got->rows, 12);
+  EXPECT_EQ(got->fold_rows, 6);
+  ExpectNear(*got, 0, Moments(all, 4));
+  ExpectNearFold(*got, Moments(even, 4));
+  feed(6, 6);  // After Finish: h is taken apart and merged again.
+  (*moments)->Finish();
+  (*moments)->Finish();  // Twice changes nothing.
+  got = (*moments)->Find("y");
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(got->fold_rows, 10);
+  ExpectNear(*got, 0, Moments(all, 4));
+  ExpectNearFold(*got, Moments(even, 4));
+}
+
+TEST(InputMomentsTest, ConvFoldsAreWholeImages) {
+  testing::ModelBuilder m(13);
+  m.Input("x", {3, 1, 2, 2}).Weight("W", {2, 1, 1, 1});
+  m.Node("Conv", {"x", "W"}, {"y"}, "conv");
+  m.Output("y");
+  auto moments = InputMoments::Create(m.Build().graph(), 0, nullptr,
+                                      /*folds=*/true);
+  ASSERT_TRUE(moments.ok()) << moments.status();
+  const executor::Tensor x = Random({3, 1, 2, 2}, 7);
+  ASSERT_TRUE((*moments)->Observe("x", x).ok());
+  (*moments)->Finish();
+  const LayerMoments* got = (*moments)->Find("y");
+  ASSERT_NE(got, nullptr);
+  double all = 0, even = 0;
+  for (int64_t i = 0; i < 12; ++i) {
+    const double v = x.data<float>()[i];
+    all += v * v;
+    if (i / 4 != 1) even += v * v;  // Images 0 and 2.
+  }
+  EXPECT_EQ(got->fold_rows, 8);
+  EXPECT_NEAR(got->h[0], all, 1e-5);
+  EXPECT_NEAR(got->h_fold[0], even, 1e-5);
+}
+
+TEST(InputMomentsTest, FoldsDoubleTheBudgetCharge) {
+  testing::ModelBuilder m(13);
+  m.Input("x", {1, 8}).Weight("W", {8, 2});
+  m.Node("MatMul", {"x", "W"}, {"y"}, "mm");
+  m.Output("y");
+  const onnx::GraphProto g = m.Build().graph();
+  auto plain = InputMoments::Create(g, 0, nullptr);
+  auto folded = InputMoments::Create(g, 0, nullptr, /*folds=*/true);
+  ASSERT_TRUE(plain.ok() && folded.ok());
+  EXPECT_EQ((*plain)->bytes(), 8 * 8 * 4);
+  EXPECT_EQ((*folded)->bytes(), 2 * 8 * 8 * 4);
+}
+
 TEST(InputMomentsTest, GemmTransAReadsColumns) {
   testing::ModelBuilder m(13);
   m.Input("a", {3, 5}).Weight("B", {6, 3});  // A^T is [5, 3]; B^T is [3, 6].
