@@ -441,7 +441,8 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
   grid.min_elements = pass.min_num_elements;
   const passes::QuantGrids activations = Grids(observers);
   passes::ModelWeights weights(&model_);
-  int64_t unseen = 0, inserted = 0, kept = 0, unjudged = 0, applied = 0;
+  int64_t unseen = 0, inserted = 0, kept = 0, unjudged = 0, applied = 0,
+          lost = 0;
   std::string why_unjudged;
   const int64_t total = static_cast<int64_t>(scaling_sites_.size());
   for (int64_t i = 0; i < total; ++i) {
@@ -466,6 +467,10 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
       continue;
     }
     const numerics::AwqChoice& c = choice.choice;
+    if (choice.lost_cross_check) {
+      ++lost;
+      continue;
+    }
     if (!c.rescale) {
       ++kept;
       continue;
@@ -490,6 +495,13 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
       kept > 0 ? absl::StrCat("; ", kept,
                               " left as they are (no alpha lowered their "
                               "readers' output error)")
+               : std::string(),
+      lost > 0 ? absl::StrCat("; ", lost,
+                              " left as they are because factors searched "
+                              "on half of the calibration samples raised "
+                              "the readers' error on the other half (AWQ "
+                              "fits the calibration inputs there; more "
+                              "samples would help)")
                : std::string(),
       unjudged > 0 ? absl::StrCat("; ", unjudged, " not judged (e.g. ",
                                   why_unjudged, ")")
@@ -600,8 +612,9 @@ absl::Status QuantizeJob::Calibrate() {
     absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
         passes::InputMoments::Create(
             model_.graph(), weights.min_num_elements, &gptq_budget_,
-            /*folds=*/weights.algorithm == passes::WeightAlgorithm::kGptq &&
-                weights.gptq_cross_check);
+            /*folds=*/weights.awq ||
+                (weights.algorithm == passes::WeightAlgorithm::kGptq &&
+                 weights.gptq_cross_check));
     if (!moments.ok()) {
       calibration_batches_->Abort();
       return moments.status();

@@ -950,9 +950,18 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
     const AwqGrid& grid, const ChannelExtremes::Extremes* x,
     const QuantGrids& activations) {
   AwqSiteChoice out;
-  std::vector<numerics::AwqMatrix> matrices;
-  std::vector<double> diag_sum(site.channels, 0.0);
-  std::vector<int64_t> diag_count(site.channels, 0);
+  // The readers' matrices with one of three H per reader: all calibration
+  // samples, the even fold, or the odd one (InputMoments folds).
+  enum Part { kAll = 0, kEven = 1, kOdd = 2 };
+  std::vector<numerics::AwqMatrix> matrices[3];
+  std::vector<double> magnitude[3];
+  bool folds = true;
+  for (int part = 0; part < 3; ++part) {
+    magnitude[part].assign(site.channels, 0.0);
+  }
+  std::vector<double> diag_sum[3], diag_count;
+  for (auto& d : diag_sum) d.assign(site.channels, 0.0);
+  diag_count.assign(site.channels, 0);
   for (const NodeProto* r : site.readers) {
     const TensorProto* t = w.Find(r->input(1));
     if (t == nullptr) {
@@ -982,6 +991,8 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
                                  " do not fit its weight");
       return out;
     }
+    folds = folds && m->h_fold.size() == m->h.size() && m->fold_rows > 0 &&
+            m->fold_rows < m->rows;
     const int64_t inner = conv ? Product(d, 2) : 1;
     for (int64_t g = 0; g < groups; ++g) {
       numerics::AwqMatrix a;
@@ -1007,25 +1018,82 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
           return absl::InternalError(absl::StrCat(
               Label(*r), " reads more channels than '", site.value, "' has"));
         }
-        diag_sum[a.channel[c]] +=
+        diag_sum[kAll][a.channel[c]] +=
             a.h[c * cols + c] / static_cast<double>(m->rows);
         ++diag_count[a.channel[c]];
       }
-      matrices.push_back(std::move(a));
+      if (folds) {
+        numerics::AwqMatrix even = a, odd = a;
+        even.samples = m->fold_rows;
+        odd.samples = m->rows - m->fold_rows;
+        for (int64_t i = 0; i < cols * cols; ++i) {
+          even.h[i] = m->h_fold[g * cols * cols + i];
+          odd.h[i] = a.h[i] - even.h[i];
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          diag_sum[kEven][a.channel[c]] +=
+              even.h[c * cols + c] / static_cast<double>(even.samples);
+          diag_sum[kOdd][a.channel[c]] +=
+              odd.h[c * cols + c] / static_cast<double>(odd.samples);
+        }
+        matrices[kEven].push_back(std::move(even));
+        matrices[kOdd].push_back(std::move(odd));
+      }
+      matrices[kAll].push_back(std::move(a));
     }
   }
-  if (matrices.empty()) {
+  if (matrices[kAll].empty()) {
     out.why_not = "none of its readers' weights is quantized";
     return out;
   }
-  std::vector<double> magnitude(site.channels, 0.0);
-  for (int64_t c = 0; c < site.channels; ++c) {
-    if (diag_count[c] > 0)
-      magnitude[c] = std::sqrt(diag_sum[c] / diag_count[c]);
+  for (int part = 0; part < 3; ++part) {
+    for (int64_t c = 0; c < site.channels; ++c) {
+      if (diag_count[c] > 0) {
+        magnitude[part][c] =
+            std::sqrt(std::max(0.0, diag_sum[part][c] / diag_count[c]));
+      }
+    }
   }
   QUANTD_ASSIGN_OR_RETURN(
-      out.choice,
-      numerics::SearchAwqScales(matrices, magnitude, grid.spec, grid.steps));
+      out.choice, numerics::SearchAwqScales(matrices[kAll], magnitude[kAll],
+                                            grid.spec, grid.steps));
+  if (!out.choice.rescale || !folds) return out;
+  // The cross-check: factors searched on each fold, judged on the other,
+  // against no rescale on the same rows (errors per calibration row).
+  auto held_out_error = [&](Part judged, absl::Span<const double> s) {
+    absl::StatusOr<double> sum = 0.0;
+    for (const numerics::AwqMatrix& m : matrices[judged]) {
+      absl::StatusOr<numerics::AwqLoss> loss =
+          numerics::ScaledRoundingLoss(m, s, grid.spec);
+      if (!loss.ok()) return absl::StatusOr<double>(loss.status());
+      *sum += loss->error / static_cast<double>(m.samples);
+    }
+    return sum;
+  };
+  const std::vector<double> ones(site.channels, 1.0);
+  double with = 0, without = 0;
+  for (Part fit : {kEven, kOdd}) {
+    const Part judged = fit == kEven ? kOdd : kEven;
+    QUANTD_ASSIGN_OR_RETURN(
+        const numerics::AwqChoice half,
+        numerics::SearchAwqScales(matrices[fit], magnitude[fit], grid.spec,
+                                  grid.steps));
+    QUANTD_ASSIGN_OR_RETURN(const double plain, held_out_error(judged, ones));
+    QUANTD_ASSIGN_OR_RETURN(
+        const double scaled,
+        held_out_error(judged, half.rescale ? absl::MakeConstSpan(half.s)
+                                            : absl::MakeConstSpan(ones)));
+    with += scaled;
+    without += plain;
+  }
+  out.cross_checked = true;
+  out.held_out_gain_db =
+      without > 0 && with > 0 ? 10.0 * std::log10(without / with) : 0.0;
+  if (!(with < without)) {
+    out.choice.rescale = false;
+    out.choice.s.clear();
+    out.lost_cross_check = true;
+  }
   return out;
 }
 

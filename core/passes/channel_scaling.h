@@ -247,6 +247,14 @@ struct AwqSiteChoice {
   // Why the site cannot be judged (a quantized reader without input
   // statistics, or none quantized); empty when `choice` holds the search.
   std::string why_not;
+  // With folds in the statistics, a rescale is cross-checked: factors
+  // searched on each half of the calibration samples, judged on the other
+  // half against no rescale. held_out_gain_db: how much less error the
+  // factors left there (negative: more); a loss leaves the value as it is
+  // (choice.rescale false, lost_cross_check true).
+  bool cross_checked = false;
+  bool lost_cross_check = false;
+  double held_out_gain_db = 0;
 };
 // AWQ for one site: each quantized reader's weight as output rows x input
 // columns (per group of a grouped Conv) with its H from `moments` (after
@@ -255,7 +263,8 @@ struct AwqSiteChoice {
 // per-channel extremes `x` (may be null), the search also counts what the
 // factors do to the value's own grid, `activations` (SiteNoise's
 // activation terms), so that a rescale that helps the weights but widens
-// the activations' range is weighed as a whole.
+// the activations' range is weighed as a whole. When the statistics hold
+// folds, a rescale must also win the cross-check (AwqSiteChoice).
 absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
     const ScalingSite& site, const ModelWeights& w, const InputMoments& moments,
     const AwqGrid& grid, const ChannelExtremes::Extremes* x,

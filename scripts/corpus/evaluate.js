@@ -111,6 +111,11 @@ const CONFIGS = {
   static_tf_w8a8_awq: { label: 'STATIC TF W8A8 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_awq: { label: 'DYNAMIC TF W4A8 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_b32_awq: { label: 'DYNAMIC TF W4A8 block 32 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq'] },
+  // GPTQ without its cross-check (gptq.cross_check false): what the check
+  // changes, in the same run.
+  static_tf_w4a8_gptq_nocheck: { label: 'STATIC TF W4A8 GPTQ unchecked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_cross_check=false'] },
+  dyn_tf_w4a8_gptq_nocheck: { label: 'DYNAMIC TF W4A8 GPTQ unchecked', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_cross_check=false'] },
+  static_tf_w4a8_awq_gptq_nocheck: { label: 'STATIC TF W4A8 AWQ+GPTQ unchecked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq', '--gptq_cross_check=false'] },
   static_tf_w4a8_awq_gptq: { label: 'STATIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   dyn_tf_w4a8_awq_gptq: { label: 'DYNAMIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },

@@ -350,6 +350,43 @@ TEST(ChannelScalingAcceptanceTest, AwqProtectsSalientChannelsAt4Bits) {
   }
 }
 
+// AWQ's cross-check: on calibration inputs where channel 3 is loud in the
+// even samples and channel 17 in the odd ones, the search on all samples
+// protects both, but factors searched on either half protect the wrong
+// channel for the other half: the value is left as it is, and the summary
+// says why.
+TEST(ChannelScalingAcceptanceTest, AwqThatDoesNotCarryOverIsNotApplied) {
+  testing::ModelBuilder b(13);
+  b.Input("x", {4, 32}).Weight("W", {32, 32}, 1);
+  b.Node("MatMul", {"x", "W"}, {"y"}, "mm");
+  b.Output("y");
+  const onnx::ModelProto model = b.Build();
+  executor::Tensor calib = LoudInputs({8, 32}, 9);
+  for (int64_t sample = 0; sample < 8; ++sample) {
+    calib.mutable_data<float>()[sample * 32 + (sample % 2 == 0 ? 3 : 17)] *=
+        100;
+  }
+  Request request;
+  request.method = tfq::QuantizationMethod::DYNAMIC_RANGE;
+  request.w4 = true;
+  request.awq = true;
+  absl::StatusOr<QuantizeResult> r = Quantize(model, request, calib, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.channel_scalings_size(), 0);
+  std::string notes;
+  for (const std::string& v : r->summary.validations()) notes += v + "\n";
+  EXPECT_THAT(notes, HasSubstr("1 left as they are because factors searched "
+                               "on half of the calibration samples"));
+  // The same inputs with both channels loud in every sample: kept.
+  for (int64_t sample = 0; sample < 8; ++sample) {
+    calib.mutable_data<float>()[sample * 32 + (sample % 2 == 0 ? 17 : 3)] *=
+        100;
+  }
+  r = Quantize(model, request, calib, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.channel_scalings_size(), 1);
+}
+
 TEST(ChannelScalingAcceptanceTest, EqualizeHelpsOneScalePerTensor) {
   const onnx::ModelProto model = UnevenConvModel();
   const executor::Tensor calib = Normal({32, 3, 8, 8}, 5);
