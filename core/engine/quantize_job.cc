@@ -610,11 +610,9 @@ absl::Status QuantizeJob::Calibrate() {
   }
   if (layer_inputs) {
     absl::StatusOr<std::unique_ptr<passes::InputMoments>> moments =
-        passes::InputMoments::Create(
-            model_.graph(), weights.min_num_elements, &gptq_budget_,
-            /*folds=*/weights.awq ||
-                (weights.algorithm == passes::WeightAlgorithm::kGptq &&
-                 weights.gptq_cross_check));
+        passes::InputMoments::Create(model_.graph(), weights.min_num_elements,
+                                     &gptq_budget_,
+                                     /*folds=*/weights.cross_check);
     if (!moments.ok()) {
       calibration_batches_->Abort();
       return moments.status();

@@ -89,6 +89,13 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
                  a == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ;
   const bool gptq = a == quantd::v1::WEIGHT_ALGORITHM_GPTQ ||
                     a == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ;
+  if (config.cross_check() && !gptq && !options->awq) {
+    return absl::InvalidArgumentError(
+        "cross_check judges GPTQ's rounding and AWQ's factors, but "
+        "weight_algorithm is not WEIGHT_ALGORITHM_GPTQ, WEIGHT_ALGORITHM_AWQ "
+        "or WEIGHT_ALGORITHM_AWQ_GPTQ");
+  }
+  options->cross_check = config.cross_check();
   if (!gptq) {
     if (config.has_gptq()) {
       return absl::InvalidArgumentError(
@@ -118,7 +125,6 @@ absl::Status ResolveWeightAlgorithm(const quantd::v1::QuantizeConfig& config,
     options->gptq.dampening = g.dampening();
   }
   options->gptq.act_order = g.act_order();
-  options->gptq_cross_check = !g.has_cross_check() || g.cross_check();
   options->algorithm = WeightAlgorithm::kGptq;
   return absl::OkStatus();
 }

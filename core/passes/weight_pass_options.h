@@ -86,10 +86,10 @@ struct WeightPassOptions {
   tensorflow::quantization::OpSet op_set = tensorflow::quantization::TF;
   WeightAlgorithm algorithm = WeightAlgorithm::kRoundToNearest;
   numerics::GptqOptions gptq;
-  // GptqConfig.cross_check: the calibration statistics keep two folds
-  // (InputMoments folds) and a weight whose GPTQ loses on the held-out fold
-  // is rounded to nearest.
-  bool gptq_cross_check = true;
+  // config.cross_check: the calibration statistics keep two folds
+  // (InputMoments folds); a weight whose GPTQ loses on the held-out fold is
+  // rounded to nearest, a value whose AWQ factors lose is not rescaled.
+  bool cross_check = false;
   // config.bias_correction: add each Conv / Gemm weight's expected output
   // shift (ExpectedOutputShift) to its layer's float bias.
   bool bias_correction = false;
@@ -116,10 +116,10 @@ struct WeightPassOptions {
 // not a power of two in [kMinWeightBlockSize, kMaxWeightBlockSize] or comes
 // with per_channel = false; UNIMPLEMENTED for block_size with op_set XLA or
 // UNIFORM_QUANTIZED. weight_algorithm and gptq: INVALID_ARGUMENT for an
-// unknown algorithm, gptq settings without GPTQ, dampening outside [0, 1],
-// GPTQ with per_channel = false; UNIMPLEMENTED for GPTQ with an op_set
-// other than TF. The range-tracking fields of weight_params are each
-// method's to refuse (with its own reason).
+// unknown algorithm, gptq settings without GPTQ, cross_check without GPTQ
+// or AWQ, dampening outside [0, 1], GPTQ with per_channel = false;
+// UNIMPLEMENTED for GPTQ with an op_set other than TF. The range-tracking
+// fields of weight_params are each method's to refuse (with its own reason).
 absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
     const quantd::v1::QuantizeConfig& config);
 

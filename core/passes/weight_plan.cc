@@ -570,9 +570,7 @@ absl::StatusOr<GptqWeight> RunGptq(const onnx::GraphProto& graph,
     return absl::FailedPreconditionError(
         "the call gathered no input statistics");
   }
-  GptqInputs inputs = GptqInputsFor(graph, plan, *options.input_moments);
-  // The folds may be there for AWQ's cross-check alone.
-  if (!options.gptq_cross_check) std::vector<float>().swap(inputs.h_fold);
+  const GptqInputs inputs = GptqInputsFor(graph, plan, *options.input_moments);
   if (!inputs.why_not.empty()) {
     return absl::FailedPreconditionError(inputs.why_not);
   }

@@ -111,11 +111,12 @@ const CONFIGS = {
   static_tf_w8a8_awq: { label: 'STATIC TF W8A8 AWQ', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_awq: { label: 'DYNAMIC TF W4A8 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq'] },
   dyn_tf_w4a8_b32_awq: { label: 'DYNAMIC TF W4A8 block 32 AWQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq'] },
-  // GPTQ without its cross-check (gptq.cross_check false): what the check
-  // changes, in the same run.
-  static_tf_w4a8_gptq_nocheck: { label: 'STATIC TF W4A8 GPTQ unchecked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_cross_check=false'] },
-  dyn_tf_w4a8_gptq_nocheck: { label: 'DYNAMIC TF W4A8 GPTQ unchecked', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_cross_check=false'] },
-  static_tf_w4a8_awq_gptq_nocheck: { label: 'STATIC TF W4A8 AWQ+GPTQ unchecked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq', '--gptq_cross_check=false'] },
+  // With cross_check (GPTQ / AWQ kept only where they beat rounding on the
+  // half of the calibration samples they were not fitted to).
+  static_tf_w4a8_gptq_cc: { label: 'STATIC TF W4A8 GPTQ cross-checked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--cross_check'] },
+  dyn_tf_w4a8_gptq_cc: { label: 'DYNAMIC TF W4A8 GPTQ cross-checked', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--cross_check'] },
+  static_tf_w4a8_awq_cc: { label: 'STATIC TF W4A8 AWQ cross-checked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq', '--cross_check'] },
+  static_tf_w4a8_awq_gptq_cc: { label: 'STATIC TF W4A8 AWQ+GPTQ cross-checked', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq', '--cross_check'] },
   static_tf_w4a8_awq_gptq: { label: 'STATIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   dyn_tf_w4a8_awq_gptq: { label: 'DYNAMIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },

@@ -392,7 +392,7 @@ class QuantdClient:
                  weight_algorithm: Optional[str] = None,
                  gptq_dampening: Optional[float] = None,
                  gptq_act_order: bool = False,
-                 gptq_cross_check: bool = True,
+                 cross_check: bool = False,
                  bias_correction: bool = False,
                  smoothquant: Union[bool, float, str, None] = None,
                  equalize: bool = False,
@@ -428,11 +428,11 @@ class QuantdClient:
             input channels of each layer by factors chosen from them, then
             rounds to nearest; "awq+gptq" applies AWQ's factors, then GPTQ
             (either method).
-        gptq_dampening, gptq_act_order, gptq_cross_check: config.gptq
-            (quantctl --gptq_dampening, --gptq_act_order,
-            --gptq_cross_check); gptq_cross_check=False keeps GPTQ on
-            every weight instead of only where it beats rounding on the
-            calibration samples it was not fitted to.
+        gptq_dampening, gptq_act_order: config.gptq (quantctl
+            --gptq_dampening, --gptq_act_order).
+        cross_check: config.cross_check (quantctl --cross_check): keep
+            GPTQ's rounding and AWQ's factors only where they beat
+            rounding on the calibration samples they were not fitted to.
         bias_correction: add each Conv / Gemm weight's expected output shift
             on calibration_batches to its bias (quantctl --bias_correction).
         smoothquant: True (alpha 0.5), an alpha in [0, 1] or "auto" (each
@@ -492,8 +492,8 @@ class QuantdClient:
             config.gptq.dampening = float(gptq_dampening)
         if gptq_act_order:
             config.gptq.act_order = True
-        if not gptq_cross_check:
-            config.gptq.cross_check = False
+        if cross_check:
+            config.cross_check = True
         if bias_correction:
             config.bias_correction = True
         if smoothquant == "auto":

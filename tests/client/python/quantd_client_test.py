@@ -177,7 +177,7 @@ class QuantdClientTest(unittest.TestCase):
         result = self.client.quantize(self.model_bytes, STATIC,
                                       calibration_batches=NpyBatches(CALIB_X, batch_size=16),
                                       weight_algorithm="gptq", gptq_act_order=True,
-                                      on_tensor_report=reports.append)
+                                      cross_check=True, on_tensor_report=reports.append)
         gptq = [r for r in reports if r.weight_algorithm == "gptq"]
         rounded = [r for r in reports if r.weight_algorithm == "rtn"]
         self.assertGreater(len(gptq), 0)
@@ -193,8 +193,7 @@ class QuantdClientTest(unittest.TestCase):
         unchecked = []
         self.client.quantize(self.model_bytes, STATIC,
                              calibration_batches=NpyBatches(CALIB_X, batch_size=16),
-                             weight_algorithm="gptq", gptq_cross_check=False,
-                             on_tensor_report=unchecked.append)
+                             weight_algorithm="gptq", on_tensor_report=unchecked.append)
         self.assertGreaterEqual(len([r for r in unchecked if r.weight_algorithm == "gptq"]),
                                 len(gptq))
         for r in unchecked:

@@ -105,6 +105,7 @@ struct Request {
   bool equalize = false;
   bool gptq = false;
   bool awq = false;
+  bool cross_check = false;
   bool w4 = false;
   bool per_channel_weights = true;
 };
@@ -128,6 +129,7 @@ absl::StatusOr<QuantizeResult> Quantize(
   if (request.awq) {
     config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_AWQ);
   }
+  config.set_cross_check(request.cross_check);
   if (!request.per_channel_weights) {
     config.mutable_weight_params()->set_per_channel(false);
   }
@@ -353,8 +355,8 @@ TEST(ChannelScalingAcceptanceTest, AwqProtectsSalientChannelsAt4Bits) {
 // AWQ's cross-check: on calibration inputs where channel 3 is loud in the
 // even samples and channel 17 in the odd ones, the search on all samples
 // protects both, but factors searched on either half protect the wrong
-// channel for the other half: the value is left as it is, and the summary
-// says why.
+// channel for the other half: with cross_check the value is left as it
+// is, and the summary says why.
 TEST(ChannelScalingAcceptanceTest, AwqThatDoesNotCarryOverIsNotApplied) {
   testing::ModelBuilder b(13);
   b.Input("x", {4, 32}).Weight("W", {32, 32}, 1);
@@ -371,6 +373,10 @@ TEST(ChannelScalingAcceptanceTest, AwqThatDoesNotCarryOverIsNotApplied) {
   request.w4 = true;
   request.awq = true;
   absl::StatusOr<QuantizeResult> r = Quantize(model, request, calib, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.channel_scalings_size(), 1);  // Unchecked: applied.
+  request.cross_check = true;
+  r = Quantize(model, request, calib, 4);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->summary.channel_scalings_size(), 0);
   std::string notes;

@@ -108,7 +108,7 @@ std::vector<Layout> Layouts() {
 // What differs between the calls of these tests; W4A8, every weight.
 struct Request {
   bool gptq = false;
-  bool cross_check = true;
+  bool cross_check = false;
   bool bias_correction = false;
   tfq::QuantizationMethod::ExperimentalMethod method =
       tfq::QuantizationMethod::STATIC_RANGE;
@@ -127,7 +127,7 @@ absl::StatusOr<QuantizeResult> Quantize(
   }
   if (request.gptq) {
     config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
-    if (!request.cross_check) config.mutable_gptq()->set_cross_check(false);
+    config.set_cross_check(request.cross_check);
   }
   config.set_bias_correction(request.bias_correction);
   std::vector<quantd::v1::TensorBatch> batches = BatchesOf(calib, 64);
@@ -402,6 +402,12 @@ TEST(GptqAcceptanceTest, RefusedWhereItCannotApply) {
   EXPECT_THAT(r.status().message(), HasSubstr("gptq settings"));
 
   c.clear_gptq();
+  c.set_cross_check(true);  // Still RTN: nothing to check.
+  r = run(c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("cross_check"));
+
+  c.set_cross_check(false);
   c.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
   c.mutable_calibration()->add_ranges()->set_tensor_name("x");
   r = run(c);
