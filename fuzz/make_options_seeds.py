@@ -153,7 +153,11 @@ def quantize_configs(qs, qo):
     c.gptq.act_order = True
     c.bias_correction = True
     c.equalize = True
+    c.cross_check = True
     yield "q_static_gptq_bias_equalize", c, True
+    c = config(M.STATIC_RANGE)
+    c.cross_check = True  # Without GPTQ or AWQ: refused.
+    yield "q_static_cross_check_rtn", c, True
     c = config(M.STATIC_RANGE)
     c.smoothquant.alpha = 0.5
     yield "q_static_smoothquant", c, True

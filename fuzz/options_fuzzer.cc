@@ -148,6 +148,11 @@ void FuzzQuantize(const quantd::v1::QuantizeConfig& config, bool batch_stream,
       algorithm == quantd::v1::WEIGHT_ALGORITHM_AWQ ||
       algorithm == quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ ||
       config.bias_correction() || config.has_smoothquant();
+  if (config.cross_check() && algorithm != quantd::v1::WEIGHT_ALGORITHM_GPTQ &&
+      algorithm != quantd::v1::WEIGHT_ALGORITHM_AWQ &&
+      algorithm != quantd::v1::WEIGHT_ALGORITHM_AWQ_GPTQ) {
+    Fail("accepted cross_check without GPTQ or AWQ", input);
+  }
   if (method == quantd::Method::kDynamicRange && batch_stream &&
       !weights_use_batches) {
     Fail("accepted calibration batches with DYNAMIC_RANGE", input);
