@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/onnx_names.h"
 
 namespace quantd::passes {
 namespace {
@@ -127,6 +128,117 @@ UnitPrecision::UnitPrecision(tfq::QuantizationPrecision default_precision)
                    ? tfq::PRECISION_W8A8
                    : default_precision) {}
 
+namespace {
+
+// Ops a layer's rounding noise does not pass through unchanged in kind:
+// they bound, normalise or exponentiate their input, or hide it in a body.
+bool StopsNoise(const onnx::NodeProto& node) {
+  static const auto* kStops =
+      new absl::flat_hash_set<std::string>{"Softmax",
+                                           "LogSoftmax",
+                                           "Sigmoid",
+                                           "Tanh",
+                                           "HardSigmoid",
+                                           "HardSwish",
+                                           "LayerNormalization",
+                                           "BatchNormalization",
+                                           "InstanceNormalization",
+                                           "GroupNormalization",
+                                           "LpNormalization",
+                                           "MeanVarianceNormalization",
+                                           "Exp",
+                                           "Softplus",
+                                           "LSTM",
+                                           "GRU",
+                                           "RNN",
+                                           "If",
+                                           "Loop",
+                                           "Scan",
+                                           "Shape",
+                                           "Size",
+                                           "ArgMax",
+                                           "ArgMin",
+                                           "TopK",
+                                           "Equal",
+                                           "Greater",
+                                           "Less",
+                                           "GreaterOrEqual",
+                                           "LessOrEqual",
+                                           "Not",
+                                           "And",
+                                           "Or",
+                                           "NonZero",
+                                           "QuantizeLinear",
+                                           "DequantizeLinear",
+                                           "DynamicQuantizeLinear"};
+  return !IsDefaultDomain(node) || kStops->contains(node.op_type());
+}
+
+bool IsLayer(const onnx::NodeProto& node) {
+  if (!IsDefaultDomain(node)) return false;
+  const std::string& op = node.op_type();
+  return op == "Conv" || op == "ConvTranspose" || op == "Gemm" ||
+         op == "MatMul";
+}
+
+// Records, for `graph` (scope `scope`) and every body in it, the layers
+// whose output reaches a Log (see the header).
+void FindLayersFeedingLog(
+    const onnx::GraphProto& graph, const std::string& scope,
+    const graph::InlinedFunctions* inlined,
+    absl::flat_hash_map<std::pair<std::string, std::string>, std::string>*
+        out) {
+  absl::flat_hash_map<std::string, std::vector<int>> readers;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    for (const std::string& in : graph.node(i).input()) {
+      if (!in.empty()) readers[in].push_back(i);
+    }
+  }
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const onnx::NodeProto& layer = graph.node(i);
+    if (!IsLayer(layer) || layer.name().empty()) continue;
+    std::vector<int> frontier;
+    absl::flat_hash_set<int> seen;
+    auto add_readers = [&](const onnx::NodeProto& n) {
+      for (const std::string& o : n.output()) {
+        auto it = readers.find(o);
+        if (it == readers.end()) continue;
+        for (int r : it->second) {
+          if (seen.insert(r).second) frontier.push_back(r);
+        }
+      }
+    };
+    add_readers(layer);
+    std::string log;
+    for (int depth = 0;
+         depth < UnitPrecision::kLogReach && log.empty() && !frontier.empty();
+         ++depth) {
+      std::vector<int> next;
+      next.swap(frontier);
+      for (int r : next) {
+        const onnx::NodeProto& n = graph.node(r);
+        if (IsDefaultDomain(n) && n.op_type() == "Log") {
+          log = n.name().empty() ? std::string("(unnamed)") : n.name();
+          break;
+        }
+        if (!StopsNoise(n)) add_readers(n);
+      }
+    }
+    if (!log.empty()) (*out)[{scope, layer.name()}] = log;
+  }
+  for (const onnx::NodeProto& node : graph.node()) {
+    const std::string owner = BodyScope(node, inlined);
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.has_g()) FindLayersFeedingLog(a.g(), owner, inlined, out);
+      for (const onnx::GraphProto& g : a.graphs()) {
+        FindLayersFeedingLog(g, owner, inlined, out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
     const onnx::ModelProto& model, tfq::QuantizationPrecision default_precision,
     const UnitPrecisionEntries& entries,
@@ -141,6 +253,7 @@ absl::StatusOr<UnitPrecision> UnitPrecision::Resolve(
                             origin.node};
     }
   }
+  FindLayersFeedingLog(model.graph(), "", inlined, &out.feeds_log_);
   if (entries.empty()) return out;
 
   std::vector<Place> places;
@@ -334,9 +447,11 @@ UnitPrecision::Choice UnitPrecision::For(const onnx::NodeProto& node) const {
     if (!it->second.first.empty()) unit.first = it->second.first;
     unit.second = it->second.second;
   }
-  int entry = -1;
+  int entry = kDefault;
   if (auto it = by_node_.find(unit); it != by_node_.end()) {
     entry = it->second;
+  } else if (feeds_log_.contains({body_scope_, node.name()})) {
+    return {tfq::PRECISION_FULL, kFeedsLog};
   } else if (auto scoped = by_scoped_op_.find({unit.first, node.op_type()});
              !unit.first.empty() && scoped != by_scoped_op_.end()) {
     entry = scoped->second;
@@ -355,6 +470,14 @@ UnitPrecision UnitPrecision::InBody(const std::string& owner) const {
 
 std::string UnitPrecision::Why(const onnx::NodeProto& node) const {
   const Choice c = For(node);
+  if (c.entry == kFeedsLog) {
+    auto it = feeds_log_.find({body_scope_, node.name()});
+    return absl::StrCat(
+        "default: its output reaches Log '",
+        it != feeds_log_.end() ? it->second : std::string(),
+        "', which turns rounding noise into relative error on the smallest "
+        "values; a UNIT_NODE entry naming the node quantizes it anyway");
+  }
   if (c.entry < 0) {
     return absl::StrCat("the model-wide quantization_precision ",
                         tfq::QuantizationPrecision_Name(c.precision));

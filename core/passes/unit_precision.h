@@ -15,10 +15,21 @@
 //    do not need to guarantee uniqueness func_name can be omitted").
 //  - UNIT_OP with func_name F: the nodes of that op_type directly in F;
 //    without func_name: every node of that op_type.
-//  - A node's precision: the UNIT_NODE entry naming it, else the UNIT_OP
-//    entry scoped to its scope, else the unscoped UNIT_OP entry, else the
-//    default (quantization_precision, UNSPECIFIED = W8A8). Every call of a
-//    function shares the precision of the function's nodes.
+//  - A node's precision: the UNIT_NODE entry naming it, else FULL for a
+//    layer that feeds a logarithm (below), else the UNIT_OP entry scoped to
+//    its scope, else the unscoped UNIT_OP entry, else the default
+//    (quantization_precision, UNSPECIFIED = W8A8). Every call of a function
+//    shares the precision of the function's nodes.
+//  - Layers that feed a logarithm stay float unless a UNIT_NODE entry names
+//    them: a Conv, Gemm or MatMul whose output reaches a Log within
+//    kLogReach nodes through ops that keep small values small (Slice, Pow,
+//    Add, Sqrt, Mul, Concat, Relu, MatMul, ...; not through Softmax,
+//    Sigmoid, Tanh, normalisations, Exp, recurrent ops or control flow).
+//    Rounding noise is absolute, and the Log turns it into relative error on
+//    the smallest values: on a spectrogram front end (STFT as a Conv, then
+//    |X|, then log) the quiet bins, which carry silence and onsets, lose
+//    everything (Silero VAD v4: 16.8 dB at the output with the STFT Conv
+//    quantized, 23.2 dB without; docs/accuracy.md).
 //
 // Errors:
 //  - INVALID_ARGUMENT, listing every offending entry (index and content) in
@@ -73,8 +84,13 @@ class UnitPrecision {
 
   struct Choice {
     tensorflow::quantization::QuantizationPrecision precision;
-    int entry = -1;  // Index of the deciding entry; -1 for the default.
+    // Index of the deciding entry; kDefault or kFeedsLog when none decided.
+    int entry = -1;
   };
+  static constexpr int kDefault = -1;
+  static constexpr int kFeedsLog = -2;
+  // How many nodes downstream a layer's output is followed to a Log.
+  static constexpr int kLogReach = 12;
   // For a node of the main graph (inlined function nodes included), or of
   // the body given to InBody. Depends
   // only on the node's name and op_type, so it stays right when a pass
@@ -106,6 +122,10 @@ class UnitPrecision {
   // (scope, op_type) -> entry of a scoped UNIT_OP entry.
   absl::flat_hash_map<std::pair<std::string, std::string>, int> by_scoped_op_;
   absl::flat_hash_map<std::string, int> by_op_;  // op_type -> unscoped entry
+  // (scope, node name as in its graph) of layers that feed a logarithm ->
+  // the Log node's name.
+  absl::flat_hash_map<std::pair<std::string, std::string>, std::string>
+      feeds_log_;
 };
 
 // The scope of the nodes in `owner`'s subgraphs: its name, or its name in

@@ -298,6 +298,73 @@ TEST(UnitPrecisionTest, SubgraphScopesMatchBodyNodes) {
   EXPECT_THAT(msg, HasSubstr("conflict: entries [3] and [4]"));
 }
 
+void AddNode(onnx::GraphProto* g, const std::string& op,
+             const std::string& name, std::vector<std::string> inputs,
+             std::vector<std::string> outputs) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (const std::string& i : inputs) n->add_input(i);
+  for (const std::string& o : outputs) n->add_output(o);
+}
+
+// A spectrogram front end (stft Conv -> |X| -> log) feeding an encoder, a
+// classifier head whose Log follows a Softmax, and the same front end
+// inside an If branch.
+onnx::ModelProto FeedsLog() {
+  onnx::ModelProto m;
+  onnx::GraphProto* g = m.mutable_graph();
+  AddNode(g, "Conv", "stft", {"audio", "basis"}, {"re_im"});
+  AddNode(g, "Mul", "power", {"re_im", "re_im"}, {"p"});
+  AddNode(g, "Sqrt", "mag", {"p"}, {"m"});
+  AddNode(g, "Add", "floor", {"m", "eps"}, {"m_eps"});
+  AddNode(g, "Log", "log", {"m_eps"}, {"spect"});
+  AddNode(g, "Conv", "enc", {"spect", "w_enc"}, {"e"});
+  AddNode(g, "MatMul", "logits", {"e", "w_head"}, {"z"});
+  AddNode(g, "Softmax", "softmax", {"z"}, {"prob"});
+  AddNode(g, "Log", "log_prob", {"prob"}, {"lp"});
+  onnx::NodeProto* holder = g->add_node();
+  holder->set_name("branch");
+  holder->set_op_type("If");
+  onnx::AttributeProto* a = holder->add_attribute();
+  a->set_name("then_branch");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* body = a->mutable_g();
+  AddNode(body, "Conv", "stft8k", {"audio", "basis"}, {"b_re_im"});
+  AddNode(body, "Relu", "relu", {"b_re_im"}, {"b_r"});
+  AddNode(body, "Log", "b_log", {"b_r"}, {"b_spect"});
+  return m;
+}
+
+TEST(UnitPrecisionTest, LayersFeedingALogStayFloatUnlessNamed) {
+  const onnx::ModelProto m = FeedsLog();
+  absl::StatusOr<UnitPrecision> u = UnitPrecision::Resolve(
+      m, tfq::PRECISION_W8A8,
+      {MakeUnit(Unit::UNIT_OP, "Conv", tfq::PRECISION_W4A8)});
+  ASSERT_TRUE(u.ok()) << u.status();
+  const UnitPrecision::Choice stft = u->For(*NodeNamed(m, "stft"));
+  EXPECT_EQ(stft.precision, tfq::PRECISION_FULL);
+  EXPECT_EQ(stft.entry, UnitPrecision::kFeedsLog);  // Beats UNIT_OP.
+  EXPECT_THAT(u->Why(*NodeNamed(m, "stft")), HasSubstr("reaches Log 'log'"));
+  // After the Log, and before a Log that follows a Softmax: quantized.
+  EXPECT_EQ(u->For(*NodeNamed(m, "enc")).precision, tfq::PRECISION_W4A8);
+  EXPECT_EQ(u->For(*NodeNamed(m, "logits")).precision, tfq::PRECISION_W8A8);
+  // Inside the branch too.
+  const onnx::GraphProto& body = m.graph().node(9).attribute(0).g();
+  EXPECT_EQ(u->InBody("branch").For(body.node(0)).entry,
+            UnitPrecision::kFeedsLog);
+  // A UNIT_NODE entry quantizes it anyway.
+  u = UnitPrecision::Resolve(
+      m, tfq::PRECISION_W8A8,
+      {MakeUnit(Unit::UNIT_NODE, "stft", tfq::PRECISION_W8A8)});
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->For(*NodeNamed(m, "stft")).entry, 0);
+  // Without entries (the default alone) the rule holds as well.
+  u = UnitPrecision::Resolve(m, tfq::PRECISION_W8A8, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->For(*NodeNamed(m, "stft")).precision, tfq::PRECISION_FULL);
+}
+
 TEST(UnitPrecisionTest, UnscopedNameInSeveralScopesIsAmbiguous) {
   onnx::ModelProto m = WithSubgraph();
   // A second If holding another "inner".
