@@ -198,6 +198,15 @@ void ClientLoop(int index, const LoadOptions& options,
     client_options.keepalive.time += absl::Milliseconds(index);
   }
   Client client(client_options);
+  // Connected before the first call: the load measures the server's
+  // answers, not how fast a fresh channel's first connect attempts come
+  // back (on a busy host they can fail within milliseconds, before the
+  // server is slow to accept, and the SDK does not retry them with
+  // max_retries 0). A server that never accepts still fails every call.
+  for (const absl::Time until = absl::Now() + absl::Seconds(5);
+       absl::Now() < until && !client.Health().ok();) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 
   std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + index);
   std::uniform_int_distribution<int> pick_rpc(
