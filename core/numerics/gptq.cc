@@ -68,18 +68,13 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
       return absl::InvalidArgumentError("the weight holds NaN or infinity");
     }
   }
-  for (float v : h) {
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(
-          "the input statistics (H) hold NaN or infinity: the calibration "
-          "inputs of this layer overflowed float");
-    }
-  }
-  for (float v : held_out_h) {
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(
-          "the input statistics (H) hold NaN or infinity: the calibration "
-          "inputs of this layer overflowed float");
+  for (absl::Span<const float> stats : {h, held_out_h}) {
+    for (float v : stats) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(
+            "the input statistics (H) hold NaN or infinity: the calibration "
+            "inputs of this layer overflowed float");
+      }
     }
   }
   const MatF original = Eigen::Map<const MatF>(w.data(), rows, cols);
@@ -244,30 +239,31 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
       }
     }
   }
-  const MatF weighted = stacked * h0;
-  double energy[3] = {0, 0, 0};
-  for (int part = 0; part < 3; ++part) {
-    energy[part] = weighted.middleRows(part * n, n)
-                       .cwiseProduct(stacked.middleRows(part * n, n))
-                       .template cast<double>()
-                       .sum();
-  }
-  out.output_sqnr_db = RatioDb(energy[0], energy[1]);
-  out.rtn_output_sqnr_db = RatioDb(energy[0], energy[2]);
-  if (!held_out_h.empty()) {
-    const MatF judged =
-        stacked * Eigen::Map<const MatF>(held_out_h.data(), cols, cols);
-    double held[3] = {0, 0, 0};
-    for (int part = 0; part < 3; ++part) {
-      held[part] = judged.middleRows(part * n, n)
-                       .cwiseProduct(stacked.middleRows(part * n, n))
-                       .template cast<double>()
-                       .sum();
+  // tr(X H X^T) of each third of `stacked` (weights, GPTQ's error,
+  // rounding's error) for one H.
+  struct Energies {
+    double signal, gptq, rtn;
+  };
+  auto energies = [&](const auto& h) {
+    const MatF weighted = stacked * h;
+    double part[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i) {
+      part[i] = weighted.middleRows(i * n, n)
+                    .cwiseProduct(stacked.middleRows(i * n, n))
+                    .template cast<double>()
+                    .sum();
     }
-    out.has_held_out = true;
-    out.held_out_signal = held[0];
-    out.held_out_gptq_error = held[1];
-    out.held_out_rtn_error = held[2];
+    return Energies{part[0], part[1], part[2]};
+  };
+  const Energies seen = energies(h0);
+  out.output_sqnr_db = RatioDb(seen.signal, seen.gptq);
+  out.rtn_output_sqnr_db = RatioDb(seen.signal, seen.rtn);
+  if (!held_out_h.empty()) {
+    const Energies held =
+        energies(Eigen::Map<const MatF>(held_out_h.data(), cols, cols));
+    out.held_out_signal = held.signal;
+    out.held_out_gptq_error = held.gptq;
+    out.held_out_rtn_error = held.rtn;
   }
   return out;
 }

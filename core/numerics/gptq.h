@@ -51,10 +51,10 @@ struct GptqResult {
   // The damping that made H positive definite (dampening, raised tenfold
   // per failed factorisation).
   double dampening = 0;
-  // With a held-out H: the energies behind those SQNRs measured with it
-  // instead (the weights' output energy, GPTQ's error, rounding's error),
-  // unnormalised so that the folds of a cross-check add up.
-  bool has_held_out = false;
+  // With a held-out H (0 without): the energies behind those SQNRs
+  // measured with it instead (the weights' output energy, GPTQ's error,
+  // rounding's error), unnormalised so that the folds of a cross-check add
+  // up.
   double held_out_signal = 0;
   double held_out_gptq_error = 0;
   double held_out_rtn_error = 0;
@@ -71,7 +71,7 @@ struct GptqResult {
 // for sizes that do not match, non-finite values, a bad spec or block size,
 // and for an H that stays indefinite after damping up to 1000x.
 // `held_out_h` (empty, or cols x cols like h): the second moment of inputs
-// the solve did not see, on which the result is also judged (has_held_out).
+// the solve did not see, on which the result is also judged (held_out_*).
 absl::StatusOr<GptqResult> GptqQuantize(
     absl::Span<const float> w, int64_t rows, int64_t cols,
     absl::Span<const float> h, const QuantSpec& spec, int64_t block_size,

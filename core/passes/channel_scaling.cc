@@ -1086,9 +1086,6 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
     with += scaled;
     without += plain;
   }
-  out.cross_checked = true;
-  out.held_out_gain_db =
-      without > 0 && with > 0 ? 10.0 * std::log10(without / with) : 0.0;
   if (!(with < without)) {
     out.choice.rescale = false;
     out.choice.s.clear();

@@ -249,12 +249,9 @@ struct AwqSiteChoice {
   std::string why_not;
   // With folds in the statistics, a rescale is cross-checked: factors
   // searched on each half of the calibration samples, judged on the other
-  // half against no rescale. held_out_gain_db: how much less error the
-  // factors left there (negative: more); a loss leaves the value as it is
+  // half against no rescale; a loss leaves the value as it is
   // (choice.rescale false, lost_cross_check true).
-  bool cross_checked = false;
   bool lost_cross_check = false;
-  double held_out_gain_db = 0;
 };
 // AWQ for one site: each quantized reader's weight as output rows x input
 // columns (per group of a grouped Conv) with its H from `moments` (after

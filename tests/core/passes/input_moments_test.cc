@@ -35,14 +35,20 @@ std::vector<double> Moments(const std::vector<std::vector<float>>& rows,
   return h;
 }
 
-void ExpectNear(const LayerMoments& got, int64_t group,
-                const std::vector<double>& want) {
-  ASSERT_EQ(static_cast<int64_t>(want.size()), got.k * got.k);
-  for (int64_t i = 0; i < got.k * got.k; ++i) {
-    EXPECT_NEAR(got.h[group * got.k * got.k + i], want[i],
-                1e-4 * (1 + std::abs(want[i])))
+// Group `group` of `h` (k x k matrices one after the other) against `want`.
+void ExpectNearMatrix(const std::vector<float>& h, int64_t k, int64_t group,
+                      const std::vector<double>& want) {
+  ASSERT_EQ(static_cast<int64_t>(want.size()), k * k);
+  ASSERT_GE(static_cast<int64_t>(h.size()), (group + 1) * k * k);
+  for (int64_t i = 0; i < k * k; ++i) {
+    EXPECT_NEAR(h[group * k * k + i], want[i], 1e-4 * (1 + std::abs(want[i])))
         << "entry " << i;
   }
+}
+
+void ExpectNear(const LayerMoments& got, int64_t group,
+                const std::vector<double>& want) {
+  ExpectNearMatrix(got.h, got.k, group, want);
 }
 
 TEST(InputMomentsTest, MatMulRowsAreTheLastAxis) {
@@ -68,12 +74,8 @@ TEST(InputMomentsTest, MatMulRowsAreTheLastAxis) {
 }
 
 void ExpectNearFold(const LayerMoments& got, const std::vector<double>& want) {
-  ASSERT_EQ(static_cast<int64_t>(want.size()), got.k * got.k);
   ASSERT_EQ(got.h_fold.size(), want.size());
-  for (int64_t i = 0; i < got.k * got.k; ++i) {
-    EXPECT_NEAR(got.h_fold[i], want[i], 1e-4 * (1 + std::abs(want[i])))
-        << "entry " << i;
-  }
+  ExpectNearMatrix(got.h_fold, got.k, 0, want);
 }
 
 // Samples (the first axis) alternate between the folds across calls; h
