@@ -190,14 +190,15 @@ void JobReactor<Request, Response>::OnConfig() {
                                   options_.max_model_bytes, " bytes")));
     return;
   }
-  // Held until the model is complete (StartJob) or the call ends, so calls
-  // that upload slowly or never finish cannot pin more than the budget.
+  // Held until the job starts (StartJob, OnSlot) or the call ends, so calls
+  // that upload slowly, never finish or wait in the queue cannot pin more
+  // than the budget.
   if (!uploads_->TryCharge(declared_)) {
     FinishWith(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("config.model_size_bytes = ", declared_,
                      " does not fit in this server's budget for models being "
-                     "uploaded (max_uploading_bytes = ",
+                     "uploaded or queued (max_uploading_bytes = ",
                      uploads_->limit(), ", ", uploads_->in_use(),
                      " in use by other calls); retry later or on another "
                      "replica")));
@@ -339,7 +340,6 @@ void JobReactor<Request, Response>::OnHalfClose() {
 template <typename Request, typename Response>
 bool JobReactor<Request, Response>::StartJob(bool with_queue) {
   receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - call_.start);
-  ReleaseUpload();  // The job limit (and its queue) bounds it from here.
   // A cancel (OnCancel, the call's time limit) sets finish_status_ and
   // then StopJob aborts batches_: one that ran before batches_ was set here
   // found nothing to abort, and the job would wait in Pop forever, holding
@@ -366,6 +366,10 @@ bool JobReactor<Request, Response>::StartJob(bool with_queue) {
   switch (limiter_->AcquireOrQueue([this] { OnSlot(); }, &wait_id_)) {
     case JobLimiter::Admission::kAcquired:
       refs_.fetch_sub(1, std::memory_order_relaxed);
+      // The job limit bounds the model from here. A queued model stays
+      // charged to the upload budget, which so bounds the memory of the
+      // whole queue.
+      ReleaseUpload();
       Submit(std::move(model_), queue_for_reads_);
       return true;
     case JobLimiter::Admission::kQueued:
@@ -389,6 +393,7 @@ void JobReactor<Request, Response>::OnSlot() {
   if (over) {
     limiter_->Release();
   } else {
+    ReleaseUpload();
     Submit(std::move(model_), queue_for_reads_);
   }
   Unref();  // The wait's.

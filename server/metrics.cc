@@ -54,7 +54,8 @@ Metrics::Metrics()
       uploading_bytes_(prometheus::BuildGauge()
                            .Name("quantd_uploading_bytes")
                            .Help("Declared model bytes of calls still "
-                                 "uploading their model, charged against "
+                                 "uploading their model or waiting for a job "
+                                 "slot, charged against "
                                  "--max_uploading_bytes.")
                            .Register(*registry_)
                            .Add({})),

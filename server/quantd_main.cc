@@ -31,9 +31,10 @@ ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{1} << 30,
           "config.model_size_bytes is RESOURCE_EXHAUSTED before any model "
           "byte is read.");
 ABSL_FLAG(uint64_t, max_uploading_bytes, uint64_t{2} << 30,
-          "Model bytes all calls still uploading may hold together (each "
-          "call's declared config.model_size_bytes, from its config until its "
-          "model is complete); a call that would pass it is "
+          "Model bytes all calls still uploading or waiting in the job queue "
+          "may hold together (each call's declared config.model_size_bytes, "
+          "from its config until its job starts); a call that would pass it "
+          "is "
           "RESOURCE_EXHAUSTED at once. 0 = no budget.");
 ABSL_FLAG(int64_t, max_observer_bytes, int64_t{256} << 20,
           "Memory one call's calibration observers may take (histograms x "
@@ -47,12 +48,14 @@ ABSL_FLAG(uint64_t, calibration_queue_batches, 4,
 ABSL_FLAG(int, max_concurrent_jobs, 0,
           "Quantize/Calibrate jobs running at once. 0 = twice the core "
           "threads.");
-ABSL_FLAG(int, max_queued_jobs, 0,
+ABSL_FLAG(int, max_queued_jobs, -1,
           "Calls (model received) waiting for a job slot when all "
           "--max_concurrent_jobs are taken, first come first served; one more "
-          "is RESOURCE_EXHAUSTED at once. Each holds its model in memory. A "
+          "is RESOURCE_EXHAUSTED at once. Each holds its model in memory, "
+          "charged to --max_uploading_bytes until it gets its slot. A "
           "waiting call whose deadline passes or that is cancelled leaves the "
-          "queue. 0 = no queue: refuse at once.");
+          "queue. -1 = twice --max_concurrent_jobs; 0 = no queue: refuse at "
+          "once.");
 ABSL_FLAG(int64_t, max_tensor_elements, int64_t{1} << 28,
           "Most elements of any one tensor in a model: initializers, Constant "
           "values, declared graph inputs (known dims), subgraphs and functions "
@@ -158,13 +161,18 @@ int main(int argc, char** argv) {
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
   options.limits.max_call_duration = absl::GetFlag(FLAGS_max_call_duration);
   options.limits.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
-  if (options.limits.max_queued_jobs < 0 ||
-      options.limits.max_connection_age < absl::ZeroDuration() ||
+  if (options.limits.max_queued_jobs < -1) {
+    absl::FPrintF(stderr,
+                  "quantd: --max_queued_jobs must be >= -1 (-1: twice "
+                  "--max_concurrent_jobs, 0: no queue)\n");
+    return kExitUsage;
+  }
+  if (options.limits.max_connection_age < absl::ZeroDuration() ||
       options.limits.max_tensor_elements < 0 ||
       options.limits.max_graph_nodes < 0 ||
       options.limits.max_call_duration < absl::ZeroDuration()) {
     absl::FPrintF(stderr,
-                  "quantd: --max_queued_jobs, --max_tensor_elements, "
+                  "quantd: --max_tensor_elements, "
                   "--max_graph_nodes, --max_call_duration and "
                   "--max_connection_age must be >= 0 "
                   "(0: none / no limit)\n");
@@ -224,7 +232,7 @@ int main(int argc, char** argv) {
       "max %d jobs + %d queued, %s%s)\n",
       options.listen.host, server.selected_port(), server.metrics_port(),
       server.core_threads(), server.max_concurrent_jobs(),
-      options.limits.max_queued_jobs,
+      server.max_queued_jobs(),
       options.tls.cert_pem.empty()
           ? "plaintext"
           : (options.tls.client_ca_pem.empty() ? "TLS" : "mutual TLS"),

@@ -15,6 +15,22 @@ using quantd::v1::CalibrateResponse;
 using quantd::v1::QuantizeRequest;
 using quantd::v1::QuantizeResponse;
 
+namespace {
+
+int JobSlots(const ServiceOptions& options, const JobRunner& jobs) {
+  return options.max_concurrent_jobs > 0 ? options.max_concurrent_jobs
+                                         : 2 * std::max(jobs.threads(), 1);
+}
+
+// Enough to queue a burst of CI clients rather than refuse it; the upload
+// budget still bounds the memory the waiting models hold.
+int QueuedJobs(const ServiceOptions& options, const JobRunner& jobs) {
+  return options.max_queued_jobs >= 0 ? options.max_queued_jobs
+                                      : 2 * JobSlots(options, jobs);
+}
+
+}  // namespace
+
 QuantizationServiceImpl::QuantizationServiceImpl(Engine* engine,
                                                  Metrics* metrics,
                                                  const Options& options)
@@ -30,9 +46,7 @@ QuantizationServiceImpl::QuantizationServiceImpl(JobRunner* jobs,
       options_(options),
       auth_(options.bearer_token),
       limiter_(std::make_unique<JobLimiter>(
-          options.max_concurrent_jobs > 0 ? options.max_concurrent_jobs
-                                          : 2 * std::max(jobs->threads(), 1),
-          options.max_queued_jobs,
+          JobSlots(options, *jobs), QueuedJobs(options, *jobs),
           [metrics](int queued) { metrics->SetQueuedJobs(queued); })),
       uploads_(
           options.max_uploading_bytes,

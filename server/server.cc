@@ -76,11 +76,9 @@ absl::Status Server::Start() {
     return absl::InvalidArgumentError(
         "limits.max_concurrent_jobs must be >= 0 (0: twice the core threads)");
   }
-  if (limits.max_queued_jobs < 0 || limits.max_tensor_elements < 0 ||
-      limits.max_graph_nodes < 0) {
+  if (limits.max_tensor_elements < 0 || limits.max_graph_nodes < 0) {
     return absl::InvalidArgumentError(
-        "limits.max_queued_jobs, limits.max_tensor_elements and "
-        "limits.max_graph_nodes must be >= 0");
+        "limits.max_tensor_elements and limits.max_graph_nodes must be >= 0");
   }
 
   Metrics::Options metrics_options;
@@ -166,6 +164,10 @@ int Server::metrics_port() const {
 
 int Server::max_concurrent_jobs() const {
   return service_ == nullptr ? 0 : service_->max_concurrent_jobs();
+}
+
+int Server::max_queued_jobs() const {
+  return service_ == nullptr ? 0 : service_->max_queued_jobs();
 }
 
 std::shared_ptr<grpc::ServerCredentials> Server::ServerCredentials() const {

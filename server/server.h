@@ -50,7 +50,8 @@ class Server {
       size_t calibration_queue_batches = 4;
       // Quantize/Calibrate jobs running at once (0: twice the core
       // threads), calls waiting for one of them (more is
-      // RESOURCE_EXHAUSTED), and the cap on a call's duration (zero: none).
+      // RESOURCE_EXHAUSTED; negative: twice the jobs), and the cap on a
+      // call's duration (zero: none).
       // See ServiceOptions.
       int max_concurrent_jobs = 0;
       int max_queued_jobs = 0;
@@ -98,6 +99,8 @@ class Server {
   int core_threads() const;
   // The job limit in force, once started.
   int max_concurrent_jobs() const;
+  // Calls that may wait for a job slot (limits.max_queued_jobs resolved).
+  int max_queued_jobs() const;
 
   // Blocks until Shutdown (called from another thread) has completed.
   void Wait();

@@ -40,9 +40,10 @@ struct ServiceOptions {
   int max_concurrent_jobs = 0;
   // Calls (model received) that wait for a job slot when all are taken,
   // first come first served; one more is refused at once with
-  // RESOURCE_EXHAUSTED, and so is every call beyond the slots when 0. A
-  // waiting call holds its model in memory; its deadline, a cancel or
-  // max_call_duration takes it out of the queue.
+  // RESOURCE_EXHAUSTED, and so is every call beyond the slots when 0;
+  // negative: twice the job slots. A waiting call holds its model in
+  // memory, charged to max_uploading_bytes until it gets its slot; its
+  // deadline, a cancel or max_call_duration takes it out of the queue.
   int max_queued_jobs = 0;
   // Longest a Quantize/Calibrate call may take, from its first message to
   // its status, whatever deadline the client set (or none): past it the

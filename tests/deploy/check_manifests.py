@@ -258,12 +258,20 @@ def check(docs, flags, dockerfile_text=None):
     if "memory" in limits:
         jobs = int(flag_value("max_concurrent_jobs") or 0)
         model = int(flag_value("max_model_bytes"))
+        # Models being uploaded or waiting in the job queue are charged to
+        # the upload budget; running jobs peak at ~2.5x their model.
+        uploads = int(flag_value("max_uploading_bytes"))
         if jobs <= 0:
             errors.append("--max_concurrent_jobs is not set: memory use is unbounded "
                           "relative to the limit")
-        elif jobs * model * PEAK_MEMORY_PER_MODEL_BYTE > parse_quantity(limits["memory"]):
+        elif uploads <= 0:
+            errors.append("--max_uploading_bytes=0: uploading and queued models are "
+                          "unbounded relative to the limit")
+        elif (jobs * model * PEAK_MEMORY_PER_MODEL_BYTE + uploads >
+              parse_quantity(limits["memory"])):
             errors.append(f"{jobs} jobs x --max_model_bytes={model} x "
-                          f"{PEAK_MEMORY_PER_MODEL_BYTE} exceeds the memory limit {limits['memory']}")
+                          f"{PEAK_MEMORY_PER_MODEL_BYTE} + --max_uploading_bytes={uploads} "
+                          f"exceeds the memory limit {limits['memory']}")
 
     # Termination: preStop sleep + drain must fit the grace period, and the
     # liveness probe must not kill a draining pod (it reads NOT_SERVING).

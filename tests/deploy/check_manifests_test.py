@@ -123,6 +123,13 @@ class CheckManifestsTest(unittest.TestCase):
             container(docs)["resources"]["requests"]["memory"] = "1Gi"
         self.assert_caught(mutate, "exceeds the memory limit 1Gi")
 
+    def test_upload_budget_counts_toward_memory(self):
+        def mutate(docs):
+            args = container(docs)["args"]
+            args[args.index("--max_uploading_bytes=1073741824")] = (
+                "--max_uploading_bytes=2147483648")
+        self.assert_caught(mutate, "exceeds the memory limit 4Gi")
+
     def test_grace_shorter_than_drain(self):
         def mutate(docs):
             find(docs, "Deployment")["spec"]["template"]["spec"][

@@ -185,6 +185,19 @@ TEST_F(LimitsE2eTest, ServerInfoReportsTheQueueAndCallCaps) {
   EXPECT_DOUBLE_EQ(info.limits().max_call_duration_seconds(), 90.0);
 }
 
+// A burst of clients larger than the job slots waits instead of failing:
+// the default queue is twice the slots (--max_queued_jobs=-1).
+TEST_F(LimitsE2eTest, TheDefaultQueueIsTwiceTheJobSlots) {
+  Start({"--max_concurrent_jobs=3"});
+  grpc::ClientContext context;
+  quantd::v1::ServerInfo info;
+  ASSERT_TRUE(
+      stub_->GetServerInfo(&context, quantd::v1::GetServerInfoRequest(), &info)
+          .ok());
+  EXPECT_EQ(info.limits().max_concurrent_jobs(), 3);
+  EXPECT_EQ(info.limits().max_queued_jobs(), 6);
+}
+
 TEST_F(LimitsE2eTest, QueuedCallsWaitForASlotAndLeaveWhenCancelled) {
   Start({"--max_concurrent_jobs=1", "--max_queued_jobs=1"});
   constexpr int kDim = 16;
@@ -198,10 +211,14 @@ TEST_F(LimitsE2eTest, QueuedCallsWaitForASlotAndLeaveWhenCancelled) {
   ASSERT_TRUE(
       WaitForMetric(port, "quantd_inflight_jobs", 1, absl::Seconds(10)));
 
-  // B waits in the queue; C finds no room and is refused at once.
+  // B waits in the queue, its model still charged to the upload budget (A's
+  // is not: the job limit bounds it); C finds no room and is refused at once.
   auto b = Calibrate(model);
   ASSERT_TRUE(b->Write(Batch(kDim)));
   ASSERT_TRUE(WaitForMetric(port, "quantd_queued_jobs", 1, absl::Seconds(10)));
+  EXPECT_TRUE(WaitForMetric(port, "quantd_uploading_bytes",
+                            static_cast<double>(model.size()),
+                            absl::Seconds(10)));
   const absl::Time c_start = absl::Now();
   grpc::Status c = Quantize(model)->Finish();
   std::printf("measured: refusal with a full queue took %s\n",
@@ -215,6 +232,8 @@ TEST_F(LimitsE2eTest, QueuedCallsWaitForASlotAndLeaveWhenCancelled) {
   b->Cancel();
   EXPECT_EQ(b->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitForMetric(port, "quantd_queued_jobs", 0, absl::Seconds(10)));
+  EXPECT_TRUE(
+      WaitForMetric(port, "quantd_uploading_bytes", 0, absl::Seconds(10)));
 
   // D's deadline passes while it waits: it leaves the queue too.
   auto d = Calibrate(model, absl::Seconds(2));

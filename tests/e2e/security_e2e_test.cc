@@ -242,7 +242,7 @@ bool WaitForInflightJobs(int metrics_port, int jobs) {
 }
 
 TEST_F(SecurityE2eTest, JobsBeyondTheLimitAreRefusedAtOnce) {
-  ServerProcess server({"--max_concurrent_jobs=1"});
+  ServerProcess server({"--max_concurrent_jobs=1", "--max_queued_jobs=0"});
   ASSERT_TRUE(server.ok()) << server.startup_output();
   TempDir tmp;
 
