@@ -23,6 +23,8 @@ ABSL_FLAG(std::string, models, "", "Comma-separated ONNX model paths.");
 ABSL_FLAG(int, repeats, 5, "Timed calls per (model, mode).");
 ABSL_FLAG(int, threads, 0, "quantd --threads (0 = cores).");
 ABSL_FLAG(std::string, quantd, QUANTD_SERVER_BIN, "quantd binary.");
+ABSL_FLAG(std::string, echo_server, QUANTD_ECHO_SERVER_BIN,
+          "The peer: a server that only echoes the model (echo_server.cc).");
 
 namespace {
 
@@ -48,10 +50,13 @@ quantd::v1::QuantizeConfig DynamicRangeW8A8() {
 }
 
 bool Measure(const std::string& model, const quantd::v1::QuantizeConfig& config,
-             Measurement* m) {
+             Measurement* m, bool echo = false) {
   ServerProcess server(
-      {"--threads=" + std::to_string(absl::GetFlag(FLAGS_threads))},
-      absl::GetFlag(FLAGS_quantd));
+      echo ? std::vector<std::string>{}
+           : std::vector<std::string>{"--threads=" +
+                                      std::to_string(
+                                          absl::GetFlag(FLAGS_threads))},
+      echo ? absl::GetFlag(FLAGS_echo_server) : absl::GetFlag(FLAGS_quantd));
   if (!server.ok()) {
     std::fprintf(stderr, "quantd did not start: %s\n",
                  server.startup_output().c_str());
@@ -100,22 +105,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf(
-      "| model | model MB | pass-through s | quantize s | ratio | output MB | "
-      "quantized tensors | peak MB pass-through | peak MB quantize | "
-      "quantize peak / model |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| model | model MB | echo s | pass-through s (x echo) | quantize s | "
+      "ratio | output MB | quantized tensors | peak MB pass-through | peak MB "
+      "quantize | quantize peak / model |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& path : paths) {
     const std::string model = quantd::testing::ReadFileOrDie(path);
     if (model.empty()) return 1;
-    Measurement pass, quant;
-    if (!Measure(model, PassThrough(), &pass) ||
+    Measurement echo, pass, quant;
+    if (!Measure(model, PassThrough(), &echo, /*echo=*/true) ||
+        !Measure(model, PassThrough(), &pass) ||
         !Measure(model, DynamicRangeW8A8(), &quant)) {
       return 1;
     }
     const double mb = 1e6;
     std::printf(
-        "| %s | %.1f | %.3f | %.3f | %.2f | %.1f | %d | %.1f | %.1f | %.2f |\n",
+        "| %s | %.1f | %.3f | %.3f (%.2f) | %.3f | %.2f | %.1f | %d | %.1f | "
+        "%.1f | %.2f |\n",
         path.substr(path.find_last_of('/') + 1).c_str(), model.size() / mb,
-        pass.median_seconds, quant.median_seconds,
+        echo.median_seconds, pass.median_seconds,
+        pass.median_seconds / echo.median_seconds, quant.median_seconds,
         quant.median_seconds / pass.median_seconds, quant.output_bytes / mb,
         quant.quantized_tensors, pass.first_call_peak_bytes / mb,
         quant.first_call_peak_bytes / mb,

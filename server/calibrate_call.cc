@@ -71,7 +71,8 @@ class CalibrateReactor final
         });
   }
 
-  Tail NextTailLocked(CalibrateResponse* out) override
+  Tail NextTailLocked(CalibrateResponse* out,
+                      grpc::ByteBuffer* /*raw*/) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (result_sent_) return Tail::kDone;
     if (!result_.has_value()) return Tail::kWait;

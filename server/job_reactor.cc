@@ -33,6 +33,7 @@ void JobReactor<Request, Response>::OnReadDone(bool ok) {
     OnHalfClose();
     return;
   }
+  if (receive_ == Receive::kModel && TakeModelChunk()) return;
   request_.Clear();
   if (!grpc::SerializationTraits<Request>::Deserialize(&read_buffer_, &request_)
            .ok()) {
@@ -241,25 +242,44 @@ void JobReactor<Request, Response>::OnModelPart() {
       return;
   }
   const std::string& chunk = Chunk(request_);
-  if (chunk.size() > declared_ - model_.size()) {
-    FinishWith(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     absl::StrCat("received more model bytes than "
-                                  "config.model_size_bytes = ",
-                                  declared_, " (", model_.size() + chunk.size(),
-                                  " so far)")));
-    return;
-  }
-  // The buffer grows in steps as bytes arrive: a declared size alone
-  // never makes the server allocate it.
-  if (absl::Status s = ReserveModelBytes(&model_, chunk.size(), declared_);
-      !s.ok()) {
-    FinishWith(ToGrpcStatus(s));
-    return;
-  }
+  if (!MakeRoomForModelBytes(chunk.size())) return;
   model_.append(chunk);
   call_.bytes_in = model_.size();
   ReadNext();
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::TakeModelChunk() {
+  static_assert(Request::kModelChunkFieldNumber == kRequestModelChunkField);
+  std::vector<grpc::Slice> slices;
+  WireField chunk;
+  if (!read_buffer_.Dump(&slices).ok() ||
+      !FindSoleBytesField(slices, kRequestModelChunkField, &chunk)) {
+    return false;
+  }
+  ++messages_in_;
+  if (!MakeRoomForModelBytes(chunk.size)) return true;
+  AppendSliceBytes(slices, chunk.offset, chunk.size, &model_);
+  call_.bytes_in = model_.size();
+  ReadNext();
+  return true;
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::MakeRoomForModelBytes(uint64_t bytes) {
+  if (bytes > declared_ - model_.size()) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("received more model bytes than "
+                     "config.model_size_bytes = ",
+                     declared_, " (", model_.size() + bytes, " so far)")));
+    return false;
+  }
+  if (absl::Status s = ReserveModelBytes(&model_, bytes, declared_); !s.ok()) {
+    FinishWith(ToGrpcStatus(s));
+    return false;
+  }
+  return true;
 }
 
 template <typename Request, typename Response>
@@ -450,11 +470,15 @@ void JobReactor<Request, Response>::Pump() {
     // The last write is done with it (one write at a time).
     write_buffer_.Clear();
     bool own_buffer = false;
-    // Serializing a message the server built cannot fail short of memory;
-    // if it does, the call ends rather than sending something else.
-    if (!grpc::SerializationTraits<Response>::Serialize(
-             current_, &write_buffer_, &own_buffer)
-             .ok()) {
+    if (raw_current_.Valid()) {
+      write_buffer_.Swap(&raw_current_);
+      raw_current_.Clear();
+    } else if (!grpc::SerializationTraits<Response>::Serialize(
+                    current_, &write_buffer_, &own_buffer)
+                    .ok()) {
+      // Serializing a message the server built cannot fail short of
+      // memory; if it does, the call ends rather than sending something
+      // else.
       {
         absl::MutexLock lock(&mu_);
         writing_ = false;
@@ -485,7 +509,7 @@ JobReactor<Request, Response>::NextActionLocked() {
     writing_ = true;
     return Action::kWrite;
   }
-  switch (NextTailLocked(&current_)) {
+  switch (NextTailLocked(&current_, &raw_current_)) {
     case Tail::kWait:
       return Action::kNone;
     case Tail::kWrite:

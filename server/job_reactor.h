@@ -25,6 +25,7 @@
 #include "server/call_record.h"
 #include "server/call_timer.h"
 #include "server/call_tracker.h"
+#include "server/chunk_wire.h"
 #include "server/job_limits.h"
 #include "server/job_runner.h"
 #include "server/memory.h"
@@ -128,6 +129,7 @@ class JobReactor
   ~JobReactor() override = default;
 
   // ---- What a subclass says about its RPC. Called on the receive side.
+  // (Model chunks usually bypass Request: see TakeModelChunk.)
   virtual Part PartOf(const Request& request) const = 0;
   // Takes the config out of `request` and returns the declared model size.
   virtual uint64_t TakeConfig(Request* request) = 0;
@@ -144,8 +146,10 @@ class JobReactor
                       std::shared_ptr<BatchQueue> batches) = 0;
 
   // ---- Send side. Under mu_: what follows the events once they are all
-  // out. kWrite with *out filled in; kDone once the last one was written.
-  virtual Tail NextTailLocked(Response* out)
+  // out. kWrite with *out filled in (or a message already serialized in
+  // *raw, which is then written instead); kDone once the last one was
+  // written.
+  virtual Tail NextTailLocked(Response* out, grpc::ByteBuffer* raw)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
 
   // ---- For subclasses.
@@ -214,6 +218,14 @@ class JobReactor
   void OnConfig();
 
   void OnModelPart();
+  // A message that is just a model chunk (every SDK's upload): its bytes go
+  // from gRPC's slices straight into model_, one copy instead of two
+  // (through request_ and then into model_). False, having done nothing,
+  // for any other message, which then goes through the full parse.
+  bool TakeModelChunk();
+  // Checks `bytes` more fit the declared size and makes room for them;
+  // false (the call finishing) when not.
+  bool MakeRoomForModelBytes(uint64_t bytes);
 
   void OnBatchPart();
 
@@ -290,6 +302,8 @@ class JobReactor
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   // Owned by the one writer / the one finisher (writing_ / finished_).
   Response current_;
+  // A serialized tail message (NextTailLocked's `raw`), or empty.
+  grpc::ByteBuffer raw_current_;
   grpc::ByteBuffer write_buffer_;
   grpc::Status final_status_;
 };

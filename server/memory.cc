@@ -71,10 +71,8 @@ absl::Status ReserveModelBytes(std::string* buffer, uint64_t more,
                                uint64_t declared) {
   const uint64_t needed = buffer->size() + more;
   if (needed <= buffer->capacity()) return absl::OkStatus();
-  const uint64_t step = std::max<uint64_t>(
-      {needed, kModelBufferFirstStep, 2 * uint64_t{buffer->capacity()}});
   try {
-    buffer->reserve(std::min(step, std::max(declared, needed)));
+    buffer->reserve(std::max(declared, needed));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of memory while receiving the model (",

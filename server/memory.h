@@ -22,10 +22,6 @@ namespace quantd::server {
 // when they are done (see TrimHeap).
 inline constexpr uint64_t kTrimHeapAfterModelBytes = uint64_t{16} << 20;
 
-// The first step of a model buffer; it then at least doubles per step, up
-// to the declared size.
-inline constexpr uint64_t kModelBufferFirstStep = uint64_t{8} << 20;
-
 // Gives the heap pages freed by a finished call back to the OS. glibc keeps
 // them in its arenas otherwise, and RSS ratchets up call after call
 // (fragmentation, not a leak) until a replica looks like it is leaking.
@@ -85,9 +81,14 @@ class IdleHeapTrimmer {
 };
 
 // Makes room in `buffer` for `more` bytes of a model of `declared` bytes:
-// capacity grows by doubling from kModelBufferFirstStep, never past
-// `declared`, so memory follows the bytes that actually arrived.
-// RESOURCE_EXHAUSTED when the allocation fails (the process stays up).
+// the whole declared size at once, when the first bytes arrive, so the
+// model is never copied as it grows (growing by doubling copied it up to
+// twice more and faulted in each new buffer). That takes address space,
+// not memory: a buffer this size is a fresh mapping (or the untouched top
+// of the heap) whose pages the kernel commits as bytes are written, so
+// resident memory still follows the bytes that actually arrived; the
+// upload budget bounds the declared sizes. RESOURCE_EXHAUSTED when the
+// allocation fails (the process stays up).
 absl::Status ReserveModelBytes(std::string* buffer, uint64_t more,
                                uint64_t declared);
 

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/engine/engine.h"
+#include "server/chunk_wire.h"
 
 namespace quantd::server {
 namespace {
@@ -105,18 +106,22 @@ class QuantizeReactor final
         std::move(batches));
   }
 
-  Tail NextTailLocked(QuantizeResponse* out) override
+  Tail NextTailLocked(QuantizeResponse* out, grpc::ByteBuffer* raw) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (summary_sent_) return Tail::kDone;
     if (!result_.has_value()) return Tail::kWait;  // Job still running.
-    const std::string& model = result_->model;
-    if (send_offset_ < model.size()) {
+    if (model_ == nullptr) {
+      model_ = std::make_shared<const std::string>(std::move(result_->model));
+    }
+    if (send_offset_ < model_->size()) {
       if (send_offset_ == 0) send_start_ = absl::Now();
-      // One chunk at a time, sliced from the result: the output model is
-      // never copied whole.
+      // One chunk at a time, each a message whose payload is a slice of the
+      // output model itself: the model is not copied on its way out (gRPC
+      // writes from it; the slice keeps it alive while gRPC holds it).
       const size_t n = std::min<uint64_t>(options().model_chunk_bytes,
-                                          model.size() - send_offset_);
-      out->set_model_chunk(model.data() + send_offset_, n);
+                                          model_->size() - send_offset_);
+      *raw = SoleBytesFieldMessage(QuantizeResponse::kModelChunkFieldNumber,
+                                   model_, send_offset_, n);
       send_offset_ += n;
       call().bytes_out += n;
       return Tail::kWrite;
@@ -124,12 +129,14 @@ class QuantizeReactor final
     // Everything else is out: the summary goes last.
     summary_sent_ = true;
     quantd::v1::QuantizeSummary* summary = &result_->summary;
-    AddCallStages(
-        receive_seconds(),
-        model.empty() ? 0.0 : absl::ToDoubleSeconds(absl::Now() - send_start_),
-        summary);
+    AddCallStages(receive_seconds(),
+                  model_->empty()
+                      ? 0.0
+                      : absl::ToDoubleSeconds(absl::Now() - send_start_),
+                  summary);
     *out->mutable_summary() = std::move(*summary);
-    result_.reset();  // Frees the output model.
+    result_.reset();
+    model_.reset();  // Freed once gRPC lets go of its last chunk.
     return Tail::kWrite;
   }
 
@@ -137,6 +144,9 @@ class QuantizeReactor final
   QuantizeConfig config_;
 
   std::optional<QuantizeResult> result_ ABSL_GUARDED_BY(mu_);
+  // The output model, moved out of result_ to be shared with the chunks in
+  // flight.
+  std::shared_ptr<const std::string> model_ ABSL_GUARDED_BY(mu_);
   uint64_t send_offset_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time send_start_ ABSL_GUARDED_BY(mu_);
   bool summary_sent_ ABSL_GUARDED_BY(mu_) = false;
