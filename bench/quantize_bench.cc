@@ -16,10 +16,14 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "client/quantd_client.h"
+#include "tests/e2e/e2e_models.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
 ABSL_FLAG(std::string, models, "", "Comma-separated ONNX model paths.");
+ABSL_FLAG(int, matmul_mb, 0,
+          "Also measure a generated model of this many MB: a chain of "
+          "2048x2048 fp32 MatMuls (16 MB each), LLM-shaped.");
 ABSL_FLAG(int, repeats, 5, "Timed calls per (model, mode).");
 ABSL_FLAG(int, threads, 0, "quantd --threads (0 = cores).");
 ABSL_FLAG(std::string, quantd, QUANTD_SERVER_BIN, "quantd binary.");
@@ -99,9 +103,12 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::vector<std::string> paths =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
+  const int matmul_mb = absl::GetFlag(FLAGS_matmul_mb);
+  if (matmul_mb > 0) paths.push_back("matmul_chain");
   if (paths.empty() || absl::GetFlag(FLAGS_repeats) < 1) {
-    std::fprintf(
-        stderr, "usage: quantize_bench --models=A.onnx,B.onnx [--repeats=N]\n");
+    std::fprintf(stderr,
+                 "usage: quantize_bench --models=A.onnx,B.onnx "
+                 "[--matmul_mb=MB] [--repeats=N]\n");
     return 2;
   }
   std::printf(
@@ -110,7 +117,10 @@ int main(int argc, char** argv) {
       "quantize | quantize peak / model |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& path : paths) {
-    const std::string model = quantd::testing::ReadFileOrDie(path);
+    const std::string model = path == "matmul_chain"
+                                  ? quantd::testing::MatMulChainModel(
+                                        2048, std::max(1, matmul_mb / 16))
+                                  : quantd::testing::ReadFileOrDie(path);
     if (model.empty()) return 1;
     Measurement echo, pass, quant;
     if (!Measure(model, PassThrough(), &echo, /*echo=*/true) ||

@@ -501,6 +501,15 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
       if (summaries > 0) after_summary = true;
       switch (response->event_case()) {
         case QuantizeResponse::kProgress:
+          // The output's size, announced before its chunks: one buffer.
+          // Bounded: a model cannot pass protobuf's 2 GiB.
+          if (response->progress().stage() == quantd::v1::STAGE_SEND &&
+              response->progress().total() > 0 &&
+              response->progress().total() <= (int64_t{2} << 30) &&
+              outcome.model.empty()) {
+            outcome.model.reserve(
+                static_cast<size_t>(response->progress().total()));
+          }
           if (callbacks.on_progress) {
             callbacks.on_progress(response->progress());
           }
@@ -515,8 +524,6 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
           break;
         case QuantizeResponse::kModelChunk:
           results_seen = true;
-          // Grows as the chunks come (doubling): the server announces the
-          // output's size only in the summary, after the last chunk.
           outcome.model.append(response->model_chunk());
           break;
         case QuantizeResponse::kSummary:

@@ -112,6 +112,15 @@ class QuantizeReactor final
     if (!result_.has_value()) return Tail::kWait;  // Job still running.
     if (model_ == nullptr) {
       model_ = std::make_shared<const std::string>(std::move(result_->model));
+      if (!model_->empty()) {
+        // The output's size before its bytes, so that a client can hold
+        // them in one buffer instead of growing one as chunks come.
+        quantd::v1::Progress* send = out->mutable_progress();
+        send->set_stage(quantd::v1::STAGE_SEND);
+        send->set_total(static_cast<int64_t>(model_->size()));
+        send->set_message("output model bytes");
+        return Tail::kWrite;
+      }
     }
     if (send_offset_ < model_->size()) {
       if (send_offset_ == 0) send_start_ = absl::Now();
