@@ -236,7 +236,163 @@ double MseThreshold(const StreamingHistogram& h, int half_steps) {
   return h.Edge(best_b);
 }
 
-double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins) {
+namespace {
+
+// KL(P || Q) for the candidate i, computed bin by bin exactly as the
+// definition in histogram.h reads (O(i)); `c` holds the counts without the
+// zeros, `above[i]` the counts from bin i on.
+double KlExact(const std::vector<int64_t>& c, const std::vector<double>& above,
+               int i, int nq, std::vector<double>& p, std::vector<double>& q) {
+  for (int j = 0; j < i; ++j) p[j] = static_cast<double>(c[j]);
+  p[i - 1] += above[i];
+  const int merged = i / nq;
+  for (int g = 0; g < nq; ++g) {
+    const int start = g * merged;
+    const int stop = g == nq - 1 ? i : start + merged;
+    double sum = 0.0;
+    int nonzero = 0;
+    for (int j = start; j < stop; ++j) {
+      sum += static_cast<double>(c[j]);
+      nonzero += p[j] != 0.0 ? 1 : 0;
+    }
+    const double share = nonzero > 0 ? sum / nonzero : 0.0;
+    for (int j = start; j < stop; ++j) q[j] = p[j] != 0.0 ? share : 0.0;
+  }
+  if (!Smooth(p, i) || !Smooth(q, i)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  double sp = 0.0;
+  double sq = 0.0;
+  for (int j = 0; j < i; ++j) {
+    sp += p[j];
+    sq += q[j];
+  }
+  double kl = 0.0;
+  for (int j = 0; j < i; ++j) {
+    const double pn = p[j] / sp;
+    const double qn = q[j] / sq;
+    kl += pn * std::log(pn / qn);
+  }
+  return kl;
+}
+
+// Prefix sums over the non-zero counts v of bins [0, j): what the sum of
+// (v - e) ln(v - e) over them needs for any small e (see KlFast).
+struct CountMoments {
+  std::vector<double> v_log_v, log_v, inv_v, inv_v2, inv_v3;
+  std::vector<int64_t> nonzero;  // How many bins, and...
+  std::vector<double> sum;       // ...their counts' sum (zeros included).
+  std::vector<double> min_v;     // Smallest non-zero count (inf if none).
+
+  explicit CountMoments(const std::vector<int64_t>& c) {
+    const size_t n = c.size();
+    for (auto* a : {&v_log_v, &log_v, &inv_v, &inv_v2, &inv_v3, &sum}) {
+      a->assign(n + 1, 0.0);
+    }
+    nonzero.assign(n + 1, 0);
+    min_v.assign(n + 1, std::numeric_limits<double>::infinity());
+    for (size_t j = 0; j < n; ++j) {
+      const double v = static_cast<double>(c[j]);
+      const bool nz = c[j] != 0;
+      const double lv = nz ? std::log(v) : 0.0;
+      v_log_v[j + 1] = v_log_v[j] + (nz ? v * lv : 0.0);
+      log_v[j + 1] = log_v[j] + lv;
+      inv_v[j + 1] = inv_v[j] + (nz ? 1.0 / v : 0.0);
+      inv_v2[j + 1] = inv_v2[j] + (nz ? 1.0 / (v * v) : 0.0);
+      inv_v3[j + 1] = inv_v3[j] + (nz ? 1.0 / (v * v * v) : 0.0);
+      nonzero[j + 1] = nonzero[j] + (nz ? 1 : 0);
+      sum[j + 1] = sum[j] + v;
+      min_v[j + 1] = nz ? std::min(min_v[j], v) : min_v[j];
+    }
+  }
+};
+
+// Smoothing subtracts e from each non-zero count v; beyond this e / v the
+// series below is not used (its error grows as (e / v)^5).
+constexpr double kMaxSeriesRatio = 0.05;
+
+// The same KL as KlExact in O(nq): Q is constant over the non-zero bins of
+// each group, and smoothing keeps the totals (sp = the counts' sum, sq = the
+// counts' sum without the outliers), so
+//   KL = (sum_j p'_j ln p'_j - sum_g P'_g ln q'_g) / sp + ln(sq / sp)
+// over the bins where P is non-zero (elsewhere p' = q' = eps and the term
+// vanishes), p' = p - e_p, q'_g = share_g - e_q. sum (v - e) ln(v - e) over
+// bins [0, i - 1) comes from prefix sums of the series
+//   v ln v - e (ln v + 1) + e^2 / 2v + e^3 / 6v^2 + e^4 / 12v^3,
+// whose next term is below 2e-8 of v for e / v <= kMaxSeriesRatio. Sets
+// *exact_needed instead when e is too large for that.
+double KlFast(const std::vector<int64_t>& c, const std::vector<double>& above,
+              const CountMoments& m, int i, int nq, bool* exact_needed) {
+  *exact_needed = false;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double last_p = static_cast<double>(c[i - 1]) + above[i];
+  const int64_t nonzero_p = m.nonzero[i - 1] + (last_p != 0.0 ? 1 : 0);
+  const int64_t zeros_p = i - nonzero_p;
+  if (nonzero_p == 0) return kInf;
+  const double e_p = kSmoothEps * static_cast<double>(zeros_p) /
+                     static_cast<double>(nonzero_p);
+  // Smoothing P fails when it would take a count to zero or below.
+  const double min_p = std::min(m.min_v[i - 1], last_p != 0.0 ? last_p : kInf);
+  if (!(min_p - e_p > 0.0)) return kInf;
+  if (e_p > kMaxSeriesRatio * m.min_v[i - 1]) {
+    *exact_needed = true;
+    return 0.0;
+  }
+  // Q: per group, the counts' sum spread over the bins where P is non-zero.
+  const int merged = i / nq;
+  int64_t zeros_q = zeros_p;
+  double min_share = kInf;
+  for (int g = 0; g < nq; ++g) {
+    const int start = g * merged;
+    const int stop = g == nq - 1 ? i : start + merged;
+    int64_t nz = m.nonzero[stop] - m.nonzero[start];
+    if (stop == i) nz += (last_p != 0.0) - (c[i - 1] != 0);
+    const double share = nz > 0 ? (m.sum[stop] - m.sum[start]) / nz : 0.0;
+    if (share == 0.0) {
+      zeros_q += nz;
+    } else {
+      min_share = std::min(min_share, share);
+    }
+  }
+  const int64_t nonzero_q = i - zeros_q;
+  if (nonzero_q == 0) return kInf;
+  const double e_q = kSmoothEps * static_cast<double>(zeros_q) /
+                     static_cast<double>(nonzero_q);
+  if (!(min_share - e_q > 0.0)) return kInf;
+
+  const int k = i - 1;  // Bins [0, k) come from the prefix sums.
+  const double e = e_p;
+  double p_log_p = m.v_log_v[k] - e * (m.log_v[k] + m.nonzero[k]) +
+                   e * e / 2 * m.inv_v[k] + e * e * e / 6 * m.inv_v2[k] +
+                   e * e * e * e / 12 * m.inv_v3[k];
+  if (last_p != 0.0) p_log_p += (last_p - e) * std::log(last_p - e);
+  double cross = 0.0;
+  for (int g = 0; g < nq; ++g) {
+    const int start = g * merged;
+    const int stop = g == nq - 1 ? i : start + merged;
+    int64_t nz = m.nonzero[stop] - m.nonzero[start];
+    double p_sum = m.sum[stop] - m.sum[start];
+    if (stop == i) {
+      nz += (last_p != 0.0) - (c[i - 1] != 0);
+      p_sum += above[i];
+    }
+    if (nz == 0) continue;
+    const double share = (m.sum[stop] - m.sum[start]) / nz;
+    const double log_q =
+        share == 0.0 ? std::log(kSmoothEps) : std::log(share - e_q);
+    cross += (p_sum - static_cast<double>(nz) * e_p) * log_q;
+  }
+  const double sp = m.sum[i] + above[i];
+  const double sq = m.sum[i];
+  return (p_log_p - cross) / sp + std::log(sq / sp);
+}
+
+}  // namespace
+
+namespace {
+
+double SearchEntropyThreshold(const StreamingHistogram& h,
+                              int num_quantized_bins, bool bin_by_bin) {
   if (h.total() == 0 || h.width() == 0.0) return h.lo();
   const int n = h.num_bins();
   const int nq = num_quantized_bins;
@@ -252,40 +408,18 @@ double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins) {
   for (int i = n - 1; i >= 0; --i) {
     above[i] = above[i + 1] + static_cast<double>(c[i]);
   }
+  // O(num_bins * nq) rather than O(num_bins^2): each candidate's KL comes
+  // from prefix sums (KlFast), bin by bin only where smoothing is too
+  // coarse for that (tiny counts among many empty bins).
+  const CountMoments moments(c);
   std::vector<double> p(n), q(n);
   double best = std::numeric_limits<double>::infinity();
   int best_i = n;
   for (int i = nq; i <= n; ++i) {
-    for (int j = 0; j < i; ++j) p[j] = static_cast<double>(c[j]);
-    p[i - 1] += above[i];
-    const int merged = i / nq;
-    for (int g = 0; g < nq; ++g) {
-      const int start = g * merged;
-      const int stop = g == nq - 1 ? i : start + merged;
-      double sum = 0.0;
-      int nonzero = 0;
-      for (int j = start; j < stop; ++j) {
-        sum += static_cast<double>(c[j]);
-        nonzero += p[j] != 0.0 ? 1 : 0;
-      }
-      const double share = nonzero > 0 ? sum / nonzero : 0.0;
-      for (int j = start; j < stop; ++j) q[j] = p[j] != 0.0 ? share : 0.0;
-    }
-    double kl = std::numeric_limits<double>::infinity();
-    if (Smooth(p, i) && Smooth(q, i)) {
-      double sp = 0.0;
-      double sq = 0.0;
-      for (int j = 0; j < i; ++j) {
-        sp += p[j];
-        sq += q[j];
-      }
-      kl = 0.0;
-      for (int j = 0; j < i; ++j) {
-        const double pn = p[j] / sp;
-        const double qn = q[j] / sq;
-        kl += pn * std::log(pn / qn);
-      }
-    }
+    bool exact_needed = bin_by_bin;
+    double kl = 0.0;
+    if (!bin_by_bin) kl = KlFast(c, above, moments, i, nq, &exact_needed);
+    if (exact_needed) kl = KlExact(c, above, i, nq, p, q);
     if (kl < best) {
       best = kl;
       best_i = i;
@@ -293,5 +427,20 @@ double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins) {
   }
   return h.Edge(best_i);
 }
+
+}  // namespace
+
+double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins) {
+  return SearchEntropyThreshold(h, num_quantized_bins, /*bin_by_bin=*/false);
+}
+
+namespace internal {
+
+double EntropyThresholdBinByBin(const StreamingHistogram& h,
+                                int num_quantized_bins) {
+  return SearchEntropyThreshold(h, num_quantized_bins, /*bin_by_bin=*/true);
+}
+
+}  // namespace internal
 
 }  // namespace quantd::calibration

@@ -103,7 +103,15 @@ double MseThreshold(const StreamingHistogram& h, int half_steps);
 // where the non-zero values end, but as a spike (about half of a ReLU
 // output) they would dominate P and Q and drag the threshold down. lo for an
 // empty or point-mass histogram, or one holding only zeros.
+// Runs in O(num_bins * num_quantized_bins).
 double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins);
+
+namespace internal {
+// The same search computing every candidate's KL bin by bin, as defined
+// above (O(num_bins^2)): the oracle EntropyThreshold is tested against.
+double EntropyThresholdBinByBin(const StreamingHistogram& h,
+                                int num_quantized_bins);
+}  // namespace internal
 
 }  // namespace quantd::calibration
 
