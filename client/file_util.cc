@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/huge_pages.h"
 
 namespace quantd::client {
 namespace {
@@ -43,6 +44,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   // /proc), is read to its end all the same.
   std::string contents;
   if (S_ISREG(info.st_mode) && info.st_size > 0) {
+    contents.reserve(static_cast<size_t>(info.st_size));
+    AdviseHugePages(contents.data(), contents.capacity());
     contents.resize(static_cast<size_t>(info.st_size));
   }
   size_t length = 0;

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/base/huge_pages.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/generic/generic_stub.h"
 
@@ -509,6 +510,7 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
               outcome.model.empty()) {
             outcome.model.reserve(
                 static_cast<size_t>(response->progress().total()));
+            AdviseHugePages(outcome.model.data(), outcome.model.capacity());
           }
           if (callbacks.on_progress) {
             callbacks.on_progress(response->progress());

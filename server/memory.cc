@@ -8,6 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/huge_pages.h"
 
 namespace quantd::server {
 
@@ -73,6 +74,7 @@ absl::Status ReserveModelBytes(std::string* buffer, uint64_t more,
   if (needed <= buffer->capacity()) return absl::OkStatus();
   try {
     buffer->reserve(std::max(declared, needed));
+    AdviseHugePages(buffer->data(), buffer->capacity());
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of memory while receiving the model (",

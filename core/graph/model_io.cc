@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/huge_pages.h"
 #include "core/base/onnx_names.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
@@ -159,6 +160,7 @@ bool CopyInPieces(absl::string_view from, std::string* to,
                   const Pieces& pieces) {
   to->clear();
   to->reserve(from.size());
+  AdviseHugePages(to->data(), to->capacity());
   for (size_t at = 0; at < from.size(); at += pieces.piece_bytes) {
     if (Cancelled(pieces.cancel)) return false;
     to->append(from.data() + at,
@@ -219,6 +221,7 @@ class CancellableOutput final
       : out_(out), capacity_(capacity), cancel_(cancel) {
     out_->clear();
     out_->reserve(capacity_);  // No reallocation: pieces stay valid.
+    AdviseHugePages(out_->data(), out_->capacity());
   }
 
   bool Next(void** data, int* size) override {
