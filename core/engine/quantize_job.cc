@@ -227,10 +227,12 @@ absl::Status QuantizeJob::Parse(std::string* bytes) {
   // Before any other work: an oversized model costs one parse, no more.
   QUANTD_RETURN_IF_ERROR(CheckJobLimits(model_, limits_));
   input_size_ = bytes->size();
-  input_hash_ = absl::HashOf(absl::string_view(*bytes));
   // The parsed model now holds everything; keep at most one copy around
-  // unless the bytes are the answer.
-  if (!PassThrough()) std::string().swap(*bytes);
+  // unless the bytes are the answer (then nothing needs comparing either).
+  if (!PassThrough()) {
+    input_hash_ = absl::HashOf(absl::string_view(*bytes));
+    std::string().swap(*bytes);
+  }
   EndStage();
   QUANTD_RETURN_IF_ERROR(cancel_.Check("parse"));
 
