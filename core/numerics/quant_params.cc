@@ -123,7 +123,9 @@ NudgedRange Nudge(float min, float max, int32_t quant_min, int32_t quant_max) {
   const float quant_max_float = static_cast<float>(quant_max);
   out.scale = (max - min) / (quant_max_float - quant_min_float);
   const float zero_point_from_min = quant_min_float - min / out.scale;
-  if (zero_point_from_min < quant_min_float) {
+  // NaN when the scale underflows to 0 with min = 0 (0 / 0): min = 0 is
+  // zero point quant_min. TF's kernel rounds the NaN into an int (undefined).
+  if (!(zero_point_from_min >= quant_min_float)) {
     out.nudged_zero_point = quant_min;
   } else if (zero_point_from_min > quant_max_float) {
     out.nudged_zero_point = quant_max;
