@@ -172,17 +172,24 @@ absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
     return absl::InvalidArgumentError(
         absl::StrCat("range min ", min, " > max ", max));
   }
+  const QuantParams params = ChooseQuantParamsUnchecked(min, max, spec, grid);
+  if (!std::isfinite(params.scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("range [", std::min(min, 0.0f), ", ", std::max(max, 0.0f),
+                     "] is too wide for a float scale"));
+  }
+  return params;
+}
+
+QuantParams ChooseQuantParamsUnchecked(float min, float max,
+                                       const QuantSpec& spec,
+                                       const QuantGrid& grid) {
   // Zero must be exactly representable (padding, ReLU outputs), so the range
   // always contains it.
   min = std::min(min, 0.0f);
   max = std::max(max, 0.0f);
-
   QuantParams params = spec.symmetric ? SymmetricParams(min, max, spec, grid)
                                       : AsymmetricParams(min, max, spec);
-  if (!std::isfinite(params.scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "range [", min, ", ", max, "] is too wide for a float scale"));
-  }
   // An all-zero range (or one so small the scale underflows): any scale maps
   // every value to the zero point; 1 keeps dequantization well defined.
   if (!(params.scale > 0.0f)) params.scale = 1.0f;
@@ -411,7 +418,12 @@ ErrorStats MeasureError(absl::Span<const float> reference,
     signal += r * r;
     noise += e * e;
   }
-  stats.mse = reference.empty() ? 0.0 : noise / reference.size();
+  return ErrorFromSums(signal, noise, static_cast<int64_t>(reference.size()));
+}
+
+ErrorStats ErrorFromSums(double signal, double noise, int64_t count) {
+  ErrorStats stats;
+  stats.mse = count == 0 ? 0.0 : noise / count;
   // log10(signal / 0) would be +inf anyway, but 0/0 is NaN: say it outright.
   stats.sqnr_db = noise == 0.0 ? std::numeric_limits<double>::infinity()
                                : 10.0 * std::log10(signal / noise);

@@ -1,0 +1,645 @@
+// The fused weight quantizer. Its contract and reference are in the header;
+// the arithmetic per value is QuantizeValue's, rewritten so that it
+// vectorises without changing a single result:
+//   QuantizeValue: q = clamp(nearbyint(x / s) + zp, qmin, qmax)
+//   here:          q = round(clamp(x / s, qmin - zp, qmax - zp)) + zp
+// The clamp may move before the rounding because rounding is monotonic and
+// the bounds are integers (rounding leaves them alone), and adding the
+// integer zp is exact. round() is half to even by adding and subtracting
+// 1.5 * 2^23, exact in FE_TONEAREST for |y| < 2^22, which the clamp
+// guarantees. The division stays a division: a multiply by 1/s rounds
+// differently for some x. The error terms are MeasureError's:
+// (double)x - (double)(s * (q - zp)), squared in double.
+#include "core/numerics/quantize_kernel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/multiversion.h"
+#include "core/base/status_macros.h"
+
+// Built for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, picked at load
+// time: the library targets baseline x86-64. fp-contract=off keeps every
+// clone's sums identical (no FMA in one and not the other).
+#if QUANTD_HAS_TARGET_CLONES
+#define QUANTD_QUANT_KERNEL                                                    \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("O3", "fp-contract=off")))
+#else
+#define QUANTD_QUANT_KERNEL
+#endif
+
+// Helpers of the multiversioned kernels, inlined into each clone. Vectors
+// pass by reference: by value they would change the ABI between clones.
+#define QUANTD_ALWAYS_INLINE inline __attribute__((always_inline))
+
+namespace quantd::numerics {
+namespace {
+
+constexpr int kLanes = 8;
+typedef float V8f __attribute__((vector_size(32)));
+typedef int32_t V8i __attribute__((vector_size(32)));
+typedef int8_t V8b __attribute__((vector_size(8)));
+typedef double V8d __attribute__((vector_size(64)));
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23.
+
+// Elements a task covers, about: large enough that a task's overhead does
+// not show, small enough that a tile read twice (range, then quantize) is
+// still in L2 the second time, and that two threads share the work evenly.
+constexpr int64_t kTaskElements = int64_t{1} << 16;
+// The shortest row piece a column tile reads: shorter pieces of rows far
+// apart defeat the hardware prefetcher.
+constexpr int64_t kMinTileWidth = 256;
+
+// Rows [0, count) of `width` consecutive values, row j starting at element
+// start + j * stride.
+struct View {
+  int64_t start = 0;
+  int64_t stride = 0;
+  int64_t count = 0;
+  int64_t width = 0;
+};
+
+// One QuantParams as the kernel uses it: bounds of x / scale before
+// rounding (qmin - zp, qmax - zp) and the zero point, as floats.
+struct Lane {
+  float scale = 1.0f;
+  float lo = 0.0f;
+  float hi = 0.0f;
+  float zp = 0.0f;
+};
+
+Lane LaneOf(const QuantParams& p, const QuantGrid& grid) {
+  return {p.scale, static_cast<float>(grid.quant_min - p.zero_point),
+          static_cast<float>(grid.quant_max - p.zero_point),
+          static_cast<float>(p.zero_point)};
+}
+
+// Per-value params of a vector row, padded to whole vectors with a lane that
+// maps the zero padding to 0 with no error.
+struct LaneArrays {
+  std::vector<float> scale, lo, hi, zp;
+  void Resize(int64_t n) {
+    scale.assign(n, 1.0f);
+    lo.assign(n, 0.0f);
+    hi.assign(n, 0.0f);
+    zp.assign(n, 0.0f);
+  }
+  void Set(int64_t i, const Lane& l) {
+    scale[i] = l.scale;
+    lo[i] = l.lo;
+    hi[i] = l.hi;
+    zp[i] = l.zp;
+  }
+};
+
+struct Sums {
+  double signal = 0.0;
+  double noise = 0.0;
+};
+
+QUANTD_ALWAYS_INLINE void Splat(float v, V8f* out) { *out = V8f{} + v; }
+
+// dst[k] = b[k] for b[k] in [0, 255].
+QUANTD_ALWAYS_INLINE void StoreLowBytes(const V8i& b, char* dst) {
+#if defined(__SSE2__)
+  // GCC narrows a vector one lane at a time without SSSE3; the packs
+  // saturate, which values already in [0, 255] never reach.
+  __m128i h[2];
+  std::memcpy(h, &b, sizeof(h));
+  const __m128i w = _mm_packs_epi32(h[0], h[1]);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(w, w));
+#else
+  const V8b q = __builtin_convertvector(b, V8b);
+  std::memcpy(dst, &q, sizeof(q));
+#endif
+}
+
+// Running sums of x^2 and error^2, per lane.
+struct Acc {
+  V8d signal = V8d{};
+  V8d noise = V8d{};
+};
+
+// Quantizes 8 values to dst[0, 8) and adds their x^2 and error^2 to acc.
+// The error x - approx is exact in float: approx is 0 (then it is x), or
+// within half a step (a step and a half where the grid's edge clamps) of x
+// with |approx| >= one step, so x / approx is in [1/2, 2] and the
+// subtraction is exact (Sterbenz). Squared in double it is MeasureError's
+// term.
+QUANTD_ALWAYS_INLINE void Quantize8(const V8f& x, const V8f& scale,
+                                    const V8f& lo, const V8f& hi, const V8f& zp,
+                                    char* dst, Acc* acc) {
+  V8f y = x / scale;
+  y = y < lo ? lo : y;
+  y = y > hi ? hi : y;
+  V8f magic;
+  Splat(kRoundMagic, &magic);
+  const V8f t = y + magic;  // 1.5 * 2^23 + round(y), exactly.
+  const V8f r = t - magic;
+  // t + zp = 1.5 * 2^23 + q exactly, so the low byte of its bits is q's
+  // int8 / uint8 bit pattern.
+  StoreLowBytes((V8i)(t + zp) & 0xFF, dst);
+  const V8f approx = scale * r;  // DequantizeValue: scale * (q - zp).
+  const V8d xd = __builtin_convertvector(x, V8d);
+  const V8d e = __builtin_convertvector(x - approx, V8d);
+  acc->signal += xd * xd;
+  acc->noise += e * e;
+}
+
+QUANTD_ALWAYS_INLINE void AddSums(const Acc& acc, Sums* sums) {
+  double s = 0, e = 0;
+  for (int k = 0; k < kLanes; ++k) {
+    s += acc.signal[k];
+    e += acc.noise[k];
+  }
+  sums->signal += s;
+  sums->noise += e;
+}
+
+// The first n (< 8) values at p, zero padded.
+QUANTD_ALWAYS_INLINE void LoadTail(const char* p, int64_t n, V8f* x) {
+  *x = V8f{};
+  std::memcpy(x, p, n * sizeof(float));
+}
+
+// Range of some values; NaN is skipped and flagged.
+struct RangeAcc {
+  V8f vmin, vmax;
+  V8i bad = V8i{};
+  float min = kInf, max = -kInf;
+  bool nan = false;
+};
+
+QUANTD_ALWAYS_INLINE void RangeInit(RangeAcc* a) {
+  Splat(kInf, &a->vmin);
+  Splat(-kInf, &a->vmax);
+}
+
+QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
+                                   RangeAcc* a) {
+  int64_t i = 0;
+  for (; i + kLanes <= width; i += kLanes) {
+    V8f x;
+    std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+    a->vmin = x < a->vmin ? x : a->vmin;
+    a->vmax = x > a->vmax ? x : a->vmax;
+    a->bad |= x != x;
+  }
+  for (; i < width; ++i) {
+    float x;
+    std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+    a->min = x < a->min ? x : a->min;
+    a->max = x > a->max ? x : a->max;
+    a->nan |= x != x;
+  }
+}
+
+// Folds the lanes into a->min, a->max, a->nan.
+QUANTD_ALWAYS_INLINE void RangeFinish(RangeAcc* a) {
+  for (int k = 0; k < kLanes; ++k) {
+    a->min = a->vmin[k] < a->min ? a->vmin[k] : a->min;
+    a->max = a->vmax[k] > a->max ? a->vmax[k] : a->max;
+    a->nan |= a->bad[k] != 0;
+  }
+}
+
+// Quantizes `width` values at row into out with one param.
+QUANTD_ALWAYS_INLINE void QuantizeRow(const char* row, int64_t width,
+                                      const V8f& scale, const V8f& lo,
+                                      const V8f& hi, const V8f& zp, char* out,
+                                      Acc* acc) {
+  int64_t i = 0;
+  for (; i + kLanes <= width; i += kLanes) {
+    V8f x;
+    std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+    Quantize8(x, scale, lo, hi, zp, out + i, acc);
+  }
+  if (i < width) {
+    V8f x;
+    LoadTail(row + i * sizeof(float), width - i, &x);
+    char q[kLanes];
+    Quantize8(x, scale, lo, hi, zp, q, acc);
+    std::memcpy(out + i, q, width - i);
+  }
+}
+
+QUANTD_ALWAYS_INLINE void Splat(const Lane& lane, V8f* scale, V8f* lo, V8f* hi,
+                                V8f* zp) {
+  Splat(lane.scale, scale);
+  Splat(lane.lo, lo);
+  Splat(lane.hi, hi);
+  Splat(lane.zp, zp);
+}
+
+// Range of every value the view covers, NaN skipped and flagged.
+QUANTD_QUANT_KERNEL void RangeBroadcast(const char* src, const View& v,
+                                        float* min, float* max, bool* nan) {
+  RangeAcc a;
+  RangeInit(&a);
+  for (int64_t j = 0; j < v.count; ++j) {
+    RangeRow(src + (v.start + j * v.stride) * sizeof(float), v.width, &a);
+  }
+  RangeFinish(&a);
+  *min = a.min < *min ? a.min : *min;
+  *max = a.max > *max ? a.max : *max;
+  *nan |= a.nan;
+}
+
+// Per-column range: min[i], max[i] over the view's rows, for i < width.
+QUANTD_QUANT_KERNEL void RangeVector(const char* src, const View& v, float* min,
+                                     float* max, bool* nan) {
+  V8i bad = V8i{};
+  bool sbad = false;
+  for (int64_t j = 0; j < v.count; ++j) {
+    const char* row = src + (v.start + j * v.stride) * sizeof(float);
+    int64_t i = 0;
+    for (; i + kLanes <= v.width; i += kLanes) {
+      V8f x, lo, hi;
+      std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+      std::memcpy(&lo, min + i, sizeof(lo));
+      std::memcpy(&hi, max + i, sizeof(hi));
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
+      bad |= x != x;
+      std::memcpy(min + i, &lo, sizeof(lo));
+      std::memcpy(max + i, &hi, sizeof(hi));
+    }
+    for (; i < v.width; ++i) {
+      float x;
+      std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+      min[i] = x < min[i] ? x : min[i];
+      max[i] = x > max[i] ? x : max[i];
+      sbad |= x != x;
+    }
+  }
+  for (int k = 0; k < kLanes; ++k) sbad |= bad[k] != 0;
+  *nan |= sbad;
+}
+
+// Quantizes the view with one param.
+QUANTD_QUANT_KERNEL void QuantizeBroadcast(const char* src, const View& v,
+                                           const Lane& lane, char* dst,
+                                           Sums* sums) {
+  V8f scale, lo, hi, zp;
+  Splat(lane, &scale, &lo, &hi, &zp);
+  Acc acc;
+  for (int64_t j = 0; j < v.count; ++j) {
+    const int64_t at = v.start + j * v.stride;
+    QuantizeRow(src + at * sizeof(float), v.width, scale, lo, hi, zp, dst + at,
+                &acc);
+  }
+  AddSums(acc, sums);
+}
+
+// Quantizes the view with param i for column i (arrays padded to whole
+// vectors).
+QUANTD_QUANT_KERNEL void QuantizeVector(const char* src, const View& v,
+                                        const float* scales, const float* los,
+                                        const float* his, const float* zps,
+                                        char* dst, Sums* sums) {
+  Acc acc;
+  for (int64_t j = 0; j < v.count; ++j) {
+    const int64_t at = v.start + j * v.stride;
+    const char* row = src + at * sizeof(float);
+    char* out = dst + at;
+    for (int64_t i = 0; i < v.width; i += kLanes) {
+      V8f x, scale, lo, hi, zp;
+      std::memcpy(&scale, scales + i, sizeof(scale));
+      std::memcpy(&lo, los + i, sizeof(lo));
+      std::memcpy(&hi, his + i, sizeof(hi));
+      std::memcpy(&zp, zps + i, sizeof(zp));
+      if (i + kLanes <= v.width) {
+        std::memcpy(&x, row + i * sizeof(float), sizeof(x));
+        Quantize8(x, scale, lo, hi, zp, out + i, &acc);
+      } else {
+        LoadTail(row + i * sizeof(float), v.width - i, &x);
+        char q[kLanes];
+        Quantize8(x, scale, lo, hi, zp, q, &acc);
+        std::memcpy(out + i, q, v.width - i);
+      }
+    }
+  }
+  AddSums(acc, sums);
+}
+
+int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Elements of `shape`, or -1 when a dimension is negative.
+int64_t NumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+// Buffers one task reuses across its vector groups.
+struct Scratch {
+  std::vector<float> min, max;
+  LaneArrays lanes;
+};
+
+// What one task found: its share of the sums, and why it stopped.
+struct TaskResult {
+  Sums sums;
+  bool nan = false;
+  absl::Status error;
+};
+
+// Everything the tasks of one call share.
+struct Job {
+  const char* src = nullptr;
+  char* dst = nullptr;
+  QuantSpec spec;
+  QuantGrid grid;
+  QuantParams* params = nullptr;
+  std::atomic<bool> failed{false};
+
+  // ChooseAllParams for one range: an empty range (sentinels) is all zeros;
+  // errors are ChooseQuantParams's own.
+  bool Choose(float min, float max, QuantParams* out, TaskResult* r) {
+    if (min > max) min = max = 0.0f;
+    if (std::isfinite(min) && std::isfinite(max)) {
+      *out = ChooseQuantParamsUnchecked(min, max, spec, grid);
+      if (std::isfinite(out->scale)) return true;
+    }
+    r->error = ChooseQuantParams(min, max, spec).status();
+    failed = true;
+    return false;
+  }
+
+  // A group sharing one param, `param`: range, param, quantize.
+  void BroadcastGroup(const View& v, int64_t param, TaskResult* r) {
+    float min = kInf, max = -kInf;
+    RangeBroadcast(src, v, &min, &max, &r->nan);
+    if (r->nan) {
+      failed = true;
+      return;
+    }
+    if (!Choose(min, max, &params[param], r)) return;
+    QuantizeBroadcast(src, v, LaneOf(params[param], grid), dst, &r->sums);
+  }
+
+  // A group whose column i uses param `base` + i.
+  void VectorGroup(const View& v, int64_t base, Scratch* s, TaskResult* r) {
+    const int64_t padded = RoundUp(v.width, kLanes);
+    s->min.assign(padded, kInf);
+    s->max.assign(padded, -kInf);
+    RangeVector(src, v, s->min.data(), s->max.data(), &r->nan);
+    if (r->nan) {
+      failed = true;
+      return;
+    }
+    s->lanes.Resize(padded);
+    for (int64_t i = 0; i < v.width; ++i) {
+      if (!Choose(s->min[i], s->max[i], &params[base + i], r)) return;
+      s->lanes.Set(i, LaneOf(params[base + i], grid));
+    }
+    QuantizeVector(src, v, s->lanes.scale.data(), s->lanes.lo.data(),
+                   s->lanes.hi.data(), s->lanes.zp.data(), dst, &r->sums);
+  }
+};
+
+// Blocks [b0, b1) of `block` contiguous values each (the last one may be
+// shorter: the row ends at `end`), starting at element `start`; block b
+// uses param `param0` + b. One call per run of blocks: blocks are short.
+QUANTD_QUANT_KERNEL void BlockRun(Job& job, int64_t start, int64_t end,
+                                  int64_t block, int64_t b0, int64_t b1,
+                                  int64_t param0, TaskResult* r) {
+  Acc acc;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t at = start + b * block;
+    const int64_t width = std::min(block, end - at);
+    const char* row = job.src + at * sizeof(float);
+    RangeAcc a;
+    RangeInit(&a);
+    RangeRow(row, width, &a);
+    RangeFinish(&a);
+    if (a.nan) {
+      r->nan = true;
+      job.failed = true;
+      break;
+    }
+    QuantParams& p = job.params[param0 + b];
+    if (!job.Choose(a.min, a.max, &p, r)) break;
+    V8f scale, lo, hi, zp;
+    Splat(LaneOf(p, job.grid), &scale, &lo, &hi, &zp);
+    QuantizeRow(row, width, scale, lo, hi, zp, job.dst + at, &acc);
+  }
+  AddSums(acc, &r->sums);
+}
+
+void RunTasks(int64_t n, const ParallelFor& parallel_for,
+              const std::function<void(int64_t)>& fn) {
+  if (parallel_for && n > 1) {
+    parallel_for(n, fn);
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
+// Groups [0, groups) in tasks of `per_task` consecutive groups; group g is
+// run by group(g, scratch, result). Sums add up in group order whatever the
+// threads. Tasks stop early once any has failed (the caller then asks the
+// reference for the status).
+template <typename Group>
+std::vector<TaskResult> RunGroups(int64_t groups, int64_t per_task, Job& job,
+                                  const ParallelFor& parallel_for,
+                                  const Group& group) {
+  per_task = std::max<int64_t>(per_task, 1);
+  const int64_t tasks = (groups + per_task - 1) / per_task;
+  std::vector<TaskResult> results(tasks);
+  RunTasks(tasks, parallel_for, [&](int64_t t) {
+    const int64_t end = std::min(groups, (t + 1) * per_task);
+    Scratch scratch;
+    for (int64_t g = t * per_task; g < end && !job.failed; ++g) {
+      group(g, &scratch, &results[t]);
+    }
+  });
+  return results;
+}
+
+// Per tensor: the range needs every value before any can be quantized, so
+// two passes, each split into chunks.
+std::vector<TaskResult> PerTensor(int64_t n, Job& job,
+                                  const ParallelFor& parallel_for) {
+  const int64_t tasks = (n + kTaskElements - 1) / kTaskElements;
+  auto chunk = [n](int64_t t) {
+    return View{t * kTaskElements, 0, 1,
+                std::min(kTaskElements, n - t * kTaskElements)};
+  };
+  std::vector<float> mins(tasks, kInf), maxs(tasks, -kInf);
+  std::vector<TaskResult> results(std::max<int64_t>(tasks, 1));
+  RunTasks(tasks, parallel_for, [&](int64_t t) {
+    RangeBroadcast(job.src, chunk(t), &mins[t], &maxs[t], &results[t].nan);
+  });
+  float min = kInf, max = -kInf;
+  for (int64_t t = 0; t < tasks; ++t) {
+    if (results[t].nan) return results;
+    min = mins[t] < min ? mins[t] : min;
+    max = maxs[t] > max ? maxs[t] : max;
+  }
+  if (!job.Choose(min, max, &job.params[0], &results[0])) return results;
+  const Lane lane = LaneOf(job.params[0], job.grid);
+  RunTasks(tasks, parallel_for, [&](int64_t t) {
+    QuantizeBroadcast(job.src, chunk(t), lane, job.dst, &results[t].sums);
+  });
+  return results;
+}
+
+// Columns per tile of a vector group of `rows` rows: a tile of about
+// kTaskElements values, in whole vectors, at least kMinTileWidth, at most
+// `width`.
+int64_t TileWidth(int64_t rows, int64_t width) {
+  const int64_t w = RoundUp(
+      std::max(kTaskElements / std::max<int64_t>(rows, 1), kMinTileWidth),
+      kLanes);
+  return std::max<int64_t>(std::min(w, width), 1);
+}
+
+// The status the reference quantizer gives `data`, which the kernel found
+// it cannot quantize: the reference decides which of several problems (NaN
+// anywhere first, then the first bad param in order) is reported.
+absl::Status ReferenceError(FloatBytes data, absl::Span<const int64_t> shape,
+                            bool per_channel, int axis, int64_t block_size,
+                            const QuantSpec& spec) {
+  std::vector<float> values(data.size);
+  if (!values.empty()) {
+    std::memcpy(values.data(), data.data, values.size() * sizeof(float));
+  }
+  absl::StatusOr<QuantizedTensor> q =
+      block_size > 0
+          ? QuantizeTensorBlocked(values, shape, axis, block_size, spec)
+          : QuantizeTensor(values, shape, per_channel, axis, spec);
+  if (q.ok()) {
+    return absl::InternalError(
+        "the fused quantizer failed on a tensor the reference quantizes");
+  }
+  return q.status();
+}
+
+}  // namespace
+
+absl::StatusOr<QuantizedWithError> QuantizeAndMeasure(
+    FloatBytes data, absl::Span<const int64_t> shape, bool per_channel,
+    int axis, int64_t block_size, const QuantSpec& spec,
+    const ParallelFor& parallel_for) {
+  QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
+  if (block_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size must be >= 1, got ", block_size));
+  }
+  const bool blocked = block_size > 0;
+  const int64_t n = NumElements(shape);
+  if (n < 0 || n != data.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape [", absl::StrJoin(shape, ","), "] does not hold ",
+                     data.size, " values"));
+  }
+  QuantizedWithError out;
+  QuantizedTensor& q = out.q;
+  q.spec = spec;
+  ChannelLayout layout;  // Per tensor: one channel spanning everything.
+  layout.inner = n;
+  if (blocked || per_channel) {
+    QUANTD_ASSIGN_OR_RETURN(layout, LayoutFor(shape, axis));
+    q.axis = axis < 0 ? axis + static_cast<int>(shape.size()) : axis;
+  }
+  q.block_size = block_size;
+  const int64_t outer = layout.outer, channels = layout.channels,
+                inner = layout.inner;
+  const int64_t blocks = blocked ? BlockCount(channels, block_size) : 0;
+  q.params.resize(blocked       ? outer * blocks * inner
+                  : per_channel ? channels
+                                : 1);
+  q.values.resize(n);
+
+  Job job;
+  job.src = data.data;
+  job.dst = q.values.data();
+  job.spec = spec;
+  job.grid = grid;
+  job.params = q.params.data();
+  std::vector<TaskResult> results;
+  if (!blocked && !per_channel) {
+    results = PerTensor(n, job, parallel_for);
+  } else if (!blocked && inner != 1) {
+    // Channel c: rows (o, c) of `inner` contiguous values.
+    results =
+        RunGroups(channels, kTaskElements / std::max<int64_t>(outer * inner, 1),
+                  job, parallel_for, [&](int64_t c, Scratch*, TaskResult* r) {
+                    job.BroadcastGroup(
+                        View{c * inner, channels * inner, outer, inner}, c, r);
+                  });
+  } else if (!blocked) {
+    // The channel axis is the innermost: params vary along each row; tiles
+    // of columns over every row.
+    const int64_t tile = TileWidth(outer, channels);
+    results = RunGroups((channels + tile - 1) / tile, 1, job, parallel_for,
+                        [&](int64_t t, Scratch* s, TaskResult* r) {
+                          const int64_t c0 = t * tile;
+                          job.VectorGroup(View{c0, channels, outer,
+                                               std::min(tile, channels - c0)},
+                                          c0, s, r);
+                        });
+  } else if (inner != 1) {
+    // Block (o, b): rows c in the block, each of `inner` values with their
+    // own param; tiles of columns.
+    const int64_t tile = TileWidth(block_size, inner);
+    const int64_t tiles = (inner + tile - 1) / tile;
+    results =
+        RunGroups(outer * blocks * tiles,
+                  kTaskElements / std::max<int64_t>(block_size * tile, 1), job,
+                  parallel_for, [&](int64_t g, Scratch* s, TaskResult* r) {
+                    const int64_t ob = g / tiles, t = g % tiles;
+                    const int64_t o = ob / blocks, b = ob % blocks;
+                    const int64_t c0 = b * block_size, i0 = t * tile;
+                    const View v{(o * channels + c0) * inner + i0, inner,
+                                 std::min(block_size, channels - c0),
+                                 std::min(tile, inner - i0)};
+                    job.VectorGroup(v, ob * inner + i0, s, r);
+                  });
+  } else {
+    // Block (o, b): block_size contiguous values sharing one param; runs
+    // of blocks of one row.
+    const int64_t run = std::max<int64_t>(1, kTaskElements / block_size);
+    const int64_t runs = (blocks + run - 1) / run;
+    results =
+        RunGroups(outer * runs, 1, job, parallel_for,
+                  [&](int64_t g, Scratch*, TaskResult* r) {
+                    const int64_t o = g / runs, b0 = (g % runs) * run;
+                    BlockRun(job, o * channels, (o + 1) * channels, block_size,
+                             b0, std::min(blocks, b0 + run), o * blocks, r);
+                  });
+  }
+
+  bool failed = job.failed;
+  for (const TaskResult& r : results) failed |= r.nan || !r.error.ok();
+  if (failed)
+    return ReferenceError(data, shape, per_channel, axis, block_size, spec);
+  Sums sums;
+  for (const TaskResult& r : results) {
+    sums.signal += r.sums.signal;
+    sums.noise += r.sums.noise;
+  }
+  out.error = ErrorFromSums(sums.signal, sums.noise, n);
+  return out;
+}
+
+}  // namespace quantd::numerics
