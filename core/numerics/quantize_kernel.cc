@@ -64,6 +64,10 @@ constexpr int64_t kTaskElements = int64_t{1} << 16;
 // The shortest row piece a column tile reads: shorter pieces of rows far
 // apart defeat the hardware prefetcher.
 constexpr int64_t kMinTileWidth = 256;
+// Bands of rows whose column ranges are collected apart and merged: a fixed
+// number, so that results do not depend on the threads, enough to keep a
+// few threads busy, few enough that their ranges stay small.
+constexpr int64_t kRangeBands = 16;
 
 // Rows [0, count) of `width` consecutive values, row j starting at element
 // start + j * stride.
@@ -503,6 +507,58 @@ std::vector<TaskResult> PerTensor(int64_t n, Job& job,
   return results;
 }
 
+// Per channel along the innermost axis: every row holds each channel once,
+// so a channel's range needs every row. Two streaming passes: column ranges
+// over fixed bands of rows (merged), then bands of rows quantized with one
+// param per column. Column tiles over all rows would read each row in short
+// pieces, far apart, which the prefetcher does not follow.
+std::vector<TaskResult> InnermostChannels(int64_t rows, int64_t channels,
+                                          Job& job,
+                                          const ParallelFor& parallel_for) {
+  const int64_t padded = RoundUp(channels, kLanes);
+  auto band = [channels](int64_t r0, int64_t r1) {
+    return View{r0 * channels, channels, r1 - r0, channels};
+  };
+  const int64_t bands = std::min(rows, kRangeBands);
+  std::vector<float> min(bands * padded, kInf), max(bands * padded, -kInf);
+  std::vector<TaskResult> band_results(bands);
+  RunTasks(bands, parallel_for, [&](int64_t t) {
+    RangeVector(job.src, band(rows * t / bands, rows * (t + 1) / bands),
+                min.data() + t * padded, max.data() + t * padded,
+                &band_results[t].nan);
+  });
+  const int64_t per_task =
+      std::max<int64_t>(1, kTaskElements / std::max<int64_t>(channels, 1));
+  const int64_t tasks = (rows + per_task - 1) / per_task;
+  std::vector<TaskResult> results(std::max<int64_t>(tasks, 1));
+  for (int64_t t = 0; t < bands; ++t) {
+    if (band_results[t].nan) {
+      results[0].nan = true;
+      return results;
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t i = t * padded + c;
+      min[c] = min[i] < min[c] ? min[i] : min[c];
+      max[c] = max[i] > max[c] ? max[i] : max[c];
+    }
+  }
+  LaneArrays lanes;
+  lanes.Resize(padded);
+  for (int64_t c = 0; c < channels; ++c) {
+    const float lo = bands > 0 ? min[c] : kInf;
+    const float hi = bands > 0 ? max[c] : -kInf;
+    if (!job.Choose(lo, hi, &job.params[c], &results[0])) return results;
+    lanes.Set(c, LaneOf(job.params[c], job.grid));
+  }
+  RunTasks(tasks, parallel_for, [&](int64_t t) {
+    QuantizeVector(job.src,
+                   band(t * per_task, std::min(rows, (t + 1) * per_task)),
+                   lanes.scale.data(), lanes.lo.data(), lanes.hi.data(),
+                   lanes.zp.data(), job.dst, &results[t].sums);
+  });
+  return results;
+}
+
 // Columns per tile of a vector group of `rows` rows: a tile of about
 // kTaskElements values, in whole vectors, at least kMinTileWidth, at most
 // `width`.
@@ -588,16 +644,7 @@ absl::StatusOr<QuantizedWithError> QuantizeAndMeasure(
                         View{c * inner, channels * inner, outer, inner}, c, r);
                   });
   } else if (!blocked) {
-    // The channel axis is the innermost: params vary along each row; tiles
-    // of columns over every row.
-    const int64_t tile = TileWidth(outer, channels);
-    results = RunGroups((channels + tile - 1) / tile, 1, job, parallel_for,
-                        [&](int64_t t, Scratch* s, TaskResult* r) {
-                          const int64_t c0 = t * tile;
-                          job.VectorGroup(View{c0, channels, outer,
-                                               std::min(tile, channels - c0)},
-                                          c0, s, r);
-                        });
+    results = InnermostChannels(outer, channels, job, parallel_for);
   } else if (inner != 1) {
     // Block (o, b): rows c in the block, each of `inner` values with their
     // own param; tiles of columns.
