@@ -11,21 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/numerics/float_bytes.h"
 #include "core/numerics/quant_params.h"
 
 namespace quantd::numerics {
-
-// float32 values stored little-endian at `data`, with no alignment promised
-// (TensorProto.raw_data): the kernel reads them with memcpy-sized loads.
-struct FloatBytes {
-  const char* data = nullptr;
-  int64_t size = 0;  // Values, not bytes.
-
-  static FloatBytes Of(absl::Span<const float> values) {
-    return {reinterpret_cast<const char*>(values.data()),
-            static_cast<int64_t>(values.size())};
-  }
-};
 
 // Runs fn(i) for i in [0, n) and returns when all are done, possibly
 // concurrently (PassHooks::parallel_for has this shape). Empty: serially.
