@@ -93,21 +93,21 @@ Lane LaneOf(const QuantParams& p, const QuantGrid& grid) {
           static_cast<float>(p.zero_point)};
 }
 
-// Per-value params of a vector row, padded to whole vectors with a lane that
-// maps the zero padding to 0 with no error.
+// Per-value params of a vector row: scale and zero point (the clamp bounds
+// follow from the zero point). Padded to whole vectors with scale 1 and zero
+// point quant_min, which map the zero padding to 0 with no error.
 struct LaneArrays {
-  std::vector<float> scale, lo, hi, zp;
-  void Resize(int64_t n) {
+  float quant_min = 0.0f, quant_max = 0.0f;
+  std::vector<float> scale, zp;
+  void Resize(int64_t n, const QuantGrid& grid) {
+    quant_min = static_cast<float>(grid.quant_min);
+    quant_max = static_cast<float>(grid.quant_max);
     scale.assign(n, 1.0f);
-    lo.assign(n, 0.0f);
-    hi.assign(n, 0.0f);
-    zp.assign(n, 0.0f);
+    zp.assign(n, quant_min);
   }
-  void Set(int64_t i, const Lane& l) {
-    scale[i] = l.scale;
-    lo[i] = l.lo;
-    hi[i] = l.hi;
-    zp[i] = l.zp;
+  void Set(int64_t i, const QuantParams& p) {
+    scale[i] = p.scale;
+    zp[i] = static_cast<float>(p.zero_point);
   }
 };
 
@@ -133,10 +133,11 @@ QUANTD_ALWAYS_INLINE void StoreLowBytes(const V8i& b, char* dst) {
 #endif
 }
 
-// Running sums of x^2 and error^2, per lane.
+// Running sums of x^2 and error^2, per lane, in two sets so that two
+// vectors in flight do not wait on one add.
 struct Acc {
-  V8d signal = V8d{};
-  V8d noise = V8d{};
+  V8d signal[2] = {};
+  V8d noise[2] = {};
 };
 
 // Quantizes 8 values to dst[0, 8) and adds their x^2 and error^2 to acc.
@@ -147,7 +148,7 @@ struct Acc {
 // term.
 QUANTD_ALWAYS_INLINE void Quantize8(const V8f& x, const V8f& scale,
                                     const V8f& lo, const V8f& hi, const V8f& zp,
-                                    char* dst, Acc* acc) {
+                                    char* dst, Acc* acc, int set = 0) {
   V8f y = x / scale;
   y = y < lo ? lo : y;
   y = y > hi ? hi : y;
@@ -161,15 +162,17 @@ QUANTD_ALWAYS_INLINE void Quantize8(const V8f& x, const V8f& scale,
   const V8f approx = scale * r;  // DequantizeValue: scale * (q - zp).
   const V8d xd = __builtin_convertvector(x, V8d);
   const V8d e = __builtin_convertvector(x - approx, V8d);
-  acc->signal += xd * xd;
-  acc->noise += e * e;
+  acc->signal[set] += xd * xd;
+  acc->noise[set] += e * e;
 }
 
 QUANTD_ALWAYS_INLINE void AddSums(const Acc& acc, Sums* sums) {
+  const V8d signal = acc.signal[0] + acc.signal[1];
+  const V8d noise = acc.noise[0] + acc.noise[1];
   double s = 0, e = 0;
   for (int k = 0; k < kLanes; ++k) {
-    s += acc.signal[k];
-    e += acc.noise[k];
+    s += signal[k];
+    e += noise[k];
   }
   sums->signal += s;
   sums->noise += e;
@@ -183,7 +186,7 @@ QUANTD_ALWAYS_INLINE void LoadTail(const char* p, int64_t n, V8f* x) {
 
 // Range of some values; NaN is skipped and flagged.
 struct RangeAcc {
-  V8f vmin, vmax;
+  V8f vmin, vmax, vmin2, vmax2;  // Two sets, as Acc.
   V8i bad = V8i{};
   float min = kInf, max = -kInf;
   bool nan = false;
@@ -192,11 +195,23 @@ struct RangeAcc {
 QUANTD_ALWAYS_INLINE void RangeInit(RangeAcc* a) {
   Splat(kInf, &a->vmin);
   Splat(-kInf, &a->vmax);
+  a->vmin2 = a->vmin;
+  a->vmax2 = a->vmax;
 }
 
 QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
                                    RangeAcc* a) {
   int64_t i = 0;
+  for (; i + 2 * kLanes <= width; i += 2 * kLanes) {
+    V8f x0, x1;
+    std::memcpy(&x0, row + i * sizeof(float), sizeof(x0));
+    std::memcpy(&x1, row + (i + kLanes) * sizeof(float), sizeof(x1));
+    a->vmin = x0 < a->vmin ? x0 : a->vmin;
+    a->vmax = x0 > a->vmax ? x0 : a->vmax;
+    a->vmin2 = x1 < a->vmin2 ? x1 : a->vmin2;
+    a->vmax2 = x1 > a->vmax2 ? x1 : a->vmax2;
+    a->bad |= (x0 != x0) | (x1 != x1);
+  }
   for (; i + kLanes <= width; i += kLanes) {
     V8f x;
     std::memcpy(&x, row + i * sizeof(float), sizeof(x));
@@ -215,9 +230,24 @@ QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
 
 // Folds the lanes into a->min, a->max, a->nan.
 QUANTD_ALWAYS_INLINE void RangeFinish(RangeAcc* a) {
+  V8f lo = a->vmin2 < a->vmin ? a->vmin2 : a->vmin;
+  V8f hi = a->vmax2 > a->vmax ? a->vmax2 : a->vmax;
+  // Halve the lanes three times (the order of min / max does not matter).
+  V8f t = __builtin_shufflevector(lo, lo, 4, 5, 6, 7, 0, 1, 2, 3);
+  lo = t < lo ? t : lo;
+  t = __builtin_shufflevector(lo, lo, 2, 3, 0, 1, 6, 7, 4, 5);
+  lo = t < lo ? t : lo;
+  t = __builtin_shufflevector(lo, lo, 1, 0, 3, 2, 5, 4, 7, 6);
+  lo = t < lo ? t : lo;
+  t = __builtin_shufflevector(hi, hi, 4, 5, 6, 7, 0, 1, 2, 3);
+  hi = t > hi ? t : hi;
+  t = __builtin_shufflevector(hi, hi, 2, 3, 0, 1, 6, 7, 4, 5);
+  hi = t > hi ? t : hi;
+  t = __builtin_shufflevector(hi, hi, 1, 0, 3, 2, 5, 4, 7, 6);
+  hi = t > hi ? t : hi;
+  a->min = lo[0] < a->min ? lo[0] : a->min;
+  a->max = hi[0] > a->max ? hi[0] : a->max;
   for (int k = 0; k < kLanes; ++k) {
-    a->min = a->vmin[k] < a->min ? a->vmin[k] : a->min;
-    a->max = a->vmax[k] > a->max ? a->vmax[k] : a->max;
     a->nan |= a->bad[k] != 0;
   }
 }
@@ -228,6 +258,13 @@ QUANTD_ALWAYS_INLINE void QuantizeRow(const char* row, int64_t width,
                                       const V8f& hi, const V8f& zp, char* out,
                                       Acc* acc) {
   int64_t i = 0;
+  for (; i + 2 * kLanes <= width; i += 2 * kLanes) {
+    V8f x0, x1;
+    std::memcpy(&x0, row + i * sizeof(float), sizeof(x0));
+    std::memcpy(&x1, row + (i + kLanes) * sizeof(float), sizeof(x1));
+    Quantize8(x0, scale, lo, hi, zp, out + i, acc, 0);
+    Quantize8(x1, scale, lo, hi, zp, out + i + kLanes, acc, 1);
+  }
   for (; i + kLanes <= width; i += kLanes) {
     V8f x;
     std::memcpy(&x, row + i * sizeof(float), sizeof(x));
@@ -313,27 +350,41 @@ QUANTD_QUANT_KERNEL void QuantizeBroadcast(const char* src, const View& v,
 // Quantizes the view with param i for column i (arrays padded to whole
 // vectors).
 QUANTD_QUANT_KERNEL void QuantizeVector(const char* src, const View& v,
-                                        const float* scales, const float* los,
-                                        const float* his, const float* zps,
-                                        char* dst, Sums* sums) {
+                                        const LaneArrays& lanes, char* dst,
+                                        Sums* sums) {
+  V8f qmin, qmax;
+  Splat(lanes.quant_min, &qmin);
+  Splat(lanes.quant_max, &qmax);
+  const float* scales = lanes.scale.data();
+  const float* zps = lanes.zp.data();
   Acc acc;
   for (int64_t j = 0; j < v.count; ++j) {
     const int64_t at = v.start + j * v.stride;
     const char* row = src + at * sizeof(float);
     char* out = dst + at;
-    for (int64_t i = 0; i < v.width; i += kLanes) {
-      V8f x, scale, lo, hi, zp;
+    int64_t i = 0;
+    for (; i + 2 * kLanes <= v.width; i += 2 * kLanes) {
+      V8f x0, x1, s0, s1, z0, z1;
+      std::memcpy(&x0, row + i * sizeof(float), sizeof(x0));
+      std::memcpy(&x1, row + (i + kLanes) * sizeof(float), sizeof(x1));
+      std::memcpy(&s0, scales + i, sizeof(s0));
+      std::memcpy(&s1, scales + i + kLanes, sizeof(s1));
+      std::memcpy(&z0, zps + i, sizeof(z0));
+      std::memcpy(&z1, zps + i + kLanes, sizeof(z1));
+      Quantize8(x0, s0, qmin - z0, qmax - z0, z0, out + i, &acc, 0);
+      Quantize8(x1, s1, qmin - z1, qmax - z1, z1, out + i + kLanes, &acc, 1);
+    }
+    for (; i < v.width; i += kLanes) {
+      V8f x, scale, zp;
       std::memcpy(&scale, scales + i, sizeof(scale));
-      std::memcpy(&lo, los + i, sizeof(lo));
-      std::memcpy(&hi, his + i, sizeof(hi));
       std::memcpy(&zp, zps + i, sizeof(zp));
       if (i + kLanes <= v.width) {
         std::memcpy(&x, row + i * sizeof(float), sizeof(x));
-        Quantize8(x, scale, lo, hi, zp, out + i, &acc);
+        Quantize8(x, scale, qmin - zp, qmax - zp, zp, out + i, &acc);
       } else {
         LoadTail(row + i * sizeof(float), v.width - i, &x);
         char q[kLanes];
-        Quantize8(x, scale, lo, hi, zp, q, &acc);
+        Quantize8(x, scale, qmin - zp, qmax - zp, zp, q, &acc);
         std::memcpy(out + i, q, v.width - i);
       }
     }
@@ -353,10 +404,47 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+// Blocks [0, count) of `block` contiguous values each from element `start`
+// (the last one shorter when the row ends first, at `end`). Ranges and
+// quantization are separate kernels with the params chosen in between: a
+// call inside the loop would spill the vector accumulators on every block.
+QUANTD_QUANT_KERNEL void RangeBlocks(const char* src, int64_t start,
+                                     int64_t end, int64_t block, int64_t count,
+                                     float* min, float* max, bool* nan) {
+  bool any_nan = false;
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t at = start + b * block;
+    RangeAcc a;
+    RangeInit(&a);
+    RangeRow(src + at * sizeof(float), std::min(block, end - at), &a);
+    RangeFinish(&a);
+    min[b] = a.min;
+    max[b] = a.max;
+    any_nan |= a.nan;
+  }
+  *nan |= any_nan;
+}
+
+QUANTD_QUANT_KERNEL void QuantizeBlocks(const char* src, int64_t start,
+                                        int64_t end, int64_t block,
+                                        int64_t count, const Lane* lanes,
+                                        char* dst, Sums* sums) {
+  Acc acc;
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t at = start + b * block;
+    V8f scale, lo, hi, zp;
+    Splat(lanes[b], &scale, &lo, &hi, &zp);
+    QuantizeRow(src + at * sizeof(float), std::min(block, end - at), scale, lo,
+                hi, zp, dst + at, &acc);
+  }
+  AddSums(acc, sums);
+}
+
 // Buffers one task reuses across its vector groups.
 struct Scratch {
   std::vector<float> min, max;
   LaneArrays lanes;
+  std::vector<Lane> block_lanes;
 };
 
 // What one task found: its share of the sums, and why it stopped.
@@ -400,6 +488,29 @@ struct Job {
     QuantizeBroadcast(src, v, LaneOf(params[param], grid), dst, &r->sums);
   }
 
+  // Blocks [b0, b1) of the row [start, end), `block` values each; block b
+  // uses param `param0` + b.
+  void BlockRun(int64_t start, int64_t end, int64_t block, int64_t b0,
+                int64_t b1, int64_t param0, Scratch* s, TaskResult* r) {
+    const int64_t count = b1 - b0, first = start + b0 * block;
+    s->min.resize(count);
+    s->max.resize(count);
+    RangeBlocks(src, first, end, block, count, s->min.data(), s->max.data(),
+                &r->nan);
+    if (r->nan) {
+      failed = true;
+      return;
+    }
+    s->block_lanes.resize(count);
+    for (int64_t b = 0; b < count; ++b) {
+      QuantParams& p = params[param0 + b0 + b];
+      if (!Choose(s->min[b], s->max[b], &p, r)) return;
+      s->block_lanes[b] = LaneOf(p, grid);
+    }
+    QuantizeBlocks(src, first, end, block, count, s->block_lanes.data(), dst,
+                   &r->sums);
+  }
+
   // A group whose column i uses param `base` + i.
   void VectorGroup(const View& v, int64_t base, Scratch* s, TaskResult* r) {
     const int64_t padded = RoundUp(v.width, kLanes);
@@ -410,44 +521,14 @@ struct Job {
       failed = true;
       return;
     }
-    s->lanes.Resize(padded);
+    s->lanes.Resize(padded, grid);
     for (int64_t i = 0; i < v.width; ++i) {
       if (!Choose(s->min[i], s->max[i], &params[base + i], r)) return;
-      s->lanes.Set(i, LaneOf(params[base + i], grid));
+      s->lanes.Set(i, params[base + i]);
     }
-    QuantizeVector(src, v, s->lanes.scale.data(), s->lanes.lo.data(),
-                   s->lanes.hi.data(), s->lanes.zp.data(), dst, &r->sums);
+    QuantizeVector(src, v, s->lanes, dst, &r->sums);
   }
 };
-
-// Blocks [b0, b1) of `block` contiguous values each (the last one may be
-// shorter: the row ends at `end`), starting at element `start`; block b
-// uses param `param0` + b. One call per run of blocks: blocks are short.
-QUANTD_QUANT_KERNEL void BlockRun(Job& job, int64_t start, int64_t end,
-                                  int64_t block, int64_t b0, int64_t b1,
-                                  int64_t param0, TaskResult* r) {
-  Acc acc;
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t at = start + b * block;
-    const int64_t width = std::min(block, end - at);
-    const char* row = job.src + at * sizeof(float);
-    RangeAcc a;
-    RangeInit(&a);
-    RangeRow(row, width, &a);
-    RangeFinish(&a);
-    if (a.nan) {
-      r->nan = true;
-      job.failed = true;
-      break;
-    }
-    QuantParams& p = job.params[param0 + b];
-    if (!job.Choose(a.min, a.max, &p, r)) break;
-    V8f scale, lo, hi, zp;
-    Splat(LaneOf(p, job.grid), &scale, &lo, &hi, &zp);
-    QuantizeRow(row, width, scale, lo, hi, zp, job.dst + at, &acc);
-  }
-  AddSums(acc, &r->sums);
-}
 
 void RunTasks(int64_t n, const ParallelFor& parallel_for,
               const std::function<void(int64_t)>& fn) {
@@ -543,18 +624,17 @@ std::vector<TaskResult> InnermostChannels(int64_t rows, int64_t channels,
     }
   }
   LaneArrays lanes;
-  lanes.Resize(padded);
+  lanes.Resize(padded, job.grid);
   for (int64_t c = 0; c < channels; ++c) {
     const float lo = bands > 0 ? min[c] : kInf;
     const float hi = bands > 0 ? max[c] : -kInf;
     if (!job.Choose(lo, hi, &job.params[c], &results[0])) return results;
-    lanes.Set(c, LaneOf(job.params[c], job.grid));
+    lanes.Set(c, job.params[c]);
   }
   RunTasks(tasks, parallel_for, [&](int64_t t) {
     QuantizeVector(job.src,
                    band(t * per_task, std::min(rows, (t + 1) * per_task)),
-                   lanes.scale.data(), lanes.lo.data(), lanes.hi.data(),
-                   lanes.zp.data(), job.dst, &results[t].sums);
+                   lanes, job.dst, &results[t].sums);
   });
   return results;
 }
@@ -667,13 +747,13 @@ absl::StatusOr<QuantizedWithError> QuantizeAndMeasure(
     // of blocks of one row.
     const int64_t run = std::max<int64_t>(1, kTaskElements / block_size);
     const int64_t runs = (blocks + run - 1) / run;
-    results =
-        RunGroups(outer * runs, 1, job, parallel_for,
-                  [&](int64_t g, Scratch*, TaskResult* r) {
-                    const int64_t o = g / runs, b0 = (g % runs) * run;
-                    BlockRun(job, o * channels, (o + 1) * channels, block_size,
-                             b0, std::min(blocks, b0 + run), o * blocks, r);
-                  });
+    results = RunGroups(outer * runs, 1, job, parallel_for,
+                        [&](int64_t g, Scratch* s, TaskResult* r) {
+                          const int64_t o = g / runs, b0 = (g % runs) * run;
+                          job.BlockRun(
+                              o * channels, (o + 1) * channels, block_size, b0,
+                              std::min(blocks, b0 + run), o * blocks, s, r);
+                        });
   }
 
   bool failed = job.failed;
