@@ -629,10 +629,10 @@ QuantizedWeight QuantizeWeight(
       return out;
     }
     values = std::move(*read);
-    graph::ClearTensorData(tensor);
     view = numerics::FloatBytes::Of(values);
   }
   if (cancelled()) return out;
+  if (!values.empty()) graph::ClearTensorData(tensor);
   std::optional<GptqWeight> gptq;
   // GPTQ that lost its cross-check: reported, not used.
   std::optional<GptqWeight> held_out;
