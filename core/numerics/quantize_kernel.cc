@@ -133,14 +133,14 @@ QUANTD_ALWAYS_INLINE void StoreLowBytes(const V8i& b, char* dst) {
 #endif
 }
 
-// Running sums of x^2 and error^2, per lane, in two sets so that two
-// vectors in flight do not wait on one add.
+// Running sums of error^2, per lane, in two sets so that two vectors in
+// flight do not wait on one add. (x^2 is summed by the range pass, which
+// waits on memory and has the time for its conversions to double.)
 struct Acc {
-  V8d signal[2] = {};
   V8d noise[2] = {};
 };
 
-// Quantizes 8 values to dst[0, 8) and adds their x^2 and error^2 to acc.
+// Quantizes 8 values to dst[0, 8) and adds their error^2 to acc.
 // The error x - approx is exact in float: approx is 0 (then it is x), or
 // within half a step (a step and a half where the grid's edge clamps) of x
 // with |approx| >= one step, so x / approx is in [1/2, 2] and the
@@ -160,21 +160,14 @@ QUANTD_ALWAYS_INLINE void Quantize8(const V8f& x, const V8f& scale,
   // int8 / uint8 bit pattern.
   StoreLowBytes((V8i)(t + zp) & 0xFF, dst);
   const V8f approx = scale * r;  // DequantizeValue: scale * (q - zp).
-  const V8d xd = __builtin_convertvector(x, V8d);
   const V8d e = __builtin_convertvector(x - approx, V8d);
-  acc->signal[set] += xd * xd;
   acc->noise[set] += e * e;
 }
 
 QUANTD_ALWAYS_INLINE void AddSums(const Acc& acc, Sums* sums) {
-  const V8d signal = acc.signal[0] + acc.signal[1];
   const V8d noise = acc.noise[0] + acc.noise[1];
-  double s = 0, e = 0;
-  for (int k = 0; k < kLanes; ++k) {
-    s += signal[k];
-    e += noise[k];
-  }
-  sums->signal += s;
+  double e = 0;
+  for (int k = 0; k < kLanes; ++k) e += noise[k];
   sums->noise += e;
 }
 
@@ -185,12 +178,21 @@ QUANTD_ALWAYS_INLINE void LoadTail(const char* p, int64_t n, V8f* x) {
 }
 
 // Range of some values; NaN is skipped and flagged.
+// Range of some values, NaN skipped and flagged, and the sum of their
+// squares in double (MeasureError's signal terms).
 struct RangeAcc {
   V8f vmin, vmax, vmin2, vmax2;  // Two sets, as Acc.
   V8i bad = V8i{};
+  V8d signal[2] = {};
   float min = kInf, max = -kInf;
   bool nan = false;
+  double scalar_signal = 0.0;
 };
+
+QUANTD_ALWAYS_INLINE void AddSquares(const V8f& x, V8d* acc) {
+  const V8d xd = __builtin_convertvector(x, V8d);
+  *acc += xd * xd;
+}
 
 QUANTD_ALWAYS_INLINE void RangeInit(RangeAcc* a) {
   Splat(kInf, &a->vmin);
@@ -211,6 +213,8 @@ QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
     a->vmin2 = x1 < a->vmin2 ? x1 : a->vmin2;
     a->vmax2 = x1 > a->vmax2 ? x1 : a->vmax2;
     a->bad |= (x0 != x0) | (x1 != x1);
+    AddSquares(x0, &a->signal[0]);
+    AddSquares(x1, &a->signal[1]);
   }
   for (; i + kLanes <= width; i += kLanes) {
     V8f x;
@@ -218,6 +222,7 @@ QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
     a->vmin = x < a->vmin ? x : a->vmin;
     a->vmax = x > a->vmax ? x : a->vmax;
     a->bad |= x != x;
+    AddSquares(x, &a->signal[0]);
   }
   for (; i < width; ++i) {
     float x;
@@ -225,6 +230,7 @@ QUANTD_ALWAYS_INLINE void RangeRow(const char* row, int64_t width,
     a->min = x < a->min ? x : a->min;
     a->max = x > a->max ? x : a->max;
     a->nan |= x != x;
+    a->scalar_signal += static_cast<double>(x) * x;
   }
 }
 
@@ -250,6 +256,14 @@ QUANTD_ALWAYS_INLINE void RangeFinish(RangeAcc* a) {
   for (int k = 0; k < kLanes; ++k) {
     a->nan |= a->bad[k] != 0;
   }
+}
+
+// Adds the squares a summed to *signal.
+QUANTD_ALWAYS_INLINE void AddSignal(const RangeAcc& a, double* signal) {
+  const V8d v = a.signal[0] + a.signal[1];
+  double s = a.scalar_signal;
+  for (int k = 0; k < kLanes; ++k) s += v[k];
+  *signal += s;
 }
 
 // Quantizes `width` values at row into out with one param.
@@ -289,7 +303,8 @@ QUANTD_ALWAYS_INLINE void Splat(const Lane& lane, V8f* scale, V8f* lo, V8f* hi,
 
 // Range of every value the view covers, NaN skipped and flagged.
 QUANTD_QUANT_KERNEL void RangeBroadcast(const char* src, const View& v,
-                                        float* min, float* max, bool* nan) {
+                                        float* min, float* max, bool* nan,
+                                        double* signal) {
   RangeAcc a;
   RangeInit(&a);
   for (int64_t j = 0; j < v.count; ++j) {
@@ -299,13 +314,15 @@ QUANTD_QUANT_KERNEL void RangeBroadcast(const char* src, const View& v,
   *min = a.min < *min ? a.min : *min;
   *max = a.max > *max ? a.max : *max;
   *nan |= a.nan;
+  AddSignal(a, signal);
 }
 
 // Per-column range: min[i], max[i] over the view's rows, for i < width.
 QUANTD_QUANT_KERNEL void RangeVector(const char* src, const View& v, float* min,
-                                     float* max, bool* nan) {
+                                     float* max, bool* nan, double* signal) {
   V8i bad = V8i{};
   bool sbad = false;
+  RangeAcc squares;
   for (int64_t j = 0; j < v.count; ++j) {
     const char* row = src + (v.start + j * v.stride) * sizeof(float);
     int64_t i = 0;
@@ -317,6 +334,7 @@ QUANTD_QUANT_KERNEL void RangeVector(const char* src, const View& v, float* min,
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;
       bad |= x != x;
+      AddSquares(x, &squares.signal[0]);
       std::memcpy(min + i, &lo, sizeof(lo));
       std::memcpy(max + i, &hi, sizeof(hi));
     }
@@ -326,10 +344,12 @@ QUANTD_QUANT_KERNEL void RangeVector(const char* src, const View& v, float* min,
       min[i] = x < min[i] ? x : min[i];
       max[i] = x > max[i] ? x : max[i];
       sbad |= x != x;
+      squares.scalar_signal += static_cast<double>(x) * x;
     }
   }
   for (int k = 0; k < kLanes; ++k) sbad |= bad[k] != 0;
   *nan |= sbad;
+  AddSignal(squares, signal);
 }
 
 // Quantizes the view with one param.
@@ -410,8 +430,10 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
 // call inside the loop would spill the vector accumulators on every block.
 QUANTD_QUANT_KERNEL void RangeBlocks(const char* src, int64_t start,
                                      int64_t end, int64_t block, int64_t count,
-                                     float* min, float* max, bool* nan) {
+                                     float* min, float* max, bool* nan,
+                                     double* signal) {
   bool any_nan = false;
+  RangeAcc squares;
   for (int64_t b = 0; b < count; ++b) {
     const int64_t at = start + b * block;
     RangeAcc a;
@@ -421,8 +443,12 @@ QUANTD_QUANT_KERNEL void RangeBlocks(const char* src, int64_t start,
     min[b] = a.min;
     max[b] = a.max;
     any_nan |= a.nan;
+    squares.signal[0] += a.signal[0];
+    squares.signal[1] += a.signal[1];
+    squares.scalar_signal += a.scalar_signal;
   }
   *nan |= any_nan;
+  AddSignal(squares, signal);
 }
 
 QUANTD_QUANT_KERNEL void QuantizeBlocks(const char* src, int64_t start,
@@ -479,7 +505,7 @@ struct Job {
   // A group sharing one param, `param`: range, param, quantize.
   void BroadcastGroup(const View& v, int64_t param, TaskResult* r) {
     float min = kInf, max = -kInf;
-    RangeBroadcast(src, v, &min, &max, &r->nan);
+    RangeBroadcast(src, v, &min, &max, &r->nan, &r->sums.signal);
     if (r->nan) {
       failed = true;
       return;
@@ -496,7 +522,7 @@ struct Job {
     s->min.resize(count);
     s->max.resize(count);
     RangeBlocks(src, first, end, block, count, s->min.data(), s->max.data(),
-                &r->nan);
+                &r->nan, &r->sums.signal);
     if (r->nan) {
       failed = true;
       return;
@@ -516,7 +542,7 @@ struct Job {
     const int64_t padded = RoundUp(v.width, kLanes);
     s->min.assign(padded, kInf);
     s->max.assign(padded, -kInf);
-    RangeVector(src, v, s->min.data(), s->max.data(), &r->nan);
+    RangeVector(src, v, s->min.data(), s->max.data(), &r->nan, &r->sums.signal);
     if (r->nan) {
       failed = true;
       return;
@@ -572,7 +598,8 @@ std::vector<TaskResult> PerTensor(int64_t n, Job& job,
   std::vector<float> mins(tasks, kInf), maxs(tasks, -kInf);
   std::vector<TaskResult> results(std::max<int64_t>(tasks, 1));
   RunTasks(tasks, parallel_for, [&](int64_t t) {
-    RangeBroadcast(job.src, chunk(t), &mins[t], &maxs[t], &results[t].nan);
+    RangeBroadcast(job.src, chunk(t), &mins[t], &maxs[t], &results[t].nan,
+                   &results[t].sums.signal);
   });
   float min = kInf, max = -kInf;
   for (int64_t t = 0; t < tasks; ++t) {
@@ -606,7 +633,7 @@ std::vector<TaskResult> InnermostChannels(int64_t rows, int64_t channels,
   RunTasks(bands, parallel_for, [&](int64_t t) {
     RangeVector(job.src, band(rows * t / bands, rows * (t + 1) / bands),
                 min.data() + t * padded, max.data() + t * padded,
-                &band_results[t].nan);
+                &band_results[t].nan, &band_results[t].sums.signal);
   });
   const int64_t per_task =
       std::max<int64_t>(1, kTaskElements / std::max<int64_t>(channels, 1));
@@ -617,6 +644,7 @@ std::vector<TaskResult> InnermostChannels(int64_t rows, int64_t channels,
       results[0].nan = true;
       return results;
     }
+    results[0].sums.signal += band_results[t].sums.signal;
     for (int64_t c = 0; c < channels; ++c) {
       const int64_t i = t * padded + c;
       min[c] = min[i] < min[c] ? min[i] : min[c];
