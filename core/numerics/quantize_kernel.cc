@@ -8,8 +8,8 @@
 // integer zp is exact. round() is half to even by adding and subtracting
 // 1.5 * 2^23, exact in FE_TONEAREST for |y| < 2^22, which the clamp
 // guarantees. The division stays a division: a multiply by 1/s rounds
-// differently for some x. The error terms are MeasureError's:
-// (double)x - (double)(s * (q - zp)), squared in double.
+// differently for some x. The error terms are MeasureError's: x and
+// x - s * (q - zp) (exact in float, see Quantize8), squared in double.
 #include "core/numerics/quantize_kernel.h"
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // The fused weight quantizer: range, parameters, quantized values and error
-// statistics of a float tensor in one vectorised pass per cache-sized tile,
-// read straight from the tensor's bytes. QuantizeTensor /
+// statistics of a float tensor read straight from its bytes, vectorised, in
+// one pass over memory per cache-sized tile (two streaming passes when a
+// range spans the whole tensor: per tensor, or channels on the innermost
+// axis). QuantizeTensor /
 // QuantizeTensorBlocked + DequantizeTensor + MeasureError
 // (core/numerics/quant_params.h) are its reference.
 #ifndef QUANTD_CORE_NUMERICS_QUANTIZE_KERNEL_H_
