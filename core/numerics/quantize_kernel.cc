@@ -627,7 +627,10 @@ std::vector<TaskResult> InnermostChannels(int64_t rows, int64_t channels,
   auto band = [channels](int64_t r0, int64_t r1) {
     return View{r0 * channels, channels, r1 - r0, channels};
   };
-  const int64_t bands = std::min(rows, kRangeBands);
+  // Each band holds a min and a max per channel: at most one band per 64
+  // rows keeps them within 1/32 of the tensor's size.
+  const int64_t bands = std::min(
+      kRangeBands, std::max<int64_t>(rows / 64, std::min<int64_t>(rows, 1)));
   std::vector<float> min(bands * padded, kInf), max(bands * padded, -kInf);
   std::vector<TaskResult> band_results(bands);
   RunTasks(bands, parallel_for, [&](int64_t t) {
