@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds quantd and prints two benchmark tables:
+# Builds quantd and prints these benchmark tables:
 # 1. End to end: a zero-copy gRPC echo of the model (the peer), a
 #    pass-through and Quantize (DYNAMIC_RANGE W8A8) of the same model, over
 #    loopback, and the server's peak memory per call, for the bundled digits
@@ -7,6 +7,9 @@
 # 2. The FP32 executor that calibration runs on, against ONNX Runtime on the
 #    same model and thread count (ResNet-18, MobileNetV2).
 # 3. The executor's QLinearConv against its float Conv on a ResNet-18 layer.
+# 4. Weight quantization of one 4096x4096 tensor (numerics::QuantizeAndMeasure)
+#    against memcpy, the path it replaced, and torch.quantize_per_channel
+#    (bench/torch_quantize_per_channel.py, Debian's python3-torch).
 # Models (random weights) are made by scripts/make_resnet18.py into
 # build/bench/ on first use.
 set -euo pipefail
@@ -27,3 +30,12 @@ echo
 echo
 "$BUILD_DIR/bench/qlinear_conv_bench" 2>>"$BUILD_DIR/bench/bench.log" ||
   { cat "$BUILD_DIR/bench/bench.log"; exit 1; }
+echo
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  /usr/bin/python3 bench/torch_quantize_per_channel.py >"$BUILD_DIR/bench/torch_peer.txt"
+else
+  echo "(python3-torch missing: no torch column)"
+  : >"$BUILD_DIR/bench/torch_peer.txt"
+fi
+"$BUILD_DIR/bench/weight_kernel_bench" --peer_file="$BUILD_DIR/bench/torch_peer.txt" \
+  2>>"$BUILD_DIR/bench/bench.log" || { cat "$BUILD_DIR/bench/bench.log"; exit 1; }

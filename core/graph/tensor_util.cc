@@ -185,6 +185,30 @@ absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
   return values;
 }
 
+absl::StatusOr<numerics::FloatBytes> ViewFloatTensor(
+    const TensorProto& tensor) {
+  if (tensor.data_type() != TensorProto::FLOAT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor.name(), "' is not FLOAT"));
+  }
+  if (HasExternalData(tensor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor.name(),
+        "' stores its values in an external file, which is not part of the "
+        "model bytes"));
+  }
+  QUANTD_RETURN_IF_ERROR(CheckTensorSize(tensor));
+  const int64_t n = NumElements(tensor);
+  if (!tensor.has_raw_data()) {
+    return numerics::FloatBytes::Of(tensor.float_data());
+  }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return absl::UnimplementedError("raw_data is little-endian");
+#else
+  return numerics::FloatBytes{tensor.raw_data().data(), n};
+#endif
+}
+
 uint64_t DataBytes(const TensorProto& tensor) {
   if (tensor.has_raw_data()) return tensor.raw_data().size();
   auto [entries, per_element] = TypedFieldSize(tensor);

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/numerics/float_bytes.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::graph {
@@ -48,6 +49,13 @@ bool HasExternalData(const onnx::TensorProto& tensor);
 // The values of a FLOAT tensor, from raw_data (little-endian) or float_data.
 // INVALID_ARGUMENT for another type, external data or a size mismatch.
 absl::StatusOr<std::vector<float>> ReadFloatTensor(
+    const onnx::TensorProto& tensor);
+
+// The values of a FLOAT tensor in place, without ReadFloatTensor's copy:
+// raw_data (unaligned) or float_data. Valid while the tensor is unchanged.
+// Errors as ReadFloatTensor; UNIMPLEMENTED for raw_data on a big-endian
+// host (the caller copies with ReadFloatTensor).
+absl::StatusOr<numerics::FloatBytes> ViewFloatTensor(
     const onnx::TensorProto& tensor);
 
 // Bytes of the tensor's stored values (what it weighs in the model).

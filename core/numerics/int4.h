@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace quantd::numerics {
@@ -36,6 +37,11 @@ inline int64_t PackedInt4Bytes(int64_t n) { return n / 2 + (n & 1); }
 // [0, 15]. INVALID_ARGUMENT naming the first value off the grid.
 absl::StatusOr<std::string> PackInt4(absl::Span<const int32_t> values,
                                      bool is_signed);
+
+// PackInt4 of values stored one per byte (QuantizedTensor::values: the int8
+// bit pattern when is_signed, else uint8), without widening them to int32.
+absl::StatusOr<std::string> PackInt4Bytes(absl::string_view values,
+                                          bool is_signed);
 
 // Unpacks n values from `packed` (sign-extended when is_signed).
 // INVALID_ARGUMENT when `packed` is not PackedInt4Bytes(n) long.

@@ -123,7 +123,9 @@ NudgedRange Nudge(float min, float max, int32_t quant_min, int32_t quant_max) {
   const float quant_max_float = static_cast<float>(quant_max);
   out.scale = (max - min) / (quant_max_float - quant_min_float);
   const float zero_point_from_min = quant_min_float - min / out.scale;
-  if (zero_point_from_min < quant_min_float) {
+  // NaN when the scale underflows to 0 with min = 0 (0 / 0): min = 0 is
+  // zero point quant_min. TF's kernel rounds the NaN into an int (undefined).
+  if (!(zero_point_from_min >= quant_min_float)) {
     out.nudged_zero_point = quant_min;
   } else if (zero_point_from_min > quant_max_float) {
     out.nudged_zero_point = quant_max;
@@ -170,17 +172,24 @@ absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
     return absl::InvalidArgumentError(
         absl::StrCat("range min ", min, " > max ", max));
   }
+  const QuantParams params = ChooseQuantParamsUnchecked(min, max, spec, grid);
+  if (!std::isfinite(params.scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("range [", std::min(min, 0.0f), ", ", std::max(max, 0.0f),
+                     "] is too wide for a float scale"));
+  }
+  return params;
+}
+
+QuantParams ChooseQuantParamsUnchecked(float min, float max,
+                                       const QuantSpec& spec,
+                                       const QuantGrid& grid) {
   // Zero must be exactly representable (padding, ReLU outputs), so the range
   // always contains it.
   min = std::min(min, 0.0f);
   max = std::max(max, 0.0f);
-
   QuantParams params = spec.symmetric ? SymmetricParams(min, max, spec, grid)
                                       : AsymmetricParams(min, max, spec);
-  if (!std::isfinite(params.scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "range [", min, ", ", max, "] is too wide for a float scale"));
-  }
   // An all-zero range (or one so small the scale underflows): any scale maps
   // every value to the zero point; 1 keeps dequantization well defined.
   if (!(params.scale > 0.0f)) params.scale = 1.0f;
@@ -409,7 +418,12 @@ ErrorStats MeasureError(absl::Span<const float> reference,
     signal += r * r;
     noise += e * e;
   }
-  stats.mse = reference.empty() ? 0.0 : noise / reference.size();
+  return ErrorFromSums(signal, noise, static_cast<int64_t>(reference.size()));
+}
+
+ErrorStats ErrorFromSums(double signal, double noise, int64_t count) {
+  ErrorStats stats;
+  stats.mse = count == 0 ? 0.0 : noise / count;
   // log10(signal / 0) would be +inf anyway, but 0/0 is NaN: say it outright.
   stats.sqnr_db = noise == 0.0 ? std::numeric_limits<double>::infinity()
                                : 10.0 * std::log10(signal / noise);

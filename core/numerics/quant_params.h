@@ -72,6 +72,14 @@ std::pair<float, float> AdjustRange(float batch_min, float batch_max, int bits,
 absl::StatusOr<QuantParams> ChooseQuantParams(float min, float max,
                                               const QuantSpec& spec);
 
+// ChooseQuantParams without its checks, for kernels choosing many params:
+// `min` <= `max` must be finite and `grid` must be GridFor(spec). The scale
+// is infinite when the range is too wide for a float scale (ChooseQuantParams
+// then fails); the caller checks.
+QuantParams ChooseQuantParamsUnchecked(float min, float max,
+                                       const QuantSpec& spec,
+                                       const QuantGrid& grid);
+
 // ONNX QuantizeLinear on one value: round(x / scale) half to even, plus the
 // zero point, saturated to the grid. NaN maps to the zero point. Assumes the
 // default FE_TONEAREST rounding mode.
@@ -156,6 +164,10 @@ struct ErrorStats {
 };
 ErrorStats MeasureError(absl::Span<const float> reference,
                         absl::Span<const float> approx);
+
+// The ErrorStats of `count` values whose sum(ref^2) is `signal` and
+// sum((ref - approx)^2) is `noise`, with MeasureError's edge cases.
+ErrorStats ErrorFromSums(double signal, double noise, int64_t count);
 
 }  // namespace quantd::numerics
 

@@ -15,6 +15,7 @@
 #include "core/graph/graph_edit.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
+#include "core/numerics/quantize_kernel.h"
 #include "core/passes/gptq_weight.h"
 
 namespace quantd::passes {
@@ -507,20 +508,26 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   return r;
 }
 
-// A tensor of packed 4-bit values (INT4, or UINT4 when !is_signed), from
-// values already on the grid.
-absl::StatusOr<TensorProto> MakeFourBitTensor(const std::string& name,
-                                              absl::Span<const int64_t> dims,
-                                              absl::Span<const int32_t> values,
-                                              bool is_signed) {
-  QUANTD_ASSIGN_OR_RETURN(std::string packed,
-                          numerics::PackInt4(values, is_signed));
+// A tensor of 4-bit values (INT4, or UINT4 when !is_signed) already packed.
+TensorProto FourBitTensor(const std::string& name,
+                          absl::Span<const int64_t> dims, std::string packed,
+                          bool is_signed) {
   TensorProto t;
   t.set_name(name);
   t.set_data_type(is_signed ? numerics::kOnnxInt4 : numerics::kOnnxUint4);
   for (int64_t d : dims) t.add_dims(d);
   t.set_raw_data(std::move(packed));
   return t;
+}
+
+// A tensor of packed 4-bit values, from values already on the grid.
+absl::StatusOr<TensorProto> MakeFourBitTensor(const std::string& name,
+                                              absl::Span<const int64_t> dims,
+                                              absl::Span<const int32_t> values,
+                                              bool is_signed) {
+  QUANTD_ASSIGN_OR_RETURN(std::string packed,
+                          numerics::PackInt4(values, is_signed));
+  return FourBitTensor(name, dims, std::move(packed), is_signed);
 }
 
 // Scale and zero point initializers: [C] when per channel, the weight's
@@ -579,15 +586,18 @@ absl::StatusOr<GptqWeight> RunGptq(const onnx::GraphProto& graph,
 }
 
 // Quantizes one weight; runs concurrently with others (touches only its own
-// tensor). The float values are freed from the model first thing.
-// `check_cancelled` (may be empty; must be thread-safe) is polled between the
-// steps over the whole tensor, so a cancelled job does not wait for a large
-// weight to finish (each step is tens of milliseconds on a 4M-element
-// tensor).
+// tensor). Rounding to nearest reads the float values in place and gets the
+// error statistics from the same pass (numerics::QuantizeAndMeasure, its
+// tiles split over `parallel_for`); GPTQ and bias correction need the values
+// as floats, copied out first. The float values are freed from the model as
+// soon as they are no longer read. `check_cancelled` (may be empty; must be
+// thread-safe) is polled between the steps over the whole tensor, so a
+// cancelled job does not wait for a large weight to finish.
 QuantizedWeight QuantizeWeight(
     const onnx::GraphProto& graph, const WeightPlan& plan, TensorProto* tensor,
     const WeightNames& names, const WeightPassOptions& options,
-    const std::function<absl::Status()>& check_cancelled) {
+    const std::function<absl::Status()>& check_cancelled,
+    const numerics::ParallelFor& parallel_for) {
   QuantizedWeight out;
   auto cancelled = [&] {
     if (!check_cancelled) return false;
@@ -596,22 +606,39 @@ QuantizedWeight QuantizeWeight(
     out.status = std::move(s);
     return true;
   };
-  absl::StatusOr<std::vector<float>> values = graph::ReadFloatTensor(*tensor);
-  if (!values.ok()) {
-    out.status = values.status();
-    return out;
-  }
-  if (cancelled()) return out;
   out.bytes_before = graph::DataBytes(*tensor);
-  graph::ClearTensorData(tensor);
   const bool four_bit = HasFourBitWeights(plan.precision);
   const numerics::QuantSpec spec = options.weights.SpecFor(plan.precision);
+  const bool gptq_asked = options.algorithm == WeightAlgorithm::kGptq;
+  // The values as floats, when an algorithm needs them; else a view of the
+  // tensor's own bytes.
+  std::vector<float> values;
+  absl::StatusOr<numerics::FloatBytes> view =
+      absl::UnimplementedError("values are copied");
+  if (!gptq_asked && !options.bias_correction) {
+    view = graph::ViewFloatTensor(*tensor);
+  }
+  if (!view.ok() && !absl::IsUnimplemented(view.status())) {
+    out.status = view.status();
+    return out;
+  }
+  if (!view.ok()) {
+    absl::StatusOr<std::vector<float>> read = graph::ReadFloatTensor(*tensor);
+    if (!read.ok()) {
+      out.status = read.status();
+      return out;
+    }
+    values = std::move(*read);
+    view = numerics::FloatBytes::Of(values);
+  }
+  if (cancelled()) return out;
+  if (!values.empty()) graph::ClearTensorData(tensor);
   std::optional<GptqWeight> gptq;
   // GPTQ that lost its cross-check: reported, not used.
   std::optional<GptqWeight> held_out;
   std::string fallback;  // Why a GPTQ request rounded to nearest.
-  if (options.algorithm == WeightAlgorithm::kGptq) {
-    absl::StatusOr<GptqWeight> g = RunGptq(graph, plan, *values, spec, options);
+  if (gptq_asked) {
+    absl::StatusOr<GptqWeight> g = RunGptq(graph, plan, values, spec, options);
     if (g.ok() && g->cross_checked &&
         !(g->held_out_sqnr_db > g->held_out_rtn_sqnr_db)) {
       fallback = absl::StrFormat(
@@ -628,20 +655,24 @@ QuantizedWeight QuantizeWeight(
                               g.status().message(), "; rounded to nearest");
     }
   }
-  absl::StatusOr<numerics::QuantizedTensor> q =
-      gptq ? std::move(gptq->q)
-      : plan.block_size > 0
-          ? numerics::QuantizeTensorBlocked(*values, plan.dims, plan.axis,
-                                            plan.block_size, spec)
-          : numerics::QuantizeTensor(*values, plan.dims, plan.axis >= 0,
-                                     plan.axis, spec);
+  absl::StatusOr<numerics::QuantizedWithError> q;
+  if (gptq) {
+    q = numerics::QuantizedWithError{std::move(gptq->q), {}};
+    std::vector<float> approx = numerics::DequantizeTensor(q->q, plan.dims);
+    q->error = numerics::MeasureError(values, approx);
+  } else {
+    q = numerics::QuantizeAndMeasure(
+        *view, plan.dims, plan.axis >= 0 && plan.block_size == 0, plan.axis,
+        plan.block_size, spec, parallel_for);
+  }
+  if (values.empty()) graph::ClearTensorData(tensor);
   if (!q.ok()) {
     out.status = absl::InvalidArgumentError(absl::StrCat(
         "cannot quantize weight '", plan.tensor, "': ", q.status().message()));
     return out;
   }
   if (cancelled()) return out;
-  out.report = MakeReport(graph, plan, options, *q);
+  out.report = MakeReport(graph, plan, options, q->q);
   out.report.set_weight_algorithm(WeightAlgorithmName(
       gptq ? WeightAlgorithm::kGptq : WeightAlgorithm::kRoundToNearest,
       options.awq_rescaled.contains(plan.tensor)));
@@ -656,47 +687,42 @@ QuantizedWeight QuantizeWeight(
     }
   }
   out.report.set_note(fallback);
-  {
-    std::vector<float> approx = numerics::DequantizeTensor(*q, plan.dims);
-    numerics::ErrorStats err = numerics::MeasureError(*values, approx);
-    out.report.set_mse(err.mse);
-    out.report.set_sqnr_db(err.sqnr_db);
-    if (options.bias_correction && approx.size() == values->size()) {
-      for (size_t i = 0; i < approx.size(); ++i) {
-        approx[i] = (*values)[i] - approx[i];  // Now the error.
+  out.report.set_mse(q->error.mse);
+  out.report.set_sqnr_db(q->error.sqnr_db);
+  if (options.bias_correction) {
+    std::vector<float> error = numerics::DequantizeTensor(q->q, plan.dims);
+    if (error.size() == values.size()) {
+      for (size_t i = 0; i < error.size(); ++i) {
+        error[i] = values[i] - error[i];
       }
-      ComputeBiasShifts(graph, plan, approx, options, &out);
+      ComputeBiasShifts(graph, plan, error, options, &out);
     }
   }
-  std::vector<float>().swap(*values);
+  std::vector<float>().swap(values);
   if (cancelled()) return out;
-  absl::Status made = MakeParamTensors(*q, plan.dims, names, four_bit, &out);
+  numerics::QuantizedTensor& qt = q->q;
+  absl::Status made = MakeParamTensors(qt, plan.dims, names, four_bit, &out);
   if (!made.ok()) {
     out.status = made;
     return out;
   }
-  out.params = q->params;
+  out.params = qt.params;
   if (four_bit) {
-    // QuantizeTensor writes one byte per value (the int8 / uint8 bit
+    // The quantizer writes one byte per value (the int8 / uint8 bit
     // pattern); INT4 storage packs two per byte.
-    std::vector<int32_t> grid(q->values.size());
-    for (size_t i = 0; i < grid.size(); ++i) {
-      grid[i] = q->spec.is_signed
-                    ? static_cast<int32_t>(static_cast<int8_t>(q->values[i]))
-                    : static_cast<int32_t>(static_cast<uint8_t>(q->values[i]));
-    }
-    std::string().swap(q->values);
-    absl::StatusOr<TensorProto> packed =
-        MakeFourBitTensor(names.values, plan.dims, grid, q->spec.is_signed);
+    absl::StatusOr<std::string> packed =
+        numerics::PackInt4Bytes(qt.values, qt.spec.is_signed);
+    std::string().swap(qt.values);
     if (!packed.ok()) {
       out.status = packed.status();
       return out;
     }
-    out.values = std::move(*packed);
+    out.values = FourBitTensor(names.values, plan.dims, std::move(*packed),
+                               qt.spec.is_signed);
     return out;
   }
   out.values = graph::MakeByteTensor(names.values, TensorProto::INT8, plan.dims,
-                                     std::move(q->values));
+                                     std::move(qt.values));
   return out;
 }
 
@@ -750,8 +776,9 @@ absl::StatusOr<QuantizedWeights> QuantizePlannedWeights(
     std::vector<QuantizedWeight> done(n);
     auto work = [&](int64_t i) {
       const int64_t k = begin + i;
-      done[i] = QuantizeWeight(*graph, weights[k], tensors[k], names[k],
-                               options, hooks.check_cancelled);
+      done[i] =
+          QuantizeWeight(*graph, weights[k], tensors[k], names[k], options,
+                         hooks.check_cancelled, hooks.parallel_for);
     };
     if (hooks.parallel_for && n > 1) {
       hooks.parallel_for(n, work);

@@ -1,5 +1,9 @@
 #include "core/graph/tensor_util.h"
 
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "core/graph/graph_index.h"
 #include "core/graph/unique_names.h"
 #include "gmock/gmock.h"
@@ -34,6 +38,37 @@ TEST(TensorUtilTest, RefusesWrongTypeAndSize) {
   onnx::TensorProto f = MakeFloatTensor("f", {3}, std::vector<float>{1, 2});
   EXPECT_EQ(ReadFloatTensor(f).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The view reads what ReadFloatTensor copies, in place, and refuses what it
+// refuses.
+TEST(TensorUtilTest, ViewsRawDataAndFloatDataInPlace) {
+  auto values = [](const numerics::FloatBytes& b) {
+    std::vector<float> v(b.size);
+    if (b.size > 0) std::memcpy(v.data(), b.data, b.size * sizeof(float));
+    return v;
+  };
+  onnx::TensorProto raw =
+      testing::ModelBuilder::FloatTensor("a", {2, 2}, {1, -2, 3.5f, 0});
+  absl::StatusOr<numerics::FloatBytes> view = ViewFloatTensor(raw);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->data, raw.raw_data().data());
+  EXPECT_EQ(values(*view), *ReadFloatTensor(raw));
+  onnx::TensorProto typed;
+  typed.set_data_type(onnx::TensorProto::FLOAT);
+  typed.add_dims(2);
+  typed.add_float_data(4);
+  typed.add_float_data(-6);
+  view = ViewFloatTensor(typed);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_THAT(values(*view), ElementsAre(4, -6));
+  onnx::TensorProto q = MakeByteTensor("q", onnx::TensorProto::INT8, {2},
+                                       std::string("\x01\xff", 2));
+  EXPECT_EQ(ViewFloatTensor(q).status(), ReadFloatTensor(q).status());
+  onnx::TensorProto short_data =
+      MakeFloatTensor("f", {3}, std::vector<float>{1, 2});
+  EXPECT_EQ(ViewFloatTensor(short_data).status(),
+            ReadFloatTensor(short_data).status());
 }
 
 TEST(TensorUtilTest, ScalarHasOneElementAndClearFreesData) {

@@ -3,6 +3,7 @@
 #include "core/numerics/int4.h"
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,35 @@ TEST(Int4Test, RefusesValuesOffTheGrid) {
   EXPECT_THAT(s.status().message(), HasSubstr("value 8 at index 1"));
   EXPECT_FALSE(PackInt4({-1}, /*is_signed=*/false).ok());
   EXPECT_FALSE(PackInt4({16}, /*is_signed=*/false).ok());
+}
+
+// PackInt4Bytes is PackInt4 on values stored one per byte, errors too.
+TEST(Int4Test, PackFromBytesMatchesPackInt4) {
+  std::mt19937 rng(4);
+  for (bool is_signed : {true, false}) {
+    std::uniform_int_distribution<int> grid(is_signed ? -8 : 0,
+                                            is_signed ? 7 : 15);
+    for (size_t n : {0, 1, 2, 7, 33, 1000}) {
+      std::vector<int32_t> values(n);
+      std::string bytes;
+      for (int32_t& v : values) {
+        v = grid(rng);
+        bytes.push_back(static_cast<char>(v));
+      }
+      auto want = PackInt4(values, is_signed);
+      auto got = PackInt4Bytes(bytes, is_signed);
+      ASSERT_TRUE(want.ok() && got.ok()) << n;
+      EXPECT_EQ(*got, *want) << "n = " << n << " signed = " << is_signed;
+    }
+    for (int32_t off : {is_signed ? -9 : 16, is_signed ? 8 : 255}) {
+      const std::vector<int32_t> values = {1, 2, off, 3, off};
+      std::string bytes;
+      for (int32_t v : values) bytes.push_back(static_cast<char>(v));
+      EXPECT_EQ(PackInt4Bytes(bytes, is_signed).status(),
+                PackInt4(values, is_signed).status())
+          << off;
+    }
+  }
 }
 
 TEST(Int4Test, RefusesWrongPackedLength) {

@@ -272,6 +272,17 @@ TEST(NudgeTest, MinusPointOneToPointNine) {
       .Test();
 }
 
+TEST(NudgeTest, ScaleUnderflowWithMinZero) {
+  // 1e-44 / 255 underflows to 0, so min / scale is 0 / 0: the zero point is
+  // quant_min (min is 0), not a NaN converted to an int.
+  EXPECT_EQ(Nudge(0.0f, 1e-44f, 1, 255).nudged_zero_point, 1);
+  const absl::StatusOr<QuantParams> p =
+      ChooseQuantParams(0.0f, 1e-44f, Spec(8, false, false, false));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->scale, 1.0f);
+  EXPECT_EQ(p->zero_point, 0);
+}
+
 TEST(NudgeTest, NarrowRange) {
   // scale = 63.5 / 254 = 0.25; zero_point_from_min = 1 + 1 / 0.25 = 5.
   NudgeTester()
