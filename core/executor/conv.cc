@@ -48,14 +48,14 @@ void ValidColumns(const Conv2DShape& s, int64_t kj, int64_t* lo, int64_t* hi) {
 }
 
 // Rows [c0, c1) of the channel range of col = im2col(xg), where xg holds
-// the group's channels [cg, h, w] and col is [cg*kh*kw, oh*ow].
+// the group's channels [cg, h, w] and col is [cg*kh*kw, oh*ow] with rows ld
+// floats apart (ld > oh*ow when several images sit side by side).
 void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
-            float* col) {
-  const int64_t p = s.oh * s.ow;
+            int64_t ld, float* col) {
   for (int64_t c = c0; c < c1; ++c) {
     for (int64_t ki = 0; ki < s.kh; ++ki) {
       for (int64_t kj = 0; kj < s.kw; ++kj) {
-        float* row = col + ((c * s.kh + ki) * s.kw + kj) * p;
+        float* row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
         int64_t lo, hi;
         ValidColumns(s, kj, &lo, &hi);
         const int64_t shift = kj * s.dw - s.pl;
@@ -206,44 +206,96 @@ QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
   }
 }
 
-// One image, one group: y_g = w_g * im2col(x_g) + bias_g.
-void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
-               const Conv2DShape& s, float* col, ThreadPool* pool) {
-  const int64_t cg = s.c / s.group, mg = s.m / s.group;
-  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
-  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 &&
-                         s.pt == 0 && s.pl == 0 && s.oh == s.h && s.ow == s.w;
-  const float* b = xg;
-  if (!pointwise) {
-    ParallelRange(pool, cg, 4,
-                  [&](int64_t c0, int64_t c1) { Im2Col(xg, s, c0, c1, col); });
-    b = col;
-  }
-  if (SmallKPays() && UseSmallK(k, p)) {
+// y[mg, cols] = bias + wg[mg, k] * b[k, cols]; b and y have rows of `cols`
+// floats.
+void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
+              int64_t k, int64_t cols, float* y, ThreadPool* pool) {
+  if (SmallKPays() && UseSmallK(k, cols)) {
     // The direct kernel: threads take 64-column strips, or blocks of 4 rows
     // when there are too few strips to share.
-    const int64_t strips = (p + 63) / 64;
+    const int64_t strips = (cols + 63) / 64;
     const int64_t threads = pool ? pool->size() + 1 : 1;
     if (strips >= 2 * threads || threads == 1) {
       ParallelRange(pool, strips, 1, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(k * 16 + 16);
-        SmallKGemm(wg, b, p, bias, mg, k, yg, t0 * 64, std::min(p, t1 * 64),
-                   scratch.data());
+        SmallKGemm(wg, b, cols, bias, mg, k, y, t0 * 64,
+                   std::min(cols, t1 * 64), scratch.data());
       });
     } else {
       ParallelRange(pool, (mg + 3) / 4, 1, [&](int64_t r0, int64_t r1) {
         std::vector<float> scratch(k * 16 + 16);
         r0 *= 4;
         r1 = std::min(mg, r1 * 4);
-        SmallKGemm(wg + r0 * k, b, p, bias ? bias + r0 : nullptr, r1 - r0, k,
-                   yg + r0 * p, 0, p, scratch.data());
+        SmallKGemm(wg + r0 * k, b, cols, bias ? bias + r0 : nullptr, r1 - r0, k,
+                   y + r0 * cols, 0, cols, scratch.data());
       });
     }
     return;
   }
-  if (bias != nullptr) FillBias(bias, mg, p, p, yg);
-  Gemm(false, false, mg, p, k, 1.0f, wg, k, b, p, bias ? 1.0f : 0.0f, yg, p,
-       pool);
+  if (bias != nullptr) FillBias(bias, mg, cols, cols, y);
+  Gemm(false, false, mg, cols, k, 1.0f, wg, k, b, cols, bias ? 1.0f : 0.0f, y,
+       cols, pool);
+}
+
+bool IsPointwise(const Conv2DShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 &&
+         s.pl == 0 && s.oh == s.h && s.ow == s.w;
+}
+
+// One image, one group: y_g = w_g * im2col(x_g) + bias_g.
+void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
+               const Conv2DShape& s, float* col, ThreadPool* pool) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
+  const float* b = xg;
+  if (!IsPointwise(s)) {
+    ParallelRange(pool, cg, 4, [&](int64_t c0, int64_t c1) {
+      Im2Col(xg, s, c0, c1, p, col);
+    });
+    b = col;
+  }
+  ConvGemm(wg, b, bias, mg, k, p, yg, pool);
+}
+
+// Images [n0, n0 + nb) of group g in one GEMM: their im2col side by side in
+// col [k, nb*p] (pointwise inputs are copied the same way: NCHW keeps an
+// image's rows apart from the next image's), the product in out [mg, nb*p],
+// then each image's columns copied to its rows of y.
+void ConvGroupImages(const float* x, const float* w, const float* bias,
+                     float* y, const Conv2DShape& s, int64_t n0, int64_t nb,
+                     int64_t g, float* col, float* out, ThreadPool* pool) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow, cols = nb * p;
+  // Items are (image, input channel) pairs, image-major.
+  const bool pointwise = IsPointwise(s);
+  ParallelRange(pool, nb * cg, 4, [&](int64_t i0, int64_t i1) {
+    if (pointwise) {
+      // A channel of a pointwise input is already its im2col row: one copy,
+      // not Im2Col's one per output row (rows of 2..8 floats here).
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = i / cg, c = i % cg;
+        std::memcpy(col + c * cols + j * p,
+                    x + ((n0 + j) * s.c + g * cg + c) * p, p * sizeof(float));
+      }
+      return;
+    }
+    for (int64_t i = i0; i < i1;) {
+      const int64_t j = i / cg, c0 = i % cg;
+      const int64_t c1 = std::min(cg, c0 + (i1 - i));
+      Im2Col(x + ((n0 + j) * s.c + g * cg) * s.h * s.w, s, c0, c1, cols,
+             col + j * p);
+      i += c1 - c0;
+    }
+  });
+  ConvGemm(w + g * mg * k, col, bias ? bias + g * mg : nullptr, mg, k, cols,
+           out, pool);
+  ParallelRange(pool, nb * mg, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t j = i / mg, r = i % mg;
+      std::memcpy(y + ((n0 + j) * s.m + g * mg + r) * p, out + r * cols + j * p,
+                  p * sizeof(float));
+    }
+  });
 }
 
 // Depthwise (one input and one output channel per group): a direct loop is
@@ -499,13 +551,40 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
   }
 }
 
+// Below this many output positions per image (8x8), several images share
+// one GEMM of about kBatchedColumns columns. Measured per layer with
+// bench/conv_bench (batch 16, 1 and 2 threads, AVX-512): on ResNet-18's 2x2
+// and 4x4 layers one GEMM over 16 images takes 2.4-6 ms where 16 per-image
+// GEMMs take 10-23 ms (the weights packed 16 times, GEMMs 4 or 16 columns
+// wide); at 8x8 the two are within noise, and 1x1 convolutions with short
+// reductions lose to the copies in and out. The gain flattens from about 128
+// columns on.
+constexpr int64_t kBatchBelowPositions = 64;
+constexpr int64_t kBatchedColumns = 256;
+
 }  // namespace
+
+int64_t ConvImagesPerGemm(const Conv2DShape& s) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
+  if (s.n <= 1 || p <= 0 || p >= kBatchBelowPositions) return 1;
+  const int64_t want = std::min(s.n, CeilDiv(kBatchedColumns, p));
+  const int64_t fit =
+      kMaxBatchedConvScratch / std::max<int64_t>(1, (k + mg) * p);
+  return std::max<int64_t>(1, std::min(want, fit));
+}
 
 void Conv2D(const float* x, const float* w, const float* bias, float* y,
             const Conv2DShape& s, ThreadPool* pool) {
+  Conv2DWithImagesPerGemm(x, w, bias, y, s, ConvImagesPerGemm(s), pool);
+}
+
+void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
+                             float* y, const Conv2DShape& s,
+                             int64_t images_per_gemm, ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
-  if (p == 0) return;
+  if (p == 0 || s.n == 0) return;
   if (cg == 1 && mg == 1 && IsDepthwise3x3(s)) {
     const Dw3x3Layout l = Dw3x3LayoutFor(s);
     ParallelRange(pool, s.n * s.c, 1, [&](int64_t b, int64_t e) {
@@ -524,6 +603,31 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
     });
     return;
   }
+  const int64_t threads = pool ? pool->size() + 1 : 1;
+  const int64_t nb = std::clamp<int64_t>(images_per_gemm, 1, s.n);
+  if (nb > 1) {
+    // Jobs are (batch of nb images, group) pairs; the last batch may be
+    // short.
+    const int64_t jobs = CeilDiv(s.n, nb) * s.group;
+    auto job = [&](int64_t j, float* col, float* out, ThreadPool* inner) {
+      const int64_t n0 = j / s.group * nb;
+      ConvGroupImages(x, w, bias, y, s, n0, std::min(nb, s.n - n0), j % s.group,
+                      col, out, inner);
+    };
+    const int64_t cols = nb * p;
+    if (jobs >= threads && threads > 1) {
+      ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {
+        std::unique_ptr<float[]> col(new float[k * cols]);
+        std::unique_ptr<float[]> out(new float[mg * cols]);
+        for (int64_t j = b; j < e; ++j) job(j, col.get(), out.get(), nullptr);
+      });
+      return;
+    }
+    std::unique_ptr<float[]> col(new float[k * cols]);
+    std::unique_ptr<float[]> out(new float[mg * cols]);
+    for (int64_t j = 0; j < jobs; ++j) job(j, col.get(), out.get(), pool);
+    return;
+  }
   const int64_t jobs = s.n * s.group;
   auto job = [&](int64_t j, float* col, ThreadPool* inner) {
     const int64_t n = j / s.group, g = j % s.group;
@@ -531,7 +635,6 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
               bias ? bias + g * mg : nullptr, y + (n * s.m + g * mg) * p, s,
               col, inner);
   };
-  const int64_t threads = pool ? pool->size() + 1 : 1;
   if (jobs >= threads && threads > 1) {
     // Enough independent images/groups: one per thread, each single-threaded.
     ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {
