@@ -214,7 +214,7 @@ void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
     // The direct kernel: threads take 64-column strips, or blocks of 4 rows
     // when there are too few strips to share.
     const int64_t strips = (cols + 63) / 64;
-    const int64_t threads = pool ? pool->size() + 1 : 1;
+    const int64_t threads = pool ? pool->parallelism() : 1;
     if (strips >= 2 * threads || threads == 1) {
       ParallelRange(pool, strips, 1, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(k * 16 + 16);
@@ -603,7 +603,7 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
     });
     return;
   }
-  const int64_t threads = pool ? pool->size() + 1 : 1;
+  const int64_t threads = pool ? pool->parallelism() : 1;
   const int64_t nb = std::clamp<int64_t>(images_per_gemm, 1, s.n);
   if (nb > 1) {
     // Jobs are (batch of nb images, group) pairs; the last batch may be
