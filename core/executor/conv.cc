@@ -80,6 +80,46 @@ void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
   }
 }
 
+// For each kernel tap t = ki*kw + kj and output position q = oh*ow + ow,
+// where its input sits in a channel plane (ih*w + iw), or -1 in the padding:
+// taps*p entries, shared by every channel and image of a call.
+std::vector<int64_t> Im2ColOffsets(const Conv2DShape& s) {
+  const int64_t p = s.oh * s.ow;
+  std::vector<int64_t> map(s.kh * s.kw * p);
+  for (int64_t ki = 0; ki < s.kh; ++ki) {
+    for (int64_t kj = 0; kj < s.kw; ++kj) {
+      int64_t* row = map.data() + (ki * s.kw + kj) * p;
+      for (int64_t oh = 0; oh < s.oh; ++oh) {
+        const int64_t ih = oh * s.sh - s.pt + ki * s.dh;
+        for (int64_t ow = 0; ow < s.ow; ++ow) {
+          const int64_t iw = ow * s.sw - s.pl + kj * s.dw;
+          row[oh * s.ow + ow] =
+              ih >= 0 && ih < s.h && iw >= 0 && iw < s.w ? ih * s.w + iw : -1;
+        }
+      }
+    }
+  }
+  return map;
+}
+
+// Im2Col for outputs of a few positions: Im2Col's per-row bookkeeping (the
+// valid columns, a copy call per output row of 2..8 floats) costs more than
+// the copy there; one gather through the offsets of Im2ColOffsets does not.
+void Im2ColMapped(const float* xg, const Conv2DShape& s, const int64_t* map,
+                  int64_t c0, int64_t c1, int64_t ld, float* col) {
+  const int64_t taps = s.kh * s.kw, p = s.oh * s.ow;
+  for (int64_t c = c0; c < c1; ++c) {
+    const float* xc = xg + c * s.h * s.w;
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t* offsets = map + t * p;
+      float* dst = col + (c * taps + t) * ld;
+      for (int64_t q = 0; q < p; ++q) {
+        dst[q] = offsets[q] >= 0 ? xc[offsets[q]] : 0.0f;
+      }
+    }
+  }
+}
+
 // y[r, 0:n] = bias[r] for rows r of stride ld: the GEMM then accumulates
 // onto it (beta = 1), which costs no more than the zeroing it replaces and
 // saves a pass over y.
@@ -262,8 +302,9 @@ void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
 // image's rows apart from the next image's), the product in out [mg, nb*p],
 // then each image's columns copied to its rows of y.
 void ConvGroupImages(const float* x, const float* w, const float* bias,
-                     float* y, const Conv2DShape& s, int64_t n0, int64_t nb,
-                     int64_t g, float* col, float* out, ThreadPool* pool) {
+                     float* y, const Conv2DShape& s, const int64_t* map,
+                     int64_t n0, int64_t nb, int64_t g, float* col, float* out,
+                     ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow, cols = nb * p;
   // Items are (image, input channel) pairs, image-major.
@@ -282,8 +323,8 @@ void ConvGroupImages(const float* x, const float* w, const float* bias,
     for (int64_t i = i0; i < i1;) {
       const int64_t j = i / cg, c0 = i % cg;
       const int64_t c1 = std::min(cg, c0 + (i1 - i));
-      Im2Col(x + ((n0 + j) * s.c + g * cg) * s.h * s.w, s, c0, c1, cols,
-             col + j * p);
+      Im2ColMapped(x + ((n0 + j) * s.c + g * cg) * s.h * s.w, s, map, c0, c1,
+                   cols, col + j * p);
       i += c1 - c0;
     }
   });
@@ -609,10 +650,12 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
     // Jobs are (batch of nb images, group) pairs; the last batch may be
     // short.
     const int64_t jobs = CeilDiv(s.n, nb) * s.group;
+    const std::vector<int64_t> map =
+        IsPointwise(s) ? std::vector<int64_t>() : Im2ColOffsets(s);
     auto job = [&](int64_t j, float* col, float* out, ThreadPool* inner) {
       const int64_t n0 = j / s.group * nb;
-      ConvGroupImages(x, w, bias, y, s, n0, std::min(nb, s.n - n0), j % s.group,
-                      col, out, inner);
+      ConvGroupImages(x, w, bias, y, s, map.data(), n0, std::min(nb, s.n - n0),
+                      j % s.group, col, out, inner);
     };
     const int64_t cols = nb * p;
     if (jobs >= threads && threads > 1) {
