@@ -1,7 +1,8 @@
 // Float Conv2D per layer shape, by images per GEMM: the layers of ResNet-18
 // and MobileNetV2 at batch 16, 64x64 (calibration's shape, where the last
 // stages have 2x2..8x8 outputs), each timed with 1, 2, 4, 8 and 16 images per
-// GEMM and with ConvImagesPerGemm's choice. The runs of one shape are
+// GEMM and with ConvImagesPerGemm's choice (depthwise rows take no GEMM: their
+// columns time the same kernel). The runs of one shape are
 // interleaved, so other load on a shared machine spreads over all columns.
 //
 //   conv_bench [--threads=1] [--reps=15]
@@ -29,7 +30,7 @@ using quantd::executor::Conv2DShape;
 
 struct Layer {
   const char* name;
-  int64_t c, h, m, k, stride;
+  int64_t c, h, m, k, stride, group = 1;
 };
 
 Conv2DShape ShapeOf(const Layer& l, int64_t n) {
@@ -38,6 +39,7 @@ Conv2DShape ShapeOf(const Layer& l, int64_t n) {
   s.c = l.c;
   s.h = s.w = l.h;
   s.m = l.m;
+  s.group = l.group;
   s.kh = s.kw = l.k;
   s.sh = s.sw = l.stride;
   s.pt = s.pl = s.pb = s.pr = l.k / 2;
@@ -72,6 +74,9 @@ int main(int argc, char** argv) {
       {"mobilenet 1x1 160->960", 160, 2, 960, 1, 1},
       {"mobilenet 1x1 960->160", 960, 2, 160, 1, 1},
       {"mobilenet 1x1 320->1280", 320, 2, 1280, 1, 1},
+      {"mobilenet dw 3x3/2 96", 96, 32, 96, 3, 2, 96},
+      {"mobilenet dw 3x3 384", 384, 4, 384, 3, 1, 384},
+      {"mobilenet dw 3x3 960", 960, 2, 960, 3, 1, 960},
   };
   const std::vector<int64_t> per_gemm = {1, 2, 4, 8, 16};
   std::printf("| layer | positions | ");
@@ -83,8 +88,9 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   for (const Layer& l : layers) {
     const Conv2DShape s = ShapeOf(l, 16);
-    std::vector<float> x(s.n * s.c * s.h * s.w), w(s.m * s.c * s.kh * s.kw),
-        b(s.m), y(s.n * s.m * s.oh * s.ow);
+    std::vector<float> x(s.n * s.c * s.h * s.w),
+        w(s.m * (s.c / s.group) * s.kh * s.kw), b(s.m),
+        y(s.n * s.m * s.oh * s.ow);
     for (float& v : x) v = d(gen);
     for (float& v : w) v = d(gen);
     for (float& v : b) v = d(gen);
