@@ -412,9 +412,10 @@ Dw3x3Layout Dw3x3LayoutFor(const Conv2DShape& s) {
   return l;
 }
 
-// Planes, then the output lines.
+// Planes, the output lines, then (stride 2) one padded input row.
 int64_t Dw3x3ScratchSize(const Dw3x3Layout& l) {
-  return (l.stride == 1 ? 1 : 4) * l.plane_size + l.nvec;
+  return (l.stride == 1 ? 1 : 4) * l.plane_size + l.nvec +
+         (l.stride == 1 ? 0 : 2 * l.line);
 }
 
 // dst[0, n) = src[0, n): a plain loop beats a memcpy call on the 7..28-wide
@@ -444,32 +445,35 @@ QUANTD_ALWAYS_INLINE void FillLine1(const float* x_row, int64_t w, int64_t pl,
 }
 
 // One line of each stride-2 column plane: even[c] = x_row[2c - pl],
-// odd[c] = x_row[2c + 1 - pl] inside the row, else 0.
+// odd[c] = x_row[2c + 1 - pl] inside the row, else 0. The row is first copied
+// into `padded` (2 * line floats, padded[j] = x_row[j - pl] or 0) so that
+// every 16 columns are one unchecked 32-float load and a shuffle: checking
+// the row's ends in place left most of a 32-wide row (64x64 inputs) to the
+// scalar loop, 2 us per channel plane.
 QUANTD_ALWAYS_INLINE void FillLines2(const float* x_row, int64_t w, int64_t pl,
-                                     int64_t line, float* __restrict even,
+                                     int64_t line, float* __restrict padded,
+                                     float* __restrict even,
                                      float* __restrict odd) {
   if (x_row == nullptr) {
     std::fill(even, even + line, 0.0f);
     std::fill(odd, odd + line, 0.0f);
     return;
   }
-  auto at = [&](int64_t j) { return j >= 0 && j < w ? x_row[j] : 0.0f; };
+  const int64_t len = 2 * line;
+  const int64_t lo = std::min(pl, len);
+  const int64_t hi = std::clamp<int64_t>(w + pl, lo, len);
+  std::fill(padded, padded + lo, 0.0f);
+  CopyFloats(x_row + lo - pl, hi - lo, padded + lo);
+  std::fill(padded + hi, padded + len, 0.0f);
   int64_t c = 0;
 #if defined(__GNUC__) && !defined(__clang__)
-  // Scalar up to the first column whose source 2c - pl is in the row, then
-  // 16 columns (32 source floats, split by a two-register shuffle) at a time
-  // while they are all inside it.
   typedef int I16 __attribute__((vector_size(64)));
   const I16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
   const I16 od = ev + 1;
-  for (const int64_t first = std::min((pl + 1) / 2, line); c < first; ++c) {
-    even[c] = at(2 * c - pl);
-    odd[c] = at(2 * c + 1 - pl);
-  }
-  for (; c + 16 <= line && 2 * c - pl + 32 <= w; c += 16) {
+  for (; c + 16 <= line; c += 16) {
     V16 v0, v1;
-    std::memcpy(&v0, x_row + 2 * c - pl, sizeof(V16));
-    std::memcpy(&v1, x_row + 2 * c - pl + 16, sizeof(V16));
+    std::memcpy(&v0, padded + 2 * c, sizeof(V16));
+    std::memcpy(&v1, padded + 2 * c + 16, sizeof(V16));
     const V16 e = __builtin_shuffle(v0, v1, ev);
     const V16 o = __builtin_shuffle(v0, v1, od);
     std::memcpy(even + c, &e, sizeof(V16));
@@ -477,8 +481,8 @@ QUANTD_ALWAYS_INLINE void FillLines2(const float* x_row, int64_t w, int64_t pl,
   }
 #endif
   for (; c < line; ++c) {
-    even[c] = at(2 * c - pl);
-    odd[c] = at(2 * c + 1 - pl);
+    even[c] = padded[2 * c];
+    odd[c] = padded[2 * c + 1];
   }
 }
 
@@ -546,6 +550,7 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
   float* planes[4];
   for (int64_t i = 0; i < 4; ++i) planes[i] = scratch + i * l.plane_size;
   float* out = scratch + nplanes * l.plane_size;
+  float* padded = out + l.nvec;  // Stride 2 only.
   // The planes' tails past their rows are read (never used) by the flat
   // loop: zero them once, no channel writes there.
   for (int64_t i = 0; i < nplanes; ++i) {
@@ -581,7 +586,7 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
         const int64_t a = r % 2, at = (r / 2) * L;
         const int64_t ih = r - s.pt;
         FillLines2(ih >= 0 && ih < s.h ? xc + ih * s.w : nullptr, s.w, s.pl, L,
-                   planes[2 * a] + at, planes[2 * a + 1] + at);
+                   padded, planes[2 * a] + at, planes[2 * a + 1] + at);
       }
     }
     Taps9(q, w + c * 9, bias ? bias[c] : 0.0f, l.nvec, out);
