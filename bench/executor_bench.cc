@@ -1,13 +1,17 @@
 // FP32 executor speed against ONNX Runtime: ms per batch of Executor::Run on
-// torchvision ResNet-18 and MobileNetV2 (random weights, batch 1, 224x224)
-// for each --threads value, next to onnxruntime-node on the same model and
-// thread count (scripts/ort_time.js), and the ratio ours / ORT.
+// torchvision ResNet-18 and MobileNetV2 (random weights) for each input shape
+// (--shapes, batch x size: batch 1 at 224x224 and batch 16 at 64x64, the
+// shape calibration sees, where the last stages have only 2x2..4x4 outputs)
+// and each --threads value, next to onnxruntime-node on the same model, batch
+// and thread count (scripts/ort_time.js), and the ratio ours / ORT.
 //
-//   executor_bench [--threads=1,2] [--iters=10] [--model_dir=DIR]
+//   executor_bench [--threads=1,2] [--shapes=1x224,16x64] [--iters=10]
+//                  [--model_dir=DIR] [--profile]
 //
 // Models are exported into --model_dir with scripts/make_resnet18.py when
-// missing there (default: a temporary directory). Prints a Markdown table;
-// the last column is the number to watch (target: <= 2).
+// missing there (default: a temporary directory): NAME.onnx at 224x224,
+// NAME_S.onnx at other sizes S (ONNX Runtime wants the declared input size).
+// Prints a Markdown table; the last column is the number to watch.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -29,12 +34,17 @@
 #include "tests/support/test_paths.h"
 
 ABSL_FLAG(std::string, threads, "1,2", "Comma-separated thread counts.");
+ABSL_FLAG(std::string, shapes, "1x224,16x64",
+          "Comma-separated input shapes, BATCHxSIZE (SIZE = height = width).");
+ABSL_FLAG(std::string, models, "resnet18,mobilenet_v2",
+          "Comma-separated subset of resnet18, mobilenet_v2.");
 ABSL_FLAG(int, iters, 10, "Timed runs per (model, threads); median reported.");
 ABSL_FLAG(int, warmup, 2, "Untimed runs first.");
 ABSL_FLAG(std::string, model_dir, "",
           "Where resnet18.onnx / mobilenet_v2.onnx live or are exported to.");
 ABSL_FLAG(bool, profile, false,
-          "Also print ms per op type (single-threaded, from on_tensor times).");
+          "Also print ms per op type and the slowest nodes (single-threaded, "
+          "from on_tensor times).");
 ABSL_FLAG(std::string, ort_dir, QUANTD_ORT_NODE_PATH,
           "node_modules folder holding onnxruntime-node.");
 
@@ -44,11 +54,12 @@ namespace fs = std::filesystem;
 using quantd::executor::Executor;
 using quantd::executor::Tensor;
 
-bool EnsureModel(const std::string& path, bool mobilenet) {
+bool EnsureModel(const std::string& path, bool mobilenet, int size) {
   if (fs::exists(path)) return true;
   std::vector<std::string> argv = {
       "/usr/bin/python3",
-      quantd::testing::SourcePath("scripts/make_resnet18.py"), path};
+      quantd::testing::SourcePath("scripts/make_resnet18.py"), path, "--size",
+      std::to_string(size)};
   if (mobilenet) argv.push_back("--mobilenet");
   quantd::testing::CommandResult r = quantd::testing::RunCommand(argv);
   if (r.exit_code != 0)
@@ -91,7 +102,9 @@ Times TimeOurs(const Executor& exec, const Tensor& x, int threads) {
 void Profile(const Executor& exec, const onnx::ModelProto& model,
              const Tensor& x) {
   absl::flat_hash_map<std::string, std::string> op_of;
+  absl::flat_hash_map<std::string, std::string> node_of;
   for (const auto& n : model.graph().node()) {
+    for (const auto& o : n.output()) node_of[o] = n.name() + " " + n.op_type();
     std::string op = n.op_type();
     for (const auto& a : n.attribute()) {
       if (a.name() == "group" && a.i() > 1) op += " (grouped)";
@@ -103,14 +116,22 @@ void Profile(const Executor& exec, const onnx::ModelProto& model,
     for (const auto& o : n.output()) op_of[o] = op;
   }
   std::map<std::string, double> ms;
+  // Per node: ms and the output shape (where the small outputs are).
+  std::map<std::string, std::pair<double, std::string>> node_ms;
   auto last = std::chrono::steady_clock::now();
   Executor::RunOptions ro;
-  ro.on_tensor = [&](const std::string& name, const Tensor&) {
+  ro.on_tensor = [&](const std::string& name, const Tensor& t) {
     const auto now = std::chrono::steady_clock::now();
+    const double dt =
+        std::chrono::duration<double, std::milli>(now - last).count();
     auto it = op_of.find(name);
-    if (it != op_of.end()) {
-      ms[it->second] +=
-          std::chrono::duration<double, std::milli>(now - last).count();
+    if (it != op_of.end()) ms[it->second] += dt;
+    auto nt = node_of.find(name);
+    if (nt != node_of.end()) {
+      std::string shape;
+      for (int64_t d : t.shape())
+        absl::StrAppend(&shape, shape.empty() ? "" : "x", d);
+      node_ms[nt->second] = {dt, shape};
     }
     last = std::chrono::steady_clock::now();
   };
@@ -119,15 +140,29 @@ void Profile(const Executor& exec, const onnx::ModelProto& model,
     last = std::chrono::steady_clock::now();
     (void)exec.Run({{exec.input_names()[0], x}}, ro);
   }
-  for (const auto& [op, t] : ms)
+  double total = 0;
+  for (const auto& [op, t] : ms) {
     std::printf("  %-20s %8.2f ms\n", op.c_str(), t);
+    total += t;
+  }
+  std::printf("  %-20s %8.2f ms\n  slowest nodes:\n", "total", total);
+  std::vector<std::pair<double, std::string>> by_time;
+  for (const auto& [node, v] : node_ms) {
+    by_time.push_back({v.first, node + " -> " + v.second});
+  }
+  std::sort(by_time.rbegin(), by_time.rend());
+  for (size_t i = 0; i < by_time.size() && i < 12; ++i) {
+    std::printf("    %8.2f ms  %s\n", by_time[i].first,
+                by_time[i].second.c_str());
+  }
 }
 
-Times TimeOrt(const std::string& model, int threads) {
+Times TimeOrt(const std::string& model, int batch, int threads) {
   const std::string dir = absl::GetFlag(FLAGS_ort_dir);
   quantd::testing::CommandResult r = quantd::testing::RunCommand(
       {QUANTD_NODE_BIN, quantd::testing::SourcePath("scripts/ort_time.js"),
-       "--model", model, "--threads", std::to_string(threads), "--iters",
+       "--model", model, "--batch", std::to_string(batch), "--threads",
+       std::to_string(threads), "--iters",
        std::to_string(absl::GetFlag(FLAGS_iters)), "--warmup",
        std::to_string(absl::GetFlag(FLAGS_warmup)), "--ort_dir", dir},
       {"NODE_PATH=" + dir});
@@ -167,50 +202,71 @@ int main(int argc, char** argv) {
     int v;
     if (absl::SimpleAtoi(t, &v) && v > 0) threads.push_back(v);
   }
+  std::vector<std::pair<int, int>> shapes;  // (batch, size)
+  for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',')) {
+    std::vector<absl::string_view> bs = absl::StrSplit(t, 'x');
+    int b, hw;
+    if (bs.size() != 2 || !absl::SimpleAtoi(bs[0], &b) ||
+        !absl::SimpleAtoi(bs[1], &hw) || b <= 0 || hw <= 0) {
+      std::fprintf(stderr, "bad --shapes entry '%s'\n", std::string(t).c_str());
+      return 2;
+    }
+    shapes.push_back({b, hw});
+  }
   // Medians, and minima (less disturbed by other load on a shared machine).
   std::printf(
-      "| model | batch | threads | quantd ms (median/min) | ORT ms "
+      "| model | batch | size | threads | quantd ms (median/min) | ORT ms "
       "(median/min) | quantd/ORT (median/min) |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   int failures = 0;
-  for (const auto& [name, mobilenet] :
-       std::vector<std::pair<std::string, bool>>{{"resnet18", false},
-                                                 {"mobilenet_v2", true}}) {
-    const std::string path = dir + "/" + name + ".onnx";
-    if (!EnsureModel(path, mobilenet)) {
-      ++failures;
-      continue;
-    }
-    auto model =
-        quantd::graph::ParseModel(quantd::testing::ReadFileOrDie(path));
-    if (!model.ok()) {
-      ++failures;
-      continue;
-    }
-    auto exec = Executor::Create(*model);
-    if (!exec.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                   exec.status().ToString().c_str());
-      ++failures;
-      continue;
-    }
-    Tensor x(onnx::TensorProto::FLOAT, {1, 3, 224, 224});
-    std::mt19937 gen(1);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    for (int64_t i = 0; i < x.size(); ++i) x.mutable_data<float>()[i] = d(gen);
-    if (absl::GetFlag(FLAGS_profile)) {
-      std::printf("%s, 1 thread, by op type:\n", name.c_str());
-      Profile(**exec, *model, x);
-    }
-    for (int t : threads) {
-      const Times ours = TimeOurs(**exec, x, t);
-      const Times ort = TimeOrt(path, t);
-      std::printf("| %s | 1 | %d | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n",
-                  name.c_str(), t, ours.median, ours.min, ort.median, ort.min,
-                  ort.median > 0 ? ours.median / ort.median : -1.0,
-                  ort.min > 0 ? ours.min / ort.min : -1.0);
-      std::fflush(stdout);
-      if (ours.median < 0 || ort.median < 0) ++failures;
+  for (const auto& [batch, size] : shapes) {
+    for (const auto& [name, mobilenet] :
+         std::vector<std::pair<std::string, bool>>{{"resnet18", false},
+                                                   {"mobilenet_v2", true}}) {
+      if (!absl::StrContains(absl::GetFlag(FLAGS_models), name)) continue;
+      const std::string path = absl::StrCat(
+          dir, "/", name, size == 224 ? "" : absl::StrCat("_", size), ".onnx");
+      if (!EnsureModel(path, mobilenet, size)) {
+        ++failures;
+        continue;
+      }
+      auto model =
+          quantd::graph::ParseModel(quantd::testing::ReadFileOrDie(path));
+      if (!model.ok()) {
+        ++failures;
+        continue;
+      }
+      auto exec = Executor::Create(*model);
+      if (!exec.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                     exec.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      Tensor x(onnx::TensorProto::FLOAT, {batch, 3, size, size});
+      std::mt19937 gen(1);
+      std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+      for (int64_t i = 0; i < x.size(); ++i) {
+        x.mutable_data<float>()[i] = d(gen);
+      }
+      if (absl::GetFlag(FLAGS_profile)) {
+        std::printf("%s, batch %d, %dx%d, 1 thread, by op type:\n",
+                    name.c_str(), batch, size, size);
+        Profile(**exec, *model, x);
+      }
+      for (int t : threads) {
+        const Times ours = TimeOurs(**exec, x, t);
+        const Times ort = TimeOrt(path, batch, t);
+        std::printf(
+            "| %s | %d | %dx%d | %d | %.2f / %.2f | %.2f / %.2f | %.2f / "
+            "%.2f |\n",
+            name.c_str(), batch, size, size, t, ours.median, ours.min,
+            ort.median, ort.min,
+            ort.median > 0 ? ours.median / ort.median : -1.0,
+            ort.min > 0 ? ours.min / ort.min : -1.0);
+        std::fflush(stdout);
+        if (ours.median < 0 || ort.median < 0) ++failures;
+      }
     }
   }
   return failures == 0 ? 0 : 1;

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Exports a randomly initialised ResNet-18 (or MobileNetV2) to ONNX for benchmarks.
 
-  /usr/bin/python3 scripts/make_resnet18.py OUT.onnx [--mobilenet] [--seed N]
+  /usr/bin/python3 scripts/make_resnet18.py OUT.onnx [--mobilenet] [--seed N] [--size S]
 
 torchvision's model with weights=None (no download), a fixed seed, eval mode,
-opset 13, input "input" [N,3,224,224] float32 (dynamic batch), output "logits"
-[N,1000]. ResNet-18 is ~45 MB, MobileNetV2 ~14 MB. The weights are random, so
+opset 13, input "input" [N,3,S,S] float32 (dynamic batch, S = 224 unless
+--size), output "logits" [N,1000]. The input size is fixed in the model
+because ONNX Runtime refuses feeds that differ from the declared dims. ResNet-18 is ~45 MB, MobileNetV2 ~14 MB. The weights are random, so
 only the shapes and the arithmetic matter: use it for speed, not accuracy.
 The output is not committed; regenerate it when needed.
 """
@@ -24,6 +25,7 @@ def main():
     ap.add_argument("out", help="output .onnx path")
     ap.add_argument("--mobilenet", action="store_true", help="export MobileNetV2 instead of ResNet-18")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", type=int, default=224, help="input height and width")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -41,7 +43,7 @@ def main():
 
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
-    dummy = torch.randn(1, 3, 224, 224)
+    dummy = torch.randn(1, 3, args.size, args.size)
     with torch.no_grad():
         torch.onnx.export(
             model, dummy, args.out,

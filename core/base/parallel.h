@@ -11,11 +11,12 @@
 namespace quantd {
 
 // Calls fn(begin, end) over [0, n) in contiguous chunks of at least `grain`
-// items, one chunk per thread (plus the caller); inline without a pool.
+// items, one chunk per thread the caller's ParallelFor runs on
+// (pool->parallelism()); inline without a pool.
 template <typename F>
 void ParallelRange(ThreadPool* pool, int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
-  const int64_t threads = pool ? pool->size() + 1 : 1;
+  const int64_t threads = pool ? pool->parallelism() : 1;
   const int64_t chunks = std::max<int64_t>(
       1, std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1)));
   if (chunks == 1) {

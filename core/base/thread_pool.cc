@@ -6,6 +6,23 @@
 #include <memory>
 
 namespace quantd {
+namespace {
+
+// The pool the current thread is a member of (a worker's own pool, or the
+// pool of the innermost ThreadPool::Member), else null.
+thread_local const ThreadPool* member_of = nullptr;
+
+}  // namespace
+
+ThreadPool::Member::Member(const ThreadPool* pool) : previous_(member_of) {
+  if (pool != nullptr) member_of = pool;
+}
+
+ThreadPool::Member::~Member() { member_of = previous_; }
+
+int ThreadPool::parallelism() const {
+  return member_of == this ? std::max(size(), 1) : size() + 1;
+}
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) {
@@ -31,6 +48,7 @@ void ThreadPool::Schedule(std::function<void()> task) {
 }
 
 void ThreadPool::WorkerLoop() {
+  member_of = this;
   while (true) {
     std::function<void()> task;
     {
@@ -90,8 +108,8 @@ void ThreadPool::ParallelFor(int64_t n,
       if (error != nullptr && state->error == nullptr) state->error = error;
     }
   };
-  const int helpers =
-      static_cast<int>(std::min<int64_t>(n - 1, static_cast<int64_t>(size())));
+  const int helpers = static_cast<int>(
+      std::min<int64_t>(n - 1, static_cast<int64_t>(parallelism() - 1)));
   for (int h = 0; h < helpers; ++h) {
     // A helper that starts after all items are claimed does nothing and never
     // touches `fn`, which may be gone by then.

@@ -27,12 +27,37 @@ class ThreadPool {
 
   // Calls fn(i) for every i in [0, n) and returns when all calls are done.
   // The calling thread takes items too, so this is safe to call from a pool
-  // thread (no deadlock when every worker is busy). When fn throws (e.g.
-  // std::bad_alloc), the rest of the items are skipped and the first
-  // exception is rethrown here once every item is done or skipped.
+  // thread (no deadlock when every worker is busy); it asks parallelism() - 1
+  // workers to help. When fn throws (e.g. std::bad_alloc), the rest of the
+  // items are skipped and the first exception is rethrown here once every
+  // item is done or skipped.
   void ParallelFor(int64_t n, const std::function<void(int64_t)>& fn);
 
   int size() const { return static_cast<int>(workers_.size()); }
+
+  // Threads a ParallelFor called from this thread runs on, the caller
+  // included: size() on a member of the pool (one of its workers, or a thread
+  // holding a Member), whose own thread stands in for a worker; size() + 1 on
+  // any other thread, which adds itself to the workers.
+  int parallelism() const;
+
+  // While one is alive, the thread that made it counts as one of `pool`'s
+  // workers (see parallelism()): a thread that is not a worker but computes
+  // for the pool's owner, like an engine job on a thread of its own. With the
+  // pool sized to the cores, such a thread beside every worker would be one
+  // compute thread more than there are cores, and each parallel region would
+  // be split in size() + 1 pieces that run in two rounds. Nests; a null pool
+  // changes nothing.
+  class Member {
+   public:
+    explicit Member(const ThreadPool* pool);
+    ~Member();
+    Member(const Member&) = delete;
+    Member& operator=(const Member&) = delete;
+
+   private:
+    const ThreadPool* previous_;
+  };
 
  private:
   void WorkerLoop();

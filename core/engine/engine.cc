@@ -36,11 +36,15 @@ void Engine::RunOnOwnThread(std::function<void()> job) {
   }
   job_threads_.swap(live);
   auto finished = std::make_shared<std::atomic<bool>>(false);
-  job_threads_.push_back({std::thread([job = std::move(job), finished] {
-                            job();
-                            finished->store(true);
-                          }),
-                          finished});
+  job_threads_.push_back(
+      {std::thread([job = std::move(job), finished, pool = pool_.get()] {
+         // The pool has a worker per core: this thread computes in a
+         // worker's stead, not beside all of them.
+         ThreadPool::Member member(pool);
+         job();
+         finished->store(true);
+       }),
+       finished});
 }
 
 void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,

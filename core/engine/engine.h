@@ -101,7 +101,8 @@ class Engine {
   const JobLimits& limits() const { return limits_; }
 
  private:
-  // Starts `job` on a dedicated thread, joined by the destructor.
+  // Starts `job` on a dedicated thread, joined by the destructor. The
+  // thread is a ThreadPool::Member of the pool while the job runs.
   void RunOnOwnThread(std::function<void()> job);
 
   const JobLimits limits_;

@@ -48,14 +48,14 @@ void ValidColumns(const Conv2DShape& s, int64_t kj, int64_t* lo, int64_t* hi) {
 }
 
 // Rows [c0, c1) of the channel range of col = im2col(xg), where xg holds
-// the group's channels [cg, h, w] and col is [cg*kh*kw, oh*ow].
+// the group's channels [cg, h, w] and col is [cg*kh*kw, oh*ow] with rows ld
+// floats apart (ld > oh*ow when several images sit side by side).
 void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
-            float* col) {
-  const int64_t p = s.oh * s.ow;
+            int64_t ld, float* col) {
   for (int64_t c = c0; c < c1; ++c) {
     for (int64_t ki = 0; ki < s.kh; ++ki) {
       for (int64_t kj = 0; kj < s.kw; ++kj) {
-        float* row = col + ((c * s.kh + ki) * s.kw + kj) * p;
+        float* row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
         int64_t lo, hi;
         ValidColumns(s, kj, &lo, &hi);
         const int64_t shift = kj * s.dw - s.pl;
@@ -75,6 +75,46 @@ void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
           }
           std::fill(dst + hi, dst + s.ow, 0.0f);
         }
+      }
+    }
+  }
+}
+
+// For each kernel tap t = ki*kw + kj and output position q = oh*ow + ow,
+// where its input sits in a channel plane (ih*w + iw), or -1 in the padding:
+// taps*p entries, shared by every channel and image of a call.
+std::vector<int64_t> Im2ColOffsets(const Conv2DShape& s) {
+  const int64_t p = s.oh * s.ow;
+  std::vector<int64_t> map(s.kh * s.kw * p);
+  for (int64_t ki = 0; ki < s.kh; ++ki) {
+    for (int64_t kj = 0; kj < s.kw; ++kj) {
+      int64_t* row = map.data() + (ki * s.kw + kj) * p;
+      for (int64_t oh = 0; oh < s.oh; ++oh) {
+        const int64_t ih = oh * s.sh - s.pt + ki * s.dh;
+        for (int64_t ow = 0; ow < s.ow; ++ow) {
+          const int64_t iw = ow * s.sw - s.pl + kj * s.dw;
+          row[oh * s.ow + ow] =
+              ih >= 0 && ih < s.h && iw >= 0 && iw < s.w ? ih * s.w + iw : -1;
+        }
+      }
+    }
+  }
+  return map;
+}
+
+// Im2Col for outputs of a few positions: Im2Col's per-row bookkeeping (the
+// valid columns, a copy call per output row of 2..8 floats) costs more than
+// the copy there; one gather through the offsets of Im2ColOffsets does not.
+void Im2ColMapped(const float* xg, const Conv2DShape& s, const int64_t* map,
+                  int64_t c0, int64_t c1, int64_t ld, float* col) {
+  const int64_t taps = s.kh * s.kw, p = s.oh * s.ow;
+  for (int64_t c = c0; c < c1; ++c) {
+    const float* xc = xg + c * s.h * s.w;
+    for (int64_t t = 0; t < taps; ++t) {
+      const int64_t* offsets = map + t * p;
+      float* dst = col + (c * taps + t) * ld;
+      for (int64_t q = 0; q < p; ++q) {
+        dst[q] = offsets[q] >= 0 ? xc[offsets[q]] : 0.0f;
       }
     }
   }
@@ -206,44 +246,97 @@ QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
   }
 }
 
-// One image, one group: y_g = w_g * im2col(x_g) + bias_g.
-void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
-               const Conv2DShape& s, float* col, ThreadPool* pool) {
-  const int64_t cg = s.c / s.group, mg = s.m / s.group;
-  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
-  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 &&
-                         s.pt == 0 && s.pl == 0 && s.oh == s.h && s.ow == s.w;
-  const float* b = xg;
-  if (!pointwise) {
-    ParallelRange(pool, cg, 4,
-                  [&](int64_t c0, int64_t c1) { Im2Col(xg, s, c0, c1, col); });
-    b = col;
-  }
-  if (SmallKPays() && UseSmallK(k, p)) {
+// y[mg, cols] = bias + wg[mg, k] * b[k, cols]; b and y have rows of `cols`
+// floats.
+void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
+              int64_t k, int64_t cols, float* y, ThreadPool* pool) {
+  if (SmallKPays() && UseSmallK(k, cols)) {
     // The direct kernel: threads take 64-column strips, or blocks of 4 rows
     // when there are too few strips to share.
-    const int64_t strips = (p + 63) / 64;
-    const int64_t threads = pool ? pool->size() + 1 : 1;
+    const int64_t strips = (cols + 63) / 64;
+    const int64_t threads = pool ? pool->parallelism() : 1;
     if (strips >= 2 * threads || threads == 1) {
       ParallelRange(pool, strips, 1, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(k * 16 + 16);
-        SmallKGemm(wg, b, p, bias, mg, k, yg, t0 * 64, std::min(p, t1 * 64),
-                   scratch.data());
+        SmallKGemm(wg, b, cols, bias, mg, k, y, t0 * 64,
+                   std::min(cols, t1 * 64), scratch.data());
       });
     } else {
       ParallelRange(pool, (mg + 3) / 4, 1, [&](int64_t r0, int64_t r1) {
         std::vector<float> scratch(k * 16 + 16);
         r0 *= 4;
         r1 = std::min(mg, r1 * 4);
-        SmallKGemm(wg + r0 * k, b, p, bias ? bias + r0 : nullptr, r1 - r0, k,
-                   yg + r0 * p, 0, p, scratch.data());
+        SmallKGemm(wg + r0 * k, b, cols, bias ? bias + r0 : nullptr, r1 - r0, k,
+                   y + r0 * cols, 0, cols, scratch.data());
       });
     }
     return;
   }
-  if (bias != nullptr) FillBias(bias, mg, p, p, yg);
-  Gemm(false, false, mg, p, k, 1.0f, wg, k, b, p, bias ? 1.0f : 0.0f, yg, p,
-       pool);
+  if (bias != nullptr) FillBias(bias, mg, cols, cols, y);
+  Gemm(false, false, mg, cols, k, 1.0f, wg, k, b, cols, bias ? 1.0f : 0.0f, y,
+       cols, pool);
+}
+
+bool IsPointwise(const Conv2DShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 &&
+         s.pl == 0 && s.oh == s.h && s.ow == s.w;
+}
+
+// One image, one group: y_g = w_g * im2col(x_g) + bias_g.
+void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
+               const Conv2DShape& s, float* col, ThreadPool* pool) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
+  const float* b = xg;
+  if (!IsPointwise(s)) {
+    ParallelRange(pool, cg, 4, [&](int64_t c0, int64_t c1) {
+      Im2Col(xg, s, c0, c1, p, col);
+    });
+    b = col;
+  }
+  ConvGemm(wg, b, bias, mg, k, p, yg, pool);
+}
+
+// Images [n0, n0 + nb) of group g in one GEMM: their im2col side by side in
+// col [k, nb*p] (pointwise inputs are copied the same way: NCHW keeps an
+// image's rows apart from the next image's), the product in out [mg, nb*p],
+// then each image's columns copied to its rows of y.
+void ConvGroupImages(const float* x, const float* w, const float* bias,
+                     float* y, const Conv2DShape& s, const int64_t* map,
+                     int64_t n0, int64_t nb, int64_t g, float* col, float* out,
+                     ThreadPool* pool) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow, cols = nb * p;
+  // Items are (image, input channel) pairs, image-major.
+  const bool pointwise = IsPointwise(s);
+  ParallelRange(pool, nb * cg, 4, [&](int64_t i0, int64_t i1) {
+    if (pointwise) {
+      // A channel of a pointwise input is already its im2col row: one copy,
+      // not Im2Col's one per output row (rows of 2..8 floats here).
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = i / cg, c = i % cg;
+        std::memcpy(col + c * cols + j * p,
+                    x + ((n0 + j) * s.c + g * cg + c) * p, p * sizeof(float));
+      }
+      return;
+    }
+    for (int64_t i = i0; i < i1;) {
+      const int64_t j = i / cg, c0 = i % cg;
+      const int64_t c1 = std::min(cg, c0 + (i1 - i));
+      Im2ColMapped(x + ((n0 + j) * s.c + g * cg) * s.h * s.w, s, map, c0, c1,
+                   cols, col + j * p);
+      i += c1 - c0;
+    }
+  });
+  ConvGemm(w + g * mg * k, col, bias ? bias + g * mg : nullptr, mg, k, cols,
+           out, pool);
+  ParallelRange(pool, nb * mg, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t j = i / mg, r = i % mg;
+      std::memcpy(y + ((n0 + j) * s.m + g * mg + r) * p, out + r * cols + j * p,
+                  p * sizeof(float));
+    }
+  });
 }
 
 // Depthwise (one input and one output channel per group): a direct loop is
@@ -319,9 +412,10 @@ Dw3x3Layout Dw3x3LayoutFor(const Conv2DShape& s) {
   return l;
 }
 
-// Planes, then the output lines.
+// Planes, the output lines, then (stride 2) one padded input row.
 int64_t Dw3x3ScratchSize(const Dw3x3Layout& l) {
-  return (l.stride == 1 ? 1 : 4) * l.plane_size + l.nvec;
+  return (l.stride == 1 ? 1 : 4) * l.plane_size + l.nvec +
+         (l.stride == 1 ? 0 : 2 * l.line);
 }
 
 // dst[0, n) = src[0, n): a plain loop beats a memcpy call on the 7..28-wide
@@ -351,32 +445,35 @@ QUANTD_ALWAYS_INLINE void FillLine1(const float* x_row, int64_t w, int64_t pl,
 }
 
 // One line of each stride-2 column plane: even[c] = x_row[2c - pl],
-// odd[c] = x_row[2c + 1 - pl] inside the row, else 0.
+// odd[c] = x_row[2c + 1 - pl] inside the row, else 0. The row is first copied
+// into `padded` (2 * line floats, padded[j] = x_row[j - pl] or 0) so that
+// every 16 columns are one unchecked 32-float load and a shuffle: checking
+// the row's ends in place left most of a 32-wide row (64x64 inputs) to the
+// scalar loop, 2 us per channel plane.
 QUANTD_ALWAYS_INLINE void FillLines2(const float* x_row, int64_t w, int64_t pl,
-                                     int64_t line, float* __restrict even,
+                                     int64_t line, float* __restrict padded,
+                                     float* __restrict even,
                                      float* __restrict odd) {
   if (x_row == nullptr) {
     std::fill(even, even + line, 0.0f);
     std::fill(odd, odd + line, 0.0f);
     return;
   }
-  auto at = [&](int64_t j) { return j >= 0 && j < w ? x_row[j] : 0.0f; };
+  const int64_t len = 2 * line;
+  const int64_t lo = std::min(pl, len);
+  const int64_t hi = std::clamp<int64_t>(w + pl, lo, len);
+  std::fill(padded, padded + lo, 0.0f);
+  CopyFloats(x_row + lo - pl, hi - lo, padded + lo);
+  std::fill(padded + hi, padded + len, 0.0f);
   int64_t c = 0;
 #if defined(__GNUC__) && !defined(__clang__)
-  // Scalar up to the first column whose source 2c - pl is in the row, then
-  // 16 columns (32 source floats, split by a two-register shuffle) at a time
-  // while they are all inside it.
   typedef int I16 __attribute__((vector_size(64)));
   const I16 ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
   const I16 od = ev + 1;
-  for (const int64_t first = std::min((pl + 1) / 2, line); c < first; ++c) {
-    even[c] = at(2 * c - pl);
-    odd[c] = at(2 * c + 1 - pl);
-  }
-  for (; c + 16 <= line && 2 * c - pl + 32 <= w; c += 16) {
+  for (; c + 16 <= line; c += 16) {
     V16 v0, v1;
-    std::memcpy(&v0, x_row + 2 * c - pl, sizeof(V16));
-    std::memcpy(&v1, x_row + 2 * c - pl + 16, sizeof(V16));
+    std::memcpy(&v0, padded + 2 * c, sizeof(V16));
+    std::memcpy(&v1, padded + 2 * c + 16, sizeof(V16));
     const V16 e = __builtin_shuffle(v0, v1, ev);
     const V16 o = __builtin_shuffle(v0, v1, od);
     std::memcpy(even + c, &e, sizeof(V16));
@@ -384,8 +481,8 @@ QUANTD_ALWAYS_INLINE void FillLines2(const float* x_row, int64_t w, int64_t pl,
   }
 #endif
   for (; c < line; ++c) {
-    even[c] = at(2 * c - pl);
-    odd[c] = at(2 * c + 1 - pl);
+    even[c] = padded[2 * c];
+    odd[c] = padded[2 * c + 1];
   }
 }
 
@@ -453,6 +550,7 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
   float* planes[4];
   for (int64_t i = 0; i < 4; ++i) planes[i] = scratch + i * l.plane_size;
   float* out = scratch + nplanes * l.plane_size;
+  float* padded = out + l.nvec;  // Stride 2 only.
   // The planes' tails past their rows are read (never used) by the flat
   // loop: zero them once, no channel writes there.
   for (int64_t i = 0; i < nplanes; ++i) {
@@ -488,7 +586,7 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
         const int64_t a = r % 2, at = (r / 2) * L;
         const int64_t ih = r - s.pt;
         FillLines2(ih >= 0 && ih < s.h ? xc + ih * s.w : nullptr, s.w, s.pl, L,
-                   planes[2 * a] + at, planes[2 * a + 1] + at);
+                   padded, planes[2 * a] + at, planes[2 * a + 1] + at);
       }
     }
     Taps9(q, w + c * 9, bias ? bias[c] : 0.0f, l.nvec, out);
@@ -499,13 +597,40 @@ QUANTD_MULTIVERSION_V void Depthwise3x3Range(const float* x, const float* w,
   }
 }
 
+// Below this many output positions per image (8x8), several images share
+// one GEMM of about kBatchedColumns columns. Measured per layer with
+// bench/conv_bench (batch 16, 1 and 2 threads, AVX-512): on ResNet-18's 2x2
+// and 4x4 layers one GEMM over 16 images takes 2.4-6 ms where 16 per-image
+// GEMMs take 10-23 ms (the weights packed 16 times, GEMMs 4 or 16 columns
+// wide); at 8x8 the two are within noise, and 1x1 convolutions with short
+// reductions lose to the copies in and out. The gain flattens from about 128
+// columns on.
+constexpr int64_t kBatchBelowPositions = 64;
+constexpr int64_t kBatchedColumns = 256;
+
 }  // namespace
+
+int64_t ConvImagesPerGemm(const Conv2DShape& s) {
+  const int64_t cg = s.c / s.group, mg = s.m / s.group;
+  const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
+  if (s.n <= 1 || p <= 0 || p >= kBatchBelowPositions) return 1;
+  const int64_t want = std::min(s.n, CeilDiv(kBatchedColumns, p));
+  const int64_t fit =
+      kMaxBatchedConvScratch / std::max<int64_t>(1, (k + mg) * p);
+  return std::max<int64_t>(1, std::min(want, fit));
+}
 
 void Conv2D(const float* x, const float* w, const float* bias, float* y,
             const Conv2DShape& s, ThreadPool* pool) {
+  Conv2DWithImagesPerGemm(x, w, bias, y, s, ConvImagesPerGemm(s), pool);
+}
+
+void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
+                             float* y, const Conv2DShape& s,
+                             int64_t images_per_gemm, ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
-  if (p == 0) return;
+  if (p == 0 || s.n == 0) return;
   if (cg == 1 && mg == 1 && IsDepthwise3x3(s)) {
     const Dw3x3Layout l = Dw3x3LayoutFor(s);
     ParallelRange(pool, s.n * s.c, 1, [&](int64_t b, int64_t e) {
@@ -524,6 +649,33 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
     });
     return;
   }
+  const int64_t threads = pool ? pool->parallelism() : 1;
+  const int64_t nb = std::clamp<int64_t>(images_per_gemm, 1, s.n);
+  if (nb > 1) {
+    // Jobs are (batch of nb images, group) pairs; the last batch may be
+    // short.
+    const int64_t jobs = CeilDiv(s.n, nb) * s.group;
+    const std::vector<int64_t> map =
+        IsPointwise(s) ? std::vector<int64_t>() : Im2ColOffsets(s);
+    auto job = [&](int64_t j, float* col, float* out, ThreadPool* inner) {
+      const int64_t n0 = j / s.group * nb;
+      ConvGroupImages(x, w, bias, y, s, map.data(), n0, std::min(nb, s.n - n0),
+                      j % s.group, col, out, inner);
+    };
+    const int64_t cols = nb * p;
+    if (jobs >= threads && threads > 1) {
+      ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {
+        std::unique_ptr<float[]> col(new float[k * cols]);
+        std::unique_ptr<float[]> out(new float[mg * cols]);
+        for (int64_t j = b; j < e; ++j) job(j, col.get(), out.get(), nullptr);
+      });
+      return;
+    }
+    std::unique_ptr<float[]> col(new float[k * cols]);
+    std::unique_ptr<float[]> out(new float[mg * cols]);
+    for (int64_t j = 0; j < jobs; ++j) job(j, col.get(), out.get(), pool);
+    return;
+  }
   const int64_t jobs = s.n * s.group;
   auto job = [&](int64_t j, float* col, ThreadPool* inner) {
     const int64_t n = j / s.group, g = j % s.group;
@@ -531,7 +683,6 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
               bias ? bias + g * mg : nullptr, y + (n * s.m + g * mg) * p, s,
               col, inner);
   };
-  const int64_t threads = pool ? pool->size() + 1 : 1;
   if (jobs >= threads && threads > 1) {
     // Enough independent images/groups: one per thread, each single-threaded.
     ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {

@@ -1,7 +1,9 @@
 // Fast float convolution and pooling over NCHW data (1-D runs as H = 1):
-// im2col (skipped for 1x1) + GEMM for general convolutions, with a direct
-// register-tiled kernel when the reduction is short; a padded-plane kernel
-// for 3x3 depthwise at stride 1 or 2, a direct loop for other depthwise ones.
+// im2col (skipped for 1x1) + GEMM for general convolutions, one GEMM per
+// image or, when each image has few output positions, one over several images
+// side by side; a direct register-tiled kernel when the reduction is short; a
+// padded-plane kernel for 3x3 depthwise at stride 1 or 2, a direct loop for
+// other depthwise ones.
 // tests/core/executor/reference_kernels.h holds the slow oracle.
 #ifndef QUANTD_CORE_EXECUTOR_CONV_H_
 #define QUANTD_CORE_EXECUTOR_CONV_H_
@@ -28,6 +30,21 @@ struct Conv2DShape {
 // [m, c/group, kh, kw], bias may be null.
 void Conv2D(const float* x, const float* w, const float* bias, float* y,
             const Conv2DShape& s, ThreadPool* pool);
+
+// How many images one GEMM of a (non-depthwise) convolution covers. A GEMM
+// over a few output positions (ResNet-18's last stage at 64x64 has 4 per
+// image) spends its time packing the weights, so small outputs of several
+// images go into one column matrix; large ones stay one image per GEMM, which
+// already pays and keeps the im2col scratch small. The scratch of one batched
+// GEMM (columns and output) stays under kMaxBatchedConvScratch floats.
+inline constexpr int64_t kMaxBatchedConvScratch = int64_t{1} << 21;  // 8 MiB
+int64_t ConvImagesPerGemm(const Conv2DShape& s);
+
+// Conv2D with `images_per_gemm` images per GEMM (>= 1) instead of
+// ConvImagesPerGemm's choice; for tests comparing the two layouts.
+void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
+                             float* y, const Conv2DShape& s,
+                             int64_t images_per_gemm, ThreadPool* pool);
 
 // Max over each window (pads never win). c == m.
 void MaxPool2D(const float* x, float* y, const Conv2DShape& s,

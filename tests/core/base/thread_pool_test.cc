@@ -2,10 +2,14 @@
 
 #include <atomic>
 #include <new>
+#include <set>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "core/base/parallel.h"
 #include "gtest/gtest.h"
 
 namespace quantd {
@@ -71,6 +75,66 @@ TEST(ThreadPoolTest, ParallelForRethrowsOnTheCaller) {
   std::atomic<int> total{0};
   pool.ParallelFor(100, [&](int64_t) { total.fetch_add(1); });
   EXPECT_EQ(total.load(), 100);
+}
+
+TEST(ThreadPoolTest, ParallelismCountsTheCallerOnlyOutsideThePool) {
+  ThreadPool pool(2);
+  ThreadPool other(3);
+  EXPECT_EQ(pool.parallelism(), 3);  // The caller and both workers.
+  {
+    ThreadPool::Member member(&pool);
+    EXPECT_EQ(pool.parallelism(), 2);  // The caller in a worker's stead.
+    EXPECT_EQ(other.parallelism(), 4);
+    {
+      ThreadPool::Member inner(&other);
+      EXPECT_EQ(other.parallelism(), 3);
+      EXPECT_EQ(pool.parallelism(), 3);
+    }
+    EXPECT_EQ(pool.parallelism(), 2);
+    ThreadPool::Member none(nullptr);
+    EXPECT_EQ(pool.parallelism(), 2);
+  }
+  EXPECT_EQ(pool.parallelism(), 3);
+  // A worker is a member of its pool.
+  int on_worker = 0;
+  absl::Notification done;
+  pool.Schedule([&] {
+    on_worker = pool.parallelism();
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(on_worker, 2);
+}
+
+// The distinct threads that ran items of one ParallelFor, each item long
+// enough for every helper to start.
+int ThreadsUsed(ThreadPool* pool) {
+  absl::Mutex mu;
+  std::set<std::thread::id> ids;
+  pool->ParallelFor(24, [&](int64_t) {
+    absl::SleepFor(absl::Milliseconds(2));
+    absl::MutexLock lock(&mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  return static_cast<int>(ids.size());
+}
+
+TEST(ThreadPoolTest, AMemberUsesNoMoreThreadsThanThePoolHas) {
+  ThreadPool pool(2);
+  EXPECT_LE(ThreadsUsed(&pool), 3);
+  ThreadPool::Member member(&pool);
+  EXPECT_LE(ThreadsUsed(&pool), 2);
+  // ParallelRange cuts one chunk per thread.
+  std::atomic<int> chunks{0};
+  ParallelRange(&pool, 100, 1, [&](int64_t, int64_t) { chunks.fetch_add(1); });
+  EXPECT_EQ(chunks.load(), 2);
+}
+
+TEST(ThreadPoolTest, ParallelRangeOutsideThePoolAddsTheCaller) {
+  ThreadPool pool(2);
+  std::atomic<int> chunks{0};
+  ParallelRange(&pool, 100, 1, [&](int64_t, int64_t) { chunks.fetch_add(1); });
+  EXPECT_EQ(chunks.load(), 3);
 }
 
 }  // namespace
