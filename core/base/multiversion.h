@@ -14,4 +14,14 @@
 #define QUANTD_HAS_TARGET_CLONES 0
 #endif
 
+// For a simple loop GCC vectorizes: built for AVX-512, AVX2 and the
+// baseline (16, 8 or 4 floats at a time), picked at load time; O3 so that
+// loops of unknown length vectorize at all.
+#if QUANTD_HAS_TARGET_CLONES
+#define QUANTD_VECTOR_CLONES \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#else
+#define QUANTD_VECTOR_CLONES
+#endif
+
 #endif  // QUANTD_CORE_BASE_MULTIVERSION_H_

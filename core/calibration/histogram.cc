@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/multiversion.h"
+
 namespace quantd::calibration {
 namespace {
 
@@ -97,50 +99,56 @@ void StreamingHistogram::Extend(float min, float max) {
 
 namespace {
 
-int64_t CountZeros(const float* values, int64_t n) {
+QUANTD_VECTOR_CLONES int64_t CountZeros(const float* values, int64_t n) {
   int64_t zeros = 0;
   for (int64_t i = 0; i < n; ++i) zeros += values[i] == 0.0f ? 1 : 0;
   return zeros;
 }
 
-}  // namespace
-
-void StreamingHistogram::Add(const float* values, int64_t n) {
-  total_ += n;
-  zeros_ += CountZeros(values, n);
-  if (width_ == 0.0) {
-    counts_[0] += n;
-    return;
-  }
-  const double lo = lo_;
-  const double width = width_;
-  const int64_t last = static_cast<int64_t>(counts_.size()) - 1;
-  int64_t* counts = counts_.data();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t b =
-        static_cast<int64_t>((static_cast<double>(values[i]) - lo) / width);
-    b = b < 0 ? 0 : (b > last ? last : b);
-    ++counts[b];
+// The bins of n values (of their magnitudes when `magnitude`), as BinOf
+// computes them: trunc((v - lo) / width) clamped to [0, last]. Clamped
+// before truncating, which gives the same bin and keeps the conversion in
+// int32 range, so that this loop vectorizes (the counting after it cannot).
+QUANTD_VECTOR_CLONES void BinsOf(const float* values, int n, double lo,
+                                 double width, int32_t last, bool magnitude,
+                                 int32_t* bins) {
+  const double top = static_cast<double>(last);
+  for (int i = 0; i < n; ++i) {
+    const double v = magnitude ? std::fabs(static_cast<double>(values[i]))
+                               : static_cast<double>(values[i]);
+    double b = (v - lo) / width;
+    b = b > 0.0 ? b : 0.0;  // NaN too, as in BinOf.
+    b = b < top ? b : top;
+    bins[i] = static_cast<int32_t>(b);
   }
 }
 
-void StreamingHistogram::AddAbs(const float* values, int64_t n) {
+}  // namespace
+
+void StreamingHistogram::Count(const float* values, int64_t n, bool magnitude) {
   total_ += n;
   zeros_ += CountZeros(values, n);
   if (width_ == 0.0) {
     counts_[0] += n;
     return;
   }
-  const double lo = lo_;
-  const double width = width_;
-  const int64_t last = static_cast<int64_t>(counts_.size()) - 1;
+  const int32_t last = static_cast<int32_t>(counts_.size()) - 1;
   int64_t* counts = counts_.data();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t b = static_cast<int64_t>(
-        (static_cast<double>(std::fabs(values[i])) - lo) / width);
-    b = b < 0 ? 0 : (b > last ? last : b);
-    ++counts[b];
+  constexpr int kStep = 1024;
+  int32_t bins[kStep];
+  for (int64_t at = 0; at < n; at += kStep) {
+    const int m = static_cast<int>(std::min<int64_t>(kStep, n - at));
+    BinsOf(values + at, m, lo_, width_, last, magnitude, bins);
+    for (int i = 0; i < m; ++i) ++counts[bins[i]];
   }
+}
+
+void StreamingHistogram::Add(const float* values, int64_t n) {
+  Count(values, n, /*magnitude=*/false);
+}
+
+void StreamingHistogram::AddAbs(const float* values, int64_t n) {
+  Count(values, n, /*magnitude=*/true);
 }
 
 double HistogramQuantile(const StreamingHistogram& h, double q) {

@@ -61,6 +61,8 @@ class StreamingHistogram {
   size_t StateBytes() const { return counts_.capacity() * sizeof(int64_t); }
 
  private:
+  void Count(const float* values, int64_t n, bool magnitude);
+
   std::vector<int64_t> counts_;
   std::vector<int64_t> scratch_;  // Re-binning buffer, same size as counts_.
   double lo_ = 0.0;

@@ -93,6 +93,39 @@ TEST(EntropyThresholdTest, EdgeCasesAgreeToo) {
             internal::EntropyThresholdBinByBin(z, 128));
 }
 
+// Add and AddAbs count each value in the bin BinOf names, edges, values a
+// rounding outside the range and every odd length included.
+TEST(StreamingHistogramTest, CountsEachValueInTheBinBinOfNames) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-3.0f, 5.0f);
+  for (int bins : {1, 7, 2048}) {
+    for (int n : {1, 15, 1023, 1024, 1025, 5000}) {
+      StreamingHistogram h(bins);
+      h.Extend(-3.0f, 5.0f);
+      StreamingHistogram magnitudes(bins);
+      magnitudes.Extend(0.0f, 5.0f);
+      std::vector<float> x(n);
+      for (float& v : x) v = uniform(rng);
+      x[0] = -3.0f;
+      if (n > 2) x[1] = 5.0f;
+      if (n > 3) x[2] = std::nextafter(5.0f, 6.0f);
+      if (n > 4) x[3] = std::nextafter(-3.0f, -4.0f);
+      if (n > 5) x[4] = 0.0f;
+      h.Add(x.data(), n);
+      magnitudes.AddAbs(x.data(), n);
+      std::vector<int64_t> want(bins, 0), want_abs(bins, 0);
+      for (float v : x) {
+        ++want[h.BinOf(v)];
+        ++want_abs[magnitudes.BinOf(std::fabs(v))];
+      }
+      EXPECT_EQ(h.counts(), want) << bins << " bins, " << n << " values";
+      EXPECT_EQ(magnitudes.counts(), want_abs)
+          << bins << " bins, " << n << " values";
+      EXPECT_EQ(h.zeros(), n > 5 ? 1 : 0);
+    }
+  }
+}
+
 // Not a timing test (nothing here can fail on speed): prints the two
 // searches' times on one 2048-bin histogram for the notes.
 TEST(EntropyThresholdTest, ReportsTheSpeedup) {

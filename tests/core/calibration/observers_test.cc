@@ -528,7 +528,7 @@ TEST(EntropyTest, ReluZerosDoNotPullTheThresholdDown) {
   // about 4.5 for |x| (docs/accuracy.md).
   constexpr int kBatch = 1 << 16;
   std::unique_ptr<Observer> abs = Make(Config("entropy"));
-  std::unique_ptr<Observer> relu = Make(Config("entropy"));  // Antithetic.
+  std::unique_ptr<Observer> relu = Make(Config("entropy"));   // Antithetic.
   std::unique_ptr<Observer> relu2 = Make(Config("entropy"));  // Independent.
   std::unique_ptr<Observer> mm = Make(Config("min_max"));
   for (uint64_t b = 0; b < 4; ++b) {
@@ -682,7 +682,7 @@ TEST(StreamingHistogramTest, CountsExactZerosAlongsideTheBins) {
   const std::vector<float> x = {0.0f, -0.0f, 1e-30f, 0.5f, 7.0f, 0.0f};
   h.Extend(0.0f, 8.0f);
   h.AddAbs(x.data(), static_cast<int64_t>(x.size()));
-  EXPECT_EQ(h.zeros(), 3);  // +0 and -0; 1e-30 is not zero.
+  EXPECT_EQ(h.zeros(), 3);      // +0 and -0; 1e-30 is not zero.
   EXPECT_EQ(h.counts()[0], 5);  // The bins still hold every value.
   EXPECT_EQ(h.total(), 6);
   StreamingHistogram s(8);  // Signed, point mass at 0 first.
@@ -779,6 +779,27 @@ TEST(ObserverTest, BadBatchesLeaveStateUnchanged) {
   EXPECT_EQ(r.batch_count, 1);
   EXPECT_EQ(r.max, 4.0f);
   EXPECT_THAT(r.channel_max, ::testing::ElementsAre(2.0f, 4.0f));
+}
+
+// Long enough rows that the 16-lane loop runs, with a tail after it: the
+// extremes and a NaN are found wherever they sit.
+TEST(ObserverTest, MinMaxFindsExtremesAndNaNAnywhereInALongRow) {
+  for (int n : {16, 17, 37, 64, 100}) {
+    for (int at = 0; at < n; at += 7) {
+      std::vector<float> x(n);
+      for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 5) - 2.0f;
+      x[at] = -9.0f;
+      x[(at + n / 2) % n] = 11.0f;  // Never the same place as the -9.
+      std::unique_ptr<Observer> o = Make(Config("min_max"));
+      ASSERT_TRUE(o->Observe(x, {1, 1, n}).ok());
+      EXPECT_EQ(o->Result().min, -9.0f) << n << " " << at;
+      EXPECT_EQ(o->Result().max, 11.0f) << n << " " << at;
+      x[at] = kNaN;
+      std::unique_ptr<Observer> bad = Make(Config("min_max"));
+      EXPECT_THAT(bad->Observe(x, {1, 1, n}).message(), HasSubstr("NaN"))
+          << n << " " << at;
+    }
+  }
 }
 
 TEST(ObserverTest, ConcurrentObserveIsSerialised) {
