@@ -797,14 +797,27 @@ std::string Describe(const grpc::Status& s) {
 }
 
 // Progress events (one per batch, from the fake) and the tail of an OK
-// call: the model echoed in chunks then one summary, or one result.
+// call: the output's size (a STAGE_SEND progress, when it has bytes), the
+// model echoed in chunks then one summary, or one result.
 void CheckOkResponses(const CallResult<QuantizeResponse>& r,
                       const Expectation& e, const std::string& input) {
   std::string model;
   size_t progress = 0;
+  size_t sizes = 0;
   for (size_t i = 0; i < r.responses.size(); ++i) {
     const QuantizeResponse& m = r.responses[i];
-    if (m.has_progress()) ++progress;
+    if (m.has_progress() && m.progress().stage() == quantd::v1::STAGE_SEND) {
+      ++sizes;
+      if (!model.empty() ||
+          m.progress().total() != static_cast<int64_t>(e.model.size())) {
+        Fail(
+            "Quantize OK: the output's size is not announced before its "
+            "chunks",
+            input);
+      }
+    } else if (m.has_progress()) {
+      ++progress;
+    }
     if (m.has_model_chunk()) model += m.model_chunk();
     if (m.has_summary() != (i + 1 == r.responses.size())) {
       Fail("Quantize OK without exactly one summary, last", input);
@@ -816,6 +829,10 @@ void CheckOkResponses(const CallResult<QuantizeResponse>& r,
          input);
   }
   if (model != e.model) Fail("Quantize OK: the echoed model differs", input);
+  if (sizes != (e.model.empty() ? 0u : 1u)) {
+    Fail(absl::StrCat("Quantize OK with ", sizes, " output size events"),
+         input);
+  }
 }
 
 void CheckOkResponses(const CallResult<CalibrateResponse>& r,
