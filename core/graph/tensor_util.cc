@@ -159,7 +159,11 @@ absl::Status CheckTensorSize(const TensorProto& tensor) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
+namespace {
+
+// What reading a tensor's values as floats needs: FLOAT, held in the model,
+// data of the declared size.
+absl::Status CheckFloatTensor(const TensorProto& tensor) {
   if (tensor.data_type() != TensorProto::FLOAT) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", tensor.name(), "' is not FLOAT"));
@@ -171,6 +175,13 @@ absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
         "model bytes"));
   }
   QUANTD_RETURN_IF_ERROR(CheckTensorSize(tensor));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
+  QUANTD_RETURN_IF_ERROR(CheckFloatTensor(tensor));
   std::vector<float> values(NumElements(tensor));
   if (tensor.has_raw_data()) {
     // An empty vector's data() may be null, which memcpy must not see.
@@ -187,17 +198,7 @@ absl::StatusOr<std::vector<float>> ReadFloatTensor(const TensorProto& tensor) {
 
 absl::StatusOr<numerics::FloatBytes> ViewFloatTensor(
     const TensorProto& tensor) {
-  if (tensor.data_type() != TensorProto::FLOAT) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", tensor.name(), "' is not FLOAT"));
-  }
-  if (HasExternalData(tensor)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor.name(),
-        "' stores its values in an external file, which is not part of the "
-        "model bytes"));
-  }
-  QUANTD_RETURN_IF_ERROR(CheckTensorSize(tensor));
+  QUANTD_RETURN_IF_ERROR(CheckFloatTensor(tensor));
   const int64_t n = NumElements(tensor);
   if (!tensor.has_raw_data()) {
     return numerics::FloatBytes::Of(tensor.float_data());
