@@ -9,11 +9,11 @@
 //
 // Started like quantd (`--port=0 --metrics_port=0 --host=H`); prints the
 // same "listening on" line so that the tests' ServerProcess can start it.
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -68,26 +68,11 @@ class EchoReactor final : public grpc::ServerGenericBidiReactor {
   // QuantizeResponse.model_chunk (field 3) holding the request's payload.
   static grpc::ByteBuffer ResponseChunk(const std::vector<grpc::Slice>& in,
                                         const WireField& chunk) {
-    std::vector<grpc::Slice> out;
-    uint8_t header[11] = {(3 << 3) | 2};
-    size_t n = 1;
-    for (uint64_t v = chunk.size;; v >>= 7) {
-      header[n++] = static_cast<uint8_t>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-      if (v < 0x80) break;
-    }
-    out.emplace_back(header, n);
-    size_t offset = chunk.offset;
-    size_t left = chunk.size;
-    for (const grpc::Slice& slice : in) {
-      if (left == 0) break;
-      if (offset >= slice.size()) {
-        offset -= slice.size();
-        continue;
-      }
-      const size_t take = std::min(left, slice.size() - offset);
-      out.push_back(slice.sub(offset, offset + take));
-      left -= take;
-      offset = 0;
+    std::vector<grpc::Slice> out = {quantd::server::SoleBytesFieldHeader(
+        quantd::v1::QuantizeResponse::kModelChunkFieldNumber, chunk.size)};
+    for (grpc::Slice& piece :
+         quantd::server::SubSlices(in, chunk.offset, chunk.size)) {
+      out.push_back(std::move(piece));
     }
     return grpc::ByteBuffer(out.data(), out.size());
   }

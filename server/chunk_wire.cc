@@ -67,8 +67,9 @@ bool FindSoleBytesField(const std::vector<grpc::Slice>& slices, int field,
   return true;
 }
 
-void AppendSliceBytes(const std::vector<grpc::Slice>& slices, size_t offset,
-                      size_t size, std::string* out) {
+std::vector<grpc::Slice> SubSlices(const std::vector<grpc::Slice>& slices,
+                                   size_t offset, size_t size) {
+  std::vector<grpc::Slice> out;
   for (const grpc::Slice& slice : slices) {
     if (size == 0) break;
     if (offset >= slice.size()) {
@@ -76,25 +77,37 @@ void AppendSliceBytes(const std::vector<grpc::Slice>& slices, size_t offset,
       continue;
     }
     const size_t take = std::min(size, slice.size() - offset);
-    out->append(reinterpret_cast<const char*>(slice.begin()) + offset, take);
+    out.push_back(slice.sub(offset, offset + take));
     size -= take;
     offset = 0;
   }
+  return out;
+}
+
+void AppendSliceBytes(const std::vector<grpc::Slice>& slices, size_t offset,
+                      size_t size, std::string* out) {
+  for (const grpc::Slice& piece : SubSlices(slices, offset, size)) {
+    out->append(reinterpret_cast<const char*>(piece.begin()), piece.size());
+  }
+}
+
+grpc::Slice SoleBytesFieldHeader(int field, size_t size) {
+  uint8_t header[2 * 10];
+  size_t n = PutVarint(
+      (uint64_t{static_cast<uint32_t>(field)} << 3) | kLengthDelimited, header);
+  n += PutVarint(size, header + n);
+  return grpc::Slice(header, n);
 }
 
 grpc::ByteBuffer SoleBytesFieldMessage(
     int field, const std::shared_ptr<const std::string>& owner, size_t offset,
     size_t size) {
-  uint8_t header[2 * 10];
-  size_t n = PutVarint(
-      (uint64_t{static_cast<uint32_t>(field)} << 3) | kLengthDelimited, header);
-  n += PutVarint(size, header + n);
   if (size == 0) {
-    grpc::Slice only(header, n);
+    grpc::Slice only = SoleBytesFieldHeader(field, 0);
     return grpc::ByteBuffer(&only, 1);
   }
   grpc::Slice slices[2] = {
-      grpc::Slice(header, n),
+      SoleBytesFieldHeader(field, size),
       grpc::Slice(const_cast<char*>(owner->data()) + offset, size, UnrefOwner,
                   new std::shared_ptr<const std::string>(owner))};
   return grpc::ByteBuffer(slices, 2);

@@ -34,9 +34,18 @@ struct WireField {
 bool FindSoleBytesField(const std::vector<grpc::Slice>& slices, int field,
                         WireField* found);
 
+// The slices holding bytes [offset, offset + size) of `slices`: references
+// to the same memory, no copy.
+std::vector<grpc::Slice> SubSlices(const std::vector<grpc::Slice>& slices,
+                                   size_t offset, size_t size);
+
 // Appends `size` bytes from `offset` in `slices` to `out` (which has room).
 void AppendSliceBytes(const std::vector<grpc::Slice>& slices, size_t offset,
                       size_t size, std::string* out);
+
+// The tag and length that start a message holding one `bytes` field
+// `field` of `size` bytes; the payload follows.
+grpc::Slice SoleBytesFieldHeader(int field, size_t size);
 
 // A serialized message holding one `bytes` field `field` whose value is
 // [offset, offset + size) of `*owner`, without copying it: the payload
