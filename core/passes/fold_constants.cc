@@ -133,29 +133,32 @@ bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
   return true;
 }
 
-}  // namespace
-
-absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
-  GraphProto* g = model->mutable_graph();
-  const int64_t ir = model->ir_version();
+// Folds the nodes of `g` (the main graph when `types` is given, else a
+// body) whose inputs are all in `constants` (the enclosing graphs' fixed
+// values, by name), then the bodies of the nodes left, each seeing `g`'s
+// fixed values too. Adds to `inputs_of_folded` what the folded nodes read.
+int64_t FoldGraph(
+    const onnx::ModelProto& model, GraphProto* g, bool main,
+    absl::flat_hash_map<std::string, const TensorProto*> constants,
+    absl::flat_hash_set<std::string>* inputs_of_folded) {
+  const int64_t ir = model.ir_version();
   const graph::GraphIndex index(*g);
   // Fixed values by name: initializers a caller cannot override, then the
   // outputs of folded nodes.
-  absl::flat_hash_map<std::string, const TensorProto*> constants;
   for (const auto& t : g->initializer()) {
-    if (ir >= 4 && index.IsGraphInput(t.name())) continue;
+    if (main && ir >= 4 && index.IsGraphInput(t.name())) continue;
     constants[t.name()] = &t;
   }
+  // Shape inference sees the main graph only; a body's Shape / Size stay.
   bool has_shape_ops = false;
   for (const auto& node : g->node()) {
     has_shape_ops |= node.op_type() == "Shape" || node.op_type() == "Size";
   }
   absl::flat_hash_map<std::string, onnx::TypeProto> types;
-  if (has_shape_ops) types = graph::InferValueTypes(*model);
+  if (main && has_shape_ops) types = graph::InferValueTypes(model);
 
   std::deque<TensorProto> folded_values;  // Stable addresses.
   absl::flat_hash_set<int> drop;
-  absl::flat_hash_set<std::string> inputs_of_folded;
   for (int i = 0; i < g->node_size(); ++i) {
     const NodeProto& node = g->node(i);
     if (NeverFold(node)) continue;
@@ -186,7 +189,7 @@ absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
         }
         in_bytes += graph::DataBytes(*it->second);
       }
-      if (!all_constant || !Evaluate(*model, node, constants, &outs)) continue;
+      if (!all_constant || !Evaluate(model, node, constants, &outs)) continue;
       bool too_big = false;
       for (const auto& t : outs) {
         const uint64_t b = graph::DataBytes(t);
@@ -194,28 +197,55 @@ absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
       }
       if (too_big) continue;
     }
-    for (const auto& in : node.input()) inputs_of_folded.insert(in);
+    for (const auto& in : node.input()) inputs_of_folded->insert(in);
     for (auto& t : outs) {
       folded_values.push_back(std::move(t));
       constants[folded_values.back().name()] = &folded_values.back();
     }
     drop.insert(i);
   }
-  if (drop.empty()) return 0;
 
-  google::protobuf::RepeatedPtrField<NodeProto> kept;
-  for (int i = 0; i < g->node_size(); ++i) {
-    if (!drop.contains(i)) kept.Add()->Swap(g->mutable_node(i));
-  }
-  g->mutable_node()->Swap(&kept);
-  // What the remaining graph still reads: folded values it reads become
-  // initializers, original initializers only folded nodes read go.
-  const graph::GraphIndex after(*g);
-  for (auto& t : folded_values) {
-    if (!after.Uses(t.name()).empty()) {
-      graph::AddInitializer(std::move(t), ir < 4, g);
+  if (!drop.empty()) {
+    google::protobuf::RepeatedPtrField<NodeProto> kept;
+    for (int i = 0; i < g->node_size(); ++i) {
+      if (!drop.contains(i)) kept.Add()->Swap(g->mutable_node(i));
+    }
+    g->mutable_node()->Swap(&kept);
+    // Folded values the remaining graph (or a body in it) still reads
+    // become initializers.
+    const graph::GraphIndex after(*g);
+    for (auto& t : folded_values) {
+      if (!after.Uses(t.name()).empty()) {
+        graph::AddInitializer(std::move(t), main && ir < 4, g);
+      }
     }
   }
+
+  // The bodies, with this graph's fixed values as they are now.
+  int64_t folded = static_cast<int64_t>(drop.size());
+  for (const auto& t : g->initializer()) {
+    if (main && ir >= 4 && index.IsGraphInput(t.name())) continue;
+    constants[t.name()] = &t;
+  }
+  for (auto& node : *g->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) {
+        folded +=
+            FoldGraph(model, a.mutable_g(), false, constants, inputs_of_folded);
+      }
+      for (auto& body : *a.mutable_graphs()) {
+        folded += FoldGraph(model, &body, false, constants, inputs_of_folded);
+      }
+    }
+  }
+  return folded;
+}
+
+// Drops the initializers of `g` and its bodies that only folded nodes read
+// (their graph-input entries too when the main graph is below IR 4).
+void DropFoldedInputs(const absl::flat_hash_set<std::string>& inputs_of_folded,
+                      bool main, int64_t ir, GraphProto* g) {
+  const graph::GraphIndex after(*g);
   google::protobuf::RepeatedPtrField<TensorProto> inits;
   for (auto& t : *g->mutable_initializer()) {
     if (inputs_of_folded.contains(t.name()) && after.Uses(t.name()).empty() &&
@@ -225,7 +255,7 @@ absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
     inits.Add()->Swap(&t);
   }
   g->mutable_initializer()->Swap(&inits);
-  if (ir < 4) {
+  if (main && ir < 4) {
     // IR < 4 declared the dropped initializers as graph inputs too.
     absl::flat_hash_set<std::string> present;
     for (const auto& t : g->initializer()) present.insert(t.name());
@@ -239,7 +269,28 @@ absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
     }
     g->mutable_input()->Swap(&ins);
   }
-  return static_cast<int64_t>(drop.size());
+  for (auto& node : *g->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g())
+        DropFoldedInputs(inputs_of_folded, false, ir, a.mutable_g());
+      for (auto& body : *a.mutable_graphs()) {
+        DropFoldedInputs(inputs_of_folded, false, ir, &body);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
+  absl::flat_hash_set<std::string> inputs_of_folded;
+  const int64_t folded =
+      FoldGraph(*model, model->mutable_graph(), true, {}, &inputs_of_folded);
+  if (folded > 0) {
+    DropFoldedInputs(inputs_of_folded, true, model->ir_version(),
+                     model->mutable_graph());
+  }
+  return folded;
 }
 
 absl::Status UpgradeOpsetForPrepare(onnx::ModelProto* model,

@@ -16,15 +16,19 @@ namespace quantd::passes {
 // them would grow the model, e.g. an Expand or Tile of a scalar).
 inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
 
-// Replaces every main-graph node whose inputs are all constants (fixed
-// initializers, or values folded before it) by initializers holding its
-// outputs, computed by the executor; Shape / Size of a value whose shape
-// shape inference knows statically count as constant too. Left alone:
-// nodes with subgraphs, other domains, random ops, QuantizeLinear /
-// DequantizeLinear / DynamicQuantizeLinear (they are the quantized model's
-// own structure), nodes writing a graph output, outputs over
-// kMaxFoldedBytes (unless no larger than the inputs), and nodes the executor
-// cannot run. Returns how many nodes were folded.
+// Replaces every node whose inputs are all constants (fixed initializers of
+// its graph or an enclosing one, or values folded before it) by initializers
+// holding its outputs, computed by the executor: in the main graph, then in
+// the If/Loop/Scan bodies (a body's folded values become its own
+// initializers; exporters leave weight reshuffles such as
+// Slice/Concat/Unsqueeze of an LSTM's weights there). In the main graph,
+// Shape / Size of a value whose shape shape inference knows statically count
+// as constant too. Left alone: nodes with subgraphs, other domains, random
+// ops, QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear (they are
+// the quantized model's own structure), nodes writing their graph's output,
+// outputs over kMaxFoldedBytes (unless no larger than the inputs), and nodes
+// the executor cannot run. Initializers only folded nodes read are dropped.
+// Returns how many nodes were folded.
 absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model);
 
 // Upgrades a model whose default opset is in [7, 13) to 13 (ConvertOpset:

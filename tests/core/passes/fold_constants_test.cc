@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
 #include "core/graph/model_io.h"
@@ -113,6 +114,90 @@ TEST(FoldConstantNodes, LeavesGraphOutputsAndRandomOpsAlone) {
   ASSERT_TRUE(folded.ok()) << folded.status();
   EXPECT_EQ(*folded, 0);
   EXPECT_EQ(m.graph().node_size(), 3);
+}
+
+// An If whose then branch multiplies by Transpose(W) of an outer weight and
+// whose else branch transposes a branch-local one: both transposes are
+// folded into the bodies' initializers, the branch-local original goes, the
+// outer W stays while the else branch's MatMul still reads it, and the
+// results do not change.
+TEST(FoldConstantNodes, FoldsConstantChainsInsideBodies) {
+  ModelBuilder b;
+  b.Input("x", {2, 4}).Output("y");
+  b.Input("c", {}, onnx::TensorProto::BOOL);
+  b.Initializer("W", {4, 4}, Wave(16, 3));
+  auto branch = [](const std::string& name, bool local) {
+    onnx::GraphProto g;
+    g.set_name(name);
+    if (local) {
+      *g.add_initializer() =
+          ModelBuilder::FloatTensor("V", {4, 4}, Wave(16, 5));
+    }
+    auto* t = g.add_node();
+    t->set_op_type("Transpose");
+    t->set_name(name + "_transpose");
+    t->add_input(local ? "V" : "W");
+    t->add_output(name + "_t");
+    auto* mm = g.add_node();
+    mm->set_op_type("MatMul");
+    mm->set_name(name + "_matmul");
+    mm->add_input("x");
+    mm->add_input(name + "_t");
+    mm->add_output(name + "_y");
+    auto* mm2 = g.add_node();
+    mm2->set_op_type("MatMul");
+    mm2->set_name(name + "_matmul_w");
+    mm2->add_input(name + "_y");
+    mm2->add_input("W");
+    mm2->add_output(name + "_out");
+    auto* out = g.add_output();
+    out->set_name(name + "_out");
+    out->mutable_type()->mutable_tensor_type()->set_elem_type(
+        onnx::TensorProto::FLOAT);
+    return g;
+  };
+  b.Node("If", {"c"}, {"y"}, "if");
+  auto* node = b.model().mutable_graph()->mutable_node(0);
+  for (const auto& [attr, local] :
+       {std::pair<const char*, bool>{"then_branch", false},
+        std::pair<const char*, bool>{"else_branch", true}}) {
+    auto* a = node->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = branch(attr, local);
+  }
+  const onnx::ModelProto original = b.Build();
+  onnx::ModelProto m = original;
+
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 2);
+  for (const auto& a : m.graph().node(0).attribute()) {
+    SCOPED_TRACE(a.name());
+    EXPECT_EQ(CountOps(a.g(), "Transpose"), 0);
+    std::vector<std::string> names;
+    for (const auto& t : a.g().initializer()) names.push_back(t.name());
+    EXPECT_THAT(names, ::testing::ElementsAre(a.name() + "_t"));
+  }
+  ASSERT_EQ(m.graph().initializer_size(), 1);
+  EXPECT_EQ(m.graph().initializer(0).name(), "W");
+  EXPECT_TRUE(graph::ValidateModel(m, "folded", nullptr).ok());
+
+  for (bool c : {true, false}) {
+    absl::flat_hash_map<std::string, executor::Tensor> feeds;
+    feeds["x"] = executor::Tensor::FromVector<float>({2, 4}, Wave(8, 9));
+    feeds["c"] = executor::Tensor::FromVector<bool>({}, {c});
+    auto before = executor::Executor::Create(original);
+    auto after = executor::Executor::Create(m);
+    ASSERT_TRUE(before.ok()) << before.status();
+    ASSERT_TRUE(after.ok()) << after.status();
+    auto want = (*before)->Run(feeds);
+    auto got = (*after)->Run(feeds);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*want)[0].ToProto("y").SerializeAsString(),
+              (*got)[0].ToProto("y").SerializeAsString());
+  }
 }
 
 // Opset 9: Conv -> Softmax over the channel axis of a 4-D tensor (not the
