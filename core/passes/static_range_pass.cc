@@ -19,6 +19,7 @@
 #include "core/numerics/quant_params.h"
 #include "core/passes/op_sets.h"
 #include "core/passes/opset_upgrade.h"
+#include "core/passes/recurrent_weights.h"
 #include "core/passes/static_range_quant_point.h"
 #include "core/passes/subgraph_bodies.h"
 #include "core/passes/uniform_quantized_lowering.h"
@@ -1007,6 +1008,25 @@ std::string UnreachedNote(const std::vector<std::string>& unreached) {
   return note;
 }
 
+// The weight-only recurrent step after the pass over `model`'s graph (or a
+// body), counted in the pass's figures.
+absl::Status AddRecurrentWeights(const StaticRangeOptions& options,
+                                 const UnitPrecision& units,
+                                 const PassHooks& hooks, Body* body,
+                                 onnx::ModelProto* model,
+                                 StaticRangeStats* stats) {
+  QUANTD_ASSIGN_OR_RETURN(
+      RecurrentWeightStats r,
+      QuantizeRecurrentWeights(options, units, hooks, body, model));
+  stats->quantized_weights += r.quantized_tensors;
+  stats->quantized_nodes += r.quantized_nodes;
+  stats->weight_bytes_before += r.weight_bytes_before;
+  stats->weight_bytes_after += r.weight_bytes_after;
+  for (auto& skip : r.skipped) stats->skipped.push_back(std::move(skip));
+  AppendNote(&stats->opset_note, r.opset_note);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
@@ -1019,6 +1039,8 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
   QUANTD_ASSIGN_OR_RETURN(
       StaticRangeStats stats,
       StaticRangePass(options, ranges, hooks, units, model).Run());
+  QUANTD_RETURN_IF_ERROR(
+      AddRecurrentWeights(options, units, hooks, nullptr, model, &stats));
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
@@ -1029,6 +1051,9 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         StaticRangePass(options, ranges, body_hooks, units.InBody(body->scope),
                         &body->model, body)
             .Run());
+    QUANTD_RETURN_IF_ERROR(
+        AddRecurrentWeights(options, units.InBody(body->scope), body_hooks,
+                            body, &body->model, &b));
     stats.quantized_weights += b.quantized_weights;
     stats.quantized_activations += b.quantized_activations;
     stats.quantized_biases += b.quantized_biases;

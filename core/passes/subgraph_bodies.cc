@@ -115,7 +115,7 @@ class BodyWalker {
     names.AddGraph(model_->graph());
     absl::flat_hash_map<std::string, std::string> copies;  // outer -> copy
     for (onnx::NodeProto& node : *g->mutable_node()) {
-      if (!IsQuantizableOp(node)) continue;
+      if (!IsQuantizableOp(node) && !IsRecurrentOp(node)) continue;
       for (int slot = 0; slot < node.input_size(); ++slot) {
         auto it = outer.find(node.input(slot));
         if (it == outer.end()) continue;
@@ -289,7 +289,9 @@ class BodyWalker {
 
 bool BodyHasQuantizable(const onnx::GraphProto& graph, bool in_body) {
   for (const onnx::NodeProto& node : graph.node()) {
-    if (in_body && IsQuantizableOp(node)) return true;
+    if (in_body && (IsQuantizableOp(node) || IsRecurrentOp(node))) {
+      return true;
+    }
     for (const auto& a : node.attribute()) {
       if (a.has_g() && BodyHasQuantizable(a.g(), true)) return true;
       for (const auto& g : a.graphs()) {

@@ -4,9 +4,9 @@
 // before the bodies nested in them.
 //
 // What makes a body stand alone:
-//  - Weights and biases from outside. A body's Conv/Gemm/MatMul often reads
-//    its weight (input 1) or bias (input 2) from an initializer of an
-//    enclosing graph. ONNX forbids a body to define an outer name, so the
+//  - Weights and biases from outside. A body's Conv/Gemm/MatMul (or
+//    LSTM/GRU/RNN) often reads its weights or bias from an initializer of
+//    an enclosing graph. ONNX forbids a body to define an outer name, so the
 //    body gets a copy of that initializer under a fresh name for the pass
 //    to quantize. A copy the pass left float is folded back (the body reads
 //    the outer initializer again); an outer initializer that nothing reads
@@ -52,7 +52,7 @@ struct Body {
 absl::StatusOr<OpsetOutcome> BodyOpset(const Body& body, int64_t needed);
 
 // True when some If/Loop/Scan body of `graph` (at any depth) holds a
-// default-domain Conv, Gemm or MatMul.
+// default-domain Conv, Gemm or MatMul, or an LSTM, GRU or RNN.
 bool HasQuantizableBodies(const onnx::GraphProto& graph);
 
 // After a pass quantized the main graph: when some body holds a quantizable

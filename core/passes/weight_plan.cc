@@ -73,8 +73,9 @@ class Planner {
  public:
   Planner(const onnx::GraphProto& graph, const graph::GraphIndex& index,
           const WeightPassOptions& options, int64_t ir_version,
-          const UnitPrecision* units)
-      : graph_(graph),
+          const UnitPrecision* units, bool recurrent)
+      : recurrent_(recurrent),
+        graph_(graph),
         index_(index),
         options_(options),
         ir_version_(ir_version),
@@ -83,30 +84,30 @@ class Planner {
 
   WeightPlanResult Run() {
     absl::flat_hash_set<std::string> seen;
+    if (recurrent_) {
+      for (const auto& node : graph_.node()) {
+        if (!IsRecurrentOp(node)) continue;
+        for (int slot = 1; slot <= 2 && slot < node.input_size(); ++slot) {
+          const std::string& name = node.input(slot);
+          if (name.empty() || !seen.insert(name).second) continue;
+          // A tensor some Conv/Gemm/MatMul reads as its weight was the
+          // main plan's to take or to skip (and report).
+          const auto uses = index_.Uses(name);
+          if (std::any_of(uses.begin(), uses.end(), [&](const graph::Use& u) {
+                return u.slot == 1 && IsQuantizableOp(graph_.node(u.node));
+              })) {
+            continue;
+          }
+          Consider(name, node);
+        }
+      }
+      return std::move(result_);
+    }
     for (const auto& node : graph_.node()) {
       if (!IsQuantizableOp(node) || node.input_size() < 2) continue;
       const std::string& name = node.input(1);
       if (name.empty() || !seen.insert(name).second) continue;
       Consider(name, node);
-    }
-    for (const auto& node : graph_.node()) {
-      if (!IsDefaultDomain(node) ||
-          (node.op_type() != "LSTM" && node.op_type() != "GRU" &&
-           node.op_type() != "RNN")) {
-        continue;
-      }
-      for (int i = 1; i <= 2 && i < node.input_size(); ++i) {
-        const std::string& name = node.input(i);
-        if (name.empty() || !seen.insert(name).second) continue;
-        const onnx::TensorProto* tensor = nullptr;
-        WeightPlan unused;
-        if (FindSource(name, &unused, &tensor) || tensor == nullptr) continue;
-        AddSkip(name, node, graph::NumElements(*tensor),
-                Skip{quantd::v1::SKIP_OP_NOT_QUANTIZED,
-                     absl::StrCat(node.op_type(), " ", i == 1 ? "W" : "R",
-                                  " stays float: quantd quantizes the weights "
-                                  "of Conv, Gemm and MatMul only")});
-      }
     }
     return std::move(result_);
   }
@@ -130,7 +131,7 @@ class Planner {
       AddSkip(name, first, plan.num_elements, std::move(*skip));
     } else {
       if (!options_.weights.per_channel) plan.axis = -1;
-      if (options_.weights.block_size > 0) ApplyBlocks(&plan);
+      if (options_.weights.block_size > 0 && !recurrent_) ApplyBlocks(&plan);
       result_.weights.push_back(std::move(plan));
     }
   }
@@ -222,6 +223,7 @@ class Planner {
                   "the tensor is also a graph output"};
     }
     const int rank = static_cast<int>(plan->dims.size());
+    if (recurrent_) return CheckRecurrentConsumers(plan, rank);
     for (const graph::Use& use : index_.Uses(plan->tensor)) {
       const onnx::NodeProto& node = graph_.node(use.node);
       if (!IsQuantizableOp(node) || use.slot != 1) {
@@ -247,6 +249,34 @@ class Planner {
         plan->consumers.push_back(use.node);
       }
     }
+    return std::nullopt;
+  }
+
+  // W [directions, gates x hidden, input] and R [directions, gates x hidden,
+  // hidden] of LSTM/GRU/RNN: one scale per row of gates, the axis every
+  // reader computes a separate output unit from.
+  std::optional<Skip> CheckRecurrentConsumers(WeightPlan* plan, int rank) {
+    for (const graph::Use& use : index_.Uses(plan->tensor)) {
+      const onnx::NodeProto& node = graph_.node(use.node);
+      if (!IsRecurrentOp(node) || (use.slot != 1 && use.slot != 2)) {
+        return Skip{quantd::v1::SKIP_SHARED_WITH_UNSUPPORTED_CONSUMER,
+                    absl::StrCat("also read by ", Describe(node),
+                                 use.slot == graph::Use::kSubgraphSlot
+                                     ? " (inside a subgraph)"
+                                     : absl::StrCat(" as input ", use.slot),
+                                 ", which cannot take it quantized")};
+      }
+      if (rank != 3) {
+        return Skip{
+            quantd::v1::SKIP_UNSUPPORTED_LAYOUT,
+            absl::StrCat(Describe(node), " has a ", use.slot == 1 ? "W" : "R",
+                         " of rank ", rank, "; expected 3")};
+      }
+      if (plan->consumers.empty() || plan->consumers.back() != use.node) {
+        plan->consumers.push_back(use.node);
+      }
+    }
+    plan->axis = 1;
     return std::nullopt;
   }
 
@@ -331,6 +361,9 @@ class Planner {
     result_.skipped.push_back(std::move(s));
   }
 
+  // Plans the W and R of LSTM/GRU/RNN instead of the Conv/Gemm/MatMul
+  // weights.
+  const bool recurrent_;
   const onnx::GraphProto& graph_;
   const graph::GraphIndex& index_;
   const WeightPassOptions& options_;
@@ -354,7 +387,36 @@ WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const graph::GraphIndex& index,
                              const WeightPassOptions& options,
                              int64_t ir_version, const UnitPrecision* units) {
-  return Planner(graph, index, options, ir_version, units).Run();
+  return Planner(graph, index, options, ir_version, units,
+                 /*recurrent=*/false)
+      .Run();
+}
+
+bool IsRecurrentOp(const onnx::NodeProto& node) {
+  if (!IsDefaultDomain(node)) return false;
+  for (const char* op : kWeightOnlyOpTypes) {
+    if (node.op_type() == op) return true;
+  }
+  return false;
+}
+
+WeightPlanResult PlanRecurrentWeights(const onnx::GraphProto& graph,
+                                      const graph::GraphIndex& index,
+                                      const WeightPassOptions& options,
+                                      int64_t ir_version,
+                                      const UnitPrecision* units) {
+  WeightPlanResult result =
+      Planner(graph, index, options, ir_version, units, /*recurrent=*/true)
+          .Run();
+  // Their error is fed back at every time step: 8 bits whatever the
+  // consumers' precision says (ONNX Runtime's own LSTM quantization is 8-bit
+  // only, too).
+  for (WeightPlan& w : result.weights) {
+    if (HasFourBitWeights(w.precision)) {
+      w.precision = tensorflow::quantization::PRECISION_W8A8;
+    }
+  }
+  return result;
 }
 
 onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,

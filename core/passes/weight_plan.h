@@ -30,6 +30,14 @@ inline constexpr const char* kQuantizableOpTypes[] = {"Conv", "Gemm", "MatMul"};
 // passes quantize.
 bool IsQuantizableOp(const onnx::NodeProto& node);
 
+// The ONNX op types whose weights (W and R, inputs 1 and 2) quantd
+// quantizes while the op itself computes in float: the DequantizeLinear
+// before them only saves the bytes (recurrent_weights.h).
+inline constexpr const char* kWeightOnlyOpTypes[] = {"LSTM", "GRU", "RNN"};
+
+// A default-domain LSTM, GRU or RNN.
+bool IsRecurrentOp(const onnx::NodeProto& node);
+
 // One weight to quantize. Exactly one of `initializer` and `constant_node`
 // is >= 0 (indices into the graph's initializers / nodes).
 struct WeightPlan {
@@ -72,6 +80,17 @@ WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
                              const WeightPassOptions& options,
                              int64_t ir_version,
                              const UnitPrecision* units = nullptr);
+
+// Like PlanWeights, for the W and R (inputs 1 and 2) of LSTM/GRU/RNN read by
+// nothing else: channel axis 1 (a row of gates), never blocked, and 8 bits
+// even where the consumers' precision has 4-bit weights (their error is fed
+// back at every time step). A tensor some Conv/Gemm/MatMul reads as its
+// weight is left to PlanWeights.
+WeightPlanResult PlanRecurrentWeights(const onnx::GraphProto& graph,
+                                      const graph::GraphIndex& index,
+                                      const WeightPassOptions& options,
+                                      int64_t ir_version,
+                                      const UnitPrecision* units = nullptr);
 
 // The float TensorProto a planned weight's values live in.
 onnx::TensorProto* WeightTensor(onnx::GraphProto* graph,

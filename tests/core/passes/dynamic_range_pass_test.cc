@@ -258,22 +258,24 @@ TEST_F(PassTest, WeightSharedWithUnsupportedConsumerIsSkipped) {
   EXPECT_TRUE(NodesOf(m, "DynamicQuantizeLinear").empty());
 }
 
-// A model whose size barely moves says why: LSTM's W and R are reported,
-// not silently left float.
-TEST_F(PassTest, RecurrentWeightsAreReportedAsNotQuantized) {
+// A model whose size barely moves says why: LSTM's W and R below the
+// minimum size are reported, not silently left float (larger ones are
+// quantized: recurrent_weights_test.cc).
+TEST_F(PassTest, SmallRecurrentWeightsAreReported) {
   ModelBuilder b(13);
   b.Input("x", {5, 1, 8}).Weight("W", {1, 16, 8}).Weight("R", {1, 16, 4});
   b.Node("LSTM", {"x", "W", "R"}, {"y"}, "lstm").Attr("hidden_size", 4);
   b.Output("y");
   onnx::ModelProto m = b.Build();
+  options_.min_num_elements = kDefaultMinElementsForWeights;
   PassStats stats = Run(&m);
   EXPECT_EQ(stats.quantized_tensors, 0);
   ASSERT_EQ(stats.skipped.size(), 2u);
   for (const auto& skipped : stats.skipped) {
-    EXPECT_EQ(skipped.reason(), quantd::v1::SKIP_OP_NOT_QUANTIZED);
+    EXPECT_EQ(skipped.reason(), quantd::v1::SKIP_TOO_FEW_ELEMENTS);
     EXPECT_EQ(skipped.op_type(), "LSTM");
   }
-  EXPECT_THAT(stats.skipped[0].detail(), HasSubstr("LSTM W stays float"));
+  EXPECT_EQ(stats.skipped[0].tensor_name(), "W");
   EXPECT_EQ(stats.skipped[1].num_elements(), 64);
   EXPECT_NE(Init(m, "W"), nullptr);
 }
