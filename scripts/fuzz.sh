@@ -16,6 +16,10 @@
 #   tensor_proto    the TensorProto readers (core/graph/tensor_util.h,
 #                   Tensor::FromProto, CheckModelFields):
 #                   fuzz/tensor_proto_fuzzer.cc
+#   executor        the float executor on small fuzzed graphs (1-8 ops,
+#                   fuzzed attributes, shapes and values) after the entry
+#                   checks and preparation; 1- vs 2-thread runs must agree:
+#                   fuzz/executor_fuzzer.cc
 #
 # `scripts/fuzz.sh [seconds]` (a number first) fuzzes parse_model, as it
 # always did.
@@ -29,7 +33,8 @@
 #   $BUILD_DIR/fuzz/<target>_fuzzer <file>
 # and, once the bug is fixed, add it to the target's seed script
 # (fuzz/make_parse_seeds.py, make_stream_seeds.py, make_options_seeds.py,
-# make_npy_seeds.py, make_tensor_proto_seeds.py) as regress_*.
+# make_npy_seeds.py, make_tensor_proto_seeds.py, make_executor_seeds.py) as
+# regress_*.
 #
 # A long run, e.g. overnight on 2 cores:
 #   JOBS=2 scripts/fuzz.sh parse_model 28800
@@ -75,9 +80,16 @@ case "$TARGET" in
     target_flags=(-max_len=4096)
     corpus_name=fuzz-corpus-$TARGET
     ;;
+  executor)
+    # Seeds are 60-500 bytes; the target ignores inputs over 8 KiB.
+    # Building the executor with ASan takes ~40 min on 2 cores the first
+    # time (ccache after that).
+    target_flags=(-max_len=2048)
+    corpus_name=fuzz-corpus-executor
+    ;;
   *)
     echo "unknown target '$TARGET' (parse_model, request_stream, options," \
-      "npy, tensor_proto)" >&2
+      "npy, tensor_proto, executor)" >&2
     exit 2
     ;;
 esac

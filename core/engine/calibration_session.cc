@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
 #include "core/base/status_macros.h"
+#include "core/graph/prepare.h"
 #include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
 
@@ -88,6 +89,7 @@ std::optional<onnx::GraphProto> InferredGraph(const onnx::ModelProto& model) {
     t->set_data_type(init.data_type());
     *t->mutable_dims() = init.dims();
   }
+  graph::DropNodesUnsafeForInference(g);
   try {
     onnx::shape_inference::InferShapes(
         copy, onnx::OpSchemaRegistry::Instance(),

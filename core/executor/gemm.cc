@@ -11,7 +11,11 @@ using gemm_internal::GemmBlockFn;
 
 // The widest GEMM block this CPU runs, chosen once.
 GemmBlockFn PickBlock() {
-#if defined(__x86_64__)
+// QUANTD_GEMM_PORTABLE_ONLY: the libFuzzer build (fuzz/CMakeLists.txt) leaves
+// out gemm_avx2.cc and gemm_avx512.cc, which clang cannot compile (they turn
+// on AVX with GCC's target pragma, which clang ignores, so Eigen's AVX
+// intrinsics refuse to inline); the generic block computes the same GEMM.
+#if defined(__x86_64__) && !defined(QUANTD_GEMM_PORTABLE_ONLY)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
     return &gemm_internal::GemmBlockAvx512;

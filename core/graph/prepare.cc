@@ -719,6 +719,48 @@ int64_t LiftConstants(GraphProto* graph, int64_t ir_version) {
   return LiftIn(graph, /*main=*/true, ir_version);
 }
 
+namespace {
+
+int64_t DropUnsafeIn(GraphProto* g,
+                     absl::flat_hash_map<std::string, int> ranks) {
+  for (const TensorProto& t : g->initializer()) ranks[t.name()] = t.dims_size();
+  auto declare = [&ranks](const auto& values) {
+    for (const onnx::ValueInfoProto& v : values) {
+      if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
+        ranks[v.name()] = v.type().tensor_type().shape().dim_size();
+      }
+    }
+  };
+  declare(g->input());
+  declare(g->value_info());
+  int64_t dropped = 0;
+  google::protobuf::RepeatedPtrField<NodeProto> kept;
+  for (NodeProto& n : *g->mutable_node()) {
+    if (n.op_type() == "ConvTranspose" && IsDefaultDomain(n.domain())) {
+      auto it = n.input_size() > 1 ? ranks.find(n.input(1)) : ranks.end();
+      if (it == ranks.end() || it->second < 3) {
+        ++dropped;
+        continue;
+      }
+    }
+    for (AttributeProto& a : *n.mutable_attribute()) {
+      if (a.has_g()) dropped += DropUnsafeIn(a.mutable_g(), ranks);
+      for (GraphProto& body : *a.mutable_graphs()) {
+        dropped += DropUnsafeIn(&body, ranks);
+      }
+    }
+    *kept.Add() = std::move(n);
+  }
+  if (dropped > 0) g->mutable_node()->Swap(&kept);
+  return dropped;
+}
+
+}  // namespace
+
+int64_t DropNodesUnsafeForInference(GraphProto* graph) {
+  return DropUnsafeIn(graph, {});
+}
+
 absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
     const onnx::ModelProto& model) {
   // Inference reads small constants (Reshape shapes); big weights only cost
@@ -744,6 +786,7 @@ absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
       *c->mutable_dims() = t.dims();
     }
   }
+  DropNodesUnsafeForInference(cg);
   absl::flat_hash_map<std::string, onnx::TypeProto> types;
   try {
     onnx::shape_inference::InferShapes(

@@ -114,10 +114,22 @@ absl::Status SortTopologically(onnx::GraphProto* graph, int64_t* moved);
 // initializers as graph inputs and leaves bodies alone. Returns the count.
 int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 
+// Removes from `graph`, a copy about to go through ONNX shape inference, the
+// nodes on which libonnx 1.12's inference reads out of bounds: ConvTranspose
+// whose weight is not known to have rank >= 3 (convTransposeShapeInference
+// indexes W's dims past its rank; newer ONNX refuses such a W first). A
+// request's model reaches inference unchecked, so such a node would crash
+// the server. Ranks are known from initializers and declared shapes (outer
+// graphs' too, for bodies, which are walked as well); a weight computed at
+// run time counts as unknown. Inference then simply knows nothing of those
+// nodes' outputs. Returns how many nodes were removed.
+int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
+
 // Element types of the main graph's values from ONNX shape inference (with
 // the declared inputs, outputs and value_info), by name. Large initializers'
 // values are left out of the copy inference runs on. Never fails: what
-// inference cannot tell is simply missing.
+// inference cannot tell is simply missing. Runs on a copy without the nodes
+// DropNodesUnsafeForInference removes.
 absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
     const onnx::ModelProto& model);
 

@@ -609,5 +609,52 @@ TEST(PrepareThroughQuantize, Opset9TorchExportQuantizesAndRunsInOrt) {
   }
 }
 
+// Found by fuzz/executor_fuzzer.cc: libonnx 1.12's ConvTranspose shape
+// inference read the weight's dims past its rank, so a request whose
+// ConvTranspose has a scalar weight crashed the server where preparation
+// (opset upgrade, folding of Shape) or calibration runs inference.
+TEST(InferValueTypes, SkipsConvTransposeWithAWeightBelowRankThree) {
+  onnx::ModelProto model;
+  model.set_ir_version(7);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("g");
+  onnx::TensorProto* x = g->add_initializer();
+  x->set_name("x");
+  x->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {1, 1, 7}) x->add_dims(d);
+  x->set_raw_data(std::string(7 * sizeof(float), '\0'));
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->set_raw_data(std::string(sizeof(float), '\0'));
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("ConvTranspose");
+  n->add_input("x");
+  n->add_input("w");
+  n->add_output("y");
+  onnx::AttributeProto* pad = n->add_attribute();
+  pad->set_name("auto_pad");
+  pad->set_type(onnx::AttributeProto::STRING);
+  pad->set_s("SAME_UPPER");
+  onnx::ValueInfoProto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::FLOAT);
+
+  const auto types = graph::InferValueTypes(model);  // must not crash
+  EXPECT_TRUE(types.contains("y"));                  // the declared output
+
+  onnx::GraphProto copy = *g;
+  EXPECT_EQ(graph::DropNodesUnsafeForInference(&copy), 1);
+  EXPECT_EQ(copy.node_size(), 0);
+  // A rank-3 weight stays.
+  for (int64_t d : {1, 1, 3}) w->add_dims(d);
+  w->set_raw_data(std::string(3 * sizeof(float), '\0'));
+  copy = *g;
+  EXPECT_EQ(graph::DropNodesUnsafeForInference(&copy), 0);
+  EXPECT_EQ(copy.node_size(), 1);
+}
+
 }  // namespace
 }  // namespace quantd
