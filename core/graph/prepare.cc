@@ -751,7 +751,8 @@ int64_t DropUnsafeIn(GraphProto* g,
     }
     *kept.Add() = std::move(n);
   }
-  if (dropped > 0) g->mutable_node()->Swap(&kept);
+  // Every kept node was moved into `kept`: swap even when none was dropped.
+  g->mutable_node()->Swap(&kept);
   return dropped;
 }
 
