@@ -10,17 +10,6 @@
 #include "core/base/parallel.h"
 #include "core/executor/gemm.h"
 
-// The direct loops (depthwise convolution, pooling) are built once per
-// instruction set and picked at load time (GCC function multi-versioning):
-// the library itself targets baseline x86-64, where they would run 4 floats
-// at a time instead of 16. O3 lets GCC vectorize loops of unknown length.
-#if QUANTD_HAS_TARGET_CLONES
-#define QUANTD_MULTIVERSION \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
-#else
-#define QUANTD_MULTIVERSION
-#endif
-
 // The small-K GEMM and the 3x3 depthwise kernel are written with GCC/Clang
 // vector extensions (16 floats, split into narrower registers where the
 // target has none) and built for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and
@@ -343,9 +332,9 @@ void ConvGroupImages(const float* x, const float* w, const float* bias,
 // far cheaper than a GEMM with a single output row.
 // Output rows outer, taps inner: each output row stays in L1 while its
 // kh*kw contributions are added.
-QUANTD_MULTIVERSION void DepthwiseChannel(const float* xc, const float* wc,
-                                          float bias, float* yc,
-                                          const Conv2DShape& s) {
+QUANTD_VECTOR_CLONES void DepthwiseChannel(const float* xc, const float* wc,
+                                           float bias, float* yc,
+                                           const Conv2DShape& s) {
   int64_t lo[16], hi[16];
   const bool small = s.kw <= 16;
   for (int64_t kj = 0; kj < s.kw && small; ++kj) {
@@ -698,8 +687,8 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
 namespace {
 
 // One channel of max pooling.
-QUANTD_MULTIVERSION void MaxPoolChannel(const float* xc, float* yc,
-                                        const Conv2DShape& s) {
+QUANTD_VECTOR_CLONES void MaxPoolChannel(const float* xc, float* yc,
+                                         const Conv2DShape& s) {
   std::fill(yc, yc + s.oh * s.ow, -std::numeric_limits<float>::infinity());
   for (int64_t ki = 0; ki < s.kh; ++ki) {
     for (int64_t kj = 0; kj < s.kw; ++kj) {
@@ -726,8 +715,8 @@ QUANTD_MULTIVERSION void MaxPoolChannel(const float* xc, float* yc,
 }
 
 // One channel of window sums (the caller divides).
-QUANTD_MULTIVERSION void SumPoolChannel(const float* xc, float* yc,
-                                        const Conv2DShape& s) {
+QUANTD_VECTOR_CLONES void SumPoolChannel(const float* xc, float* yc,
+                                         const Conv2DShape& s) {
   std::fill(yc, yc + s.oh * s.ow, 0.0f);
   for (int64_t ki = 0; ki < s.kh; ++ki) {
     for (int64_t kj = 0; kj < s.kw; ++kj) {

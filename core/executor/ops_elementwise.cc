@@ -29,11 +29,8 @@ using TP = onnx::TensorProto;
 // picked at load time (the library targets baseline x86-64, 4 floats at a
 // time): y = min(max(x, lo), hi) in std::max/std::min's order, so a NaN
 // stays NaN as in the Eigen form used for the other types.
-#if QUANTD_HAS_TARGET_CLONES
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
-#endif
-void ClampFloats(const float* __restrict x, int64_t n, float lo, float hi,
-                 float* __restrict y) {
+QUANTD_VECTOR_CLONES void ClampFloats(const float* __restrict x, int64_t n,
+                                      float lo, float hi, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i] < lo ? lo : x[i];
     y[i] = hi < v ? hi : v;
