@@ -9,6 +9,7 @@
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/engine/calibration_session.h"
+#include "core/numerics/decibels.h"
 
 namespace quantd {
 
@@ -29,15 +30,6 @@ void ErrorSums::Add(absl::Span<const float> ref, absl::Span<const float> q) {
   noise += noise_sum;
   max_abs_error = max_abs;
   elements += static_cast<int64_t>(n);
-}
-
-double SqnrDb(double signal, double noise) {
-  if (std::isnan(signal) || std::isnan(noise)) {
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-  if (noise == 0) return std::numeric_limits<double>::infinity();
-  if (signal == 0) return -std::numeric_limits<double>::infinity();
-  return 10.0 * std::log10(signal / noise);
 }
 
 bool HasClassAxis(absl::Span<const int64_t> shape) {
@@ -210,7 +202,7 @@ quantd::v1::FidelityReport FidelityEvaluator::Report() const {
     const Output& o = it->second;
     quantd::v1::OutputFidelity* f = report.add_outputs();
     f->set_name(name);
-    f->set_sqnr_db(SqnrDb(o.sums.signal, o.sums.noise));
+    f->set_sqnr_db(numerics::SqnrDb(o.sums.signal, o.sums.noise));
     f->set_max_abs_error(o.sums.max_abs_error);
     f->set_elements(o.sums.elements);
     f->set_has_top1(o.has_top1 && o.top1.rows > 0);
@@ -226,7 +218,7 @@ quantd::v1::FidelityReport FidelityEvaluator::Report() const {
     f->set_tensor_name(layer.tensor);
     f->set_node_name(layer.node);
     f->set_op_type(layer.op);
-    f->set_sqnr_db(SqnrDb(it->second.signal, it->second.noise));
+    f->set_sqnr_db(numerics::SqnrDb(it->second.signal, it->second.noise));
     f->set_max_abs_error(it->second.max_abs_error);
     f->set_elements(it->second.elements);
   }

@@ -41,10 +41,6 @@ struct ErrorSums {
   void Add(absl::Span<const float> ref, absl::Span<const float> q);
 };
 
-// 10*log10(signal / noise) in dB. Exact (noise == 0, whatever the signal):
-// +infinity. signal == 0 < noise: -infinity. NaN in: NaN out.
-double SqnrDb(double signal, double noise);
-
 // True when a tensor of `shape` has a class axis: rank >= 2 and a last axis
 // at least 2 wide (a row per position of the other axes).
 bool HasClassAxis(absl::Span<const int64_t> shape);

@@ -29,6 +29,7 @@
 #include "core/graph/prepare.h"
 #include "core/graph/validate.h"
 #include "core/numerics/awq.h"
+#include "core/numerics/decibels.h"
 #include "core/numerics/quant_params.h"
 #include "core/passes/channel_scaling.h"
 #include "core/passes/dynamic_range_options.h"
@@ -481,8 +482,8 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
                             Rescale(site, c.s, "awq", &weights, observers));
     ++applied;
     if (site.absorber == nullptr) ++inserted;
-    report->set_before(SqnrDb(c.energy, c.rtn_error));
-    report->set_after(SqnrDb(c.energy, c.error));
+    report->set_before(numerics::SqnrDb(c.energy, c.rtn_error));
+    report->set_after(numerics::SqnrDb(c.energy, c.error));
     report->set_alpha(c.alpha);
     for (const onnx::NodeProto* n : site.readers) {
       pass.awq_rescaled.insert(n->input(1));

@@ -10,6 +10,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/numerics/decibels.h"
 
 namespace quantd::numerics {
 namespace {
@@ -34,12 +35,6 @@ absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
 }
 
 }  // namespace
-
-double RatioDb(double signal, double noise) {
-  if (noise <= 0) return std::numeric_limits<double>::infinity();
-  if (signal <= 0) return -std::numeric_limits<double>::infinity();
-  return 10.0 * std::log10(signal / noise);
-}
 
 absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
                                         int64_t cols, absl::Span<const float> h,
@@ -256,8 +251,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     return Energies{part[0], part[1], part[2]};
   };
   const Energies seen = energies(h0);
-  out.output_sqnr_db = RatioDb(seen.signal, seen.gptq);
-  out.rtn_output_sqnr_db = RatioDb(seen.signal, seen.rtn);
+  out.output_sqnr_db = SqnrDb(seen.signal, seen.gptq);
+  out.rtn_output_sqnr_db = SqnrDb(seen.signal, seen.rtn);
   if (!held_out_h.empty()) {
     const Energies held =
         energies(Eigen::Map<const MatF>(held_out_h.data(), cols, cols));

@@ -77,9 +77,6 @@ absl::StatusOr<GptqResult> GptqQuantize(
     absl::Span<const float> h, const QuantSpec& spec, int64_t block_size,
     const GptqOptions& options, absl::Span<const float> held_out_h = {});
 
-// 10*log10(signal / noise): +inf without noise, -inf without signal.
-double RatioDb(double signal, double noise);
-
 }  // namespace quantd::numerics
 
 #endif  // QUANTD_CORE_NUMERICS_GPTQ_H_

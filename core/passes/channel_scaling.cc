@@ -16,6 +16,7 @@
 #include "core/graph/graph_index.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/awq.h"
+#include "core/passes/weight_plan.h"
 
 namespace quantd::passes {
 namespace {
@@ -42,12 +43,6 @@ int64_t Product(absl::Span<const int64_t> dims, size_t from) {
   return executor::NumElements(dims.subspan(from));
 }
 
-bool IsLayer(const NodeProto& n) {
-  return IsDefaultDomain(n) &&
-         (n.op_type() == "Conv" || n.op_type() == "Gemm" ||
-          n.op_type() == "MatMul");
-}
-
 // How a Conv / Gemm / MatMul reads its input 0 along channels.
 struct ReaderShape {
   ChannelAxis axis = ChannelAxis::kLast;
@@ -65,7 +60,8 @@ bool ReadsOnce(const NodeProto& n, const std::string& name) {
 }
 
 bool ReadAsReader(const NodeProto& n, const ModelWeights& w, ReaderShape* out) {
-  if (!IsLayer(n) || n.input_size() < 2 || n.output_size() < 1) return false;
+  if (!IsQuantizableOp(n) || n.input_size() < 2 || n.output_size() < 1)
+    return false;
   const TensorProto* t = w.Find(n.input(1));
   if (t == nullptr || !ReadsOnce(n, n.input(1)) || !ReadsOnce(n, n.input(0))) {
     return false;
@@ -204,7 +200,7 @@ void FindAbsorber(const graph::GraphIndex& index, const ModelWeights& w,
     }
     const std::string& op = n->op_type();
     bool absorbs = false;
-    if (IsLayer(*n) && n->input_size() >= 2) {
+    if (IsQuantizableOp(*n) && n->input_size() >= 2) {
       absorbs = LayerAbsorbs(*n, w, site->axis, site->channels);
     } else if (op == "LayerNormalization") {
       const TensorProto* scale =
@@ -338,7 +334,7 @@ std::string ScalingSite::AbsorberLabel() const {
 }
 
 bool ScalingSite::AbsorberIsLayer() const {
-  return absorber != nullptr && IsLayer(*absorber);
+  return absorber != nullptr && IsQuantizableOp(*absorber);
 }
 
 // ---------------------------------------------------------- ModelWeights
@@ -440,7 +436,8 @@ std::vector<ScalingSite> FindScalingSites(onnx::ModelProto* model,
     const graph::GraphIndex index(*g);
     absl::flat_hash_set<std::string> seen;
     for (const NodeProto& n : g->node()) {
-      if (!IsLayer(n) || n.input_size() < 2 || n.input(0).empty()) continue;
+      if (!IsQuantizableOp(n) || n.input_size() < 2 || n.input(0).empty())
+        continue;
       const std::string& x = n.input(0);
       if (!seen.insert(x).second || w.Find(x) != nullptr ||
           index.Initializer(x) >= 0) {
@@ -558,7 +555,7 @@ absl::StatusOr<AppliedScaling> ApplyChannelScales(const ScalingSite& site,
       }
       return t;
     };
-    if (IsLayer(*a)) {
+    if (IsQuantizableOp(*a)) {
       QUANTD_ASSIGN_OR_RETURN(TensorProto * t, own(1));
       QUANTD_ASSIGN_OR_RETURN(std::vector<float> v, graph::ReadFloatTensor(*t));
       const std::vector<int64_t> d = graph::Dims(*t);

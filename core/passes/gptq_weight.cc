@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
+#include "core/numerics/decibels.h"
 
 namespace quantd::passes {
 namespace {
@@ -204,8 +205,8 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
   }
   if (cross_check) {
     out.cross_checked = true;
-    out.held_out_sqnr_db = numerics::RatioDb(held_signal, held_gptq);
-    out.held_out_rtn_sqnr_db = numerics::RatioDb(held_signal, held_rtn);
+    out.held_out_sqnr_db = numerics::SqnrDb(held_signal, held_gptq);
+    out.held_out_rtn_sqnr_db = numerics::SqnrDb(held_signal, held_rtn);
   }
   const std::chrono::duration<double> seconds =
       std::chrono::steady_clock::now() - start;

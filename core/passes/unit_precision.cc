@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/onnx_names.h"
+#include "core/passes/weight_plan.h"
 
 namespace quantd::passes {
 namespace {
@@ -174,13 +175,6 @@ bool StopsNoise(const onnx::NodeProto& node) {
   return !IsDefaultDomain(node) || kStops->contains(node.op_type());
 }
 
-bool IsLayer(const onnx::NodeProto& node) {
-  if (!IsDefaultDomain(node)) return false;
-  const std::string& op = node.op_type();
-  return op == "Conv" || op == "ConvTranspose" || op == "Gemm" ||
-         op == "MatMul";
-}
-
 // Records, for `graph` (scope `scope`) and every body in it, the layers
 // whose output reaches a Log (see the header).
 void FindLayersFeedingLog(
@@ -196,7 +190,7 @@ void FindLayersFeedingLog(
   }
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto& layer = graph.node(i);
-    if (!IsLayer(layer) || layer.name().empty()) continue;
+    if (!IsQuantizableOp(layer) || layer.name().empty()) continue;
     std::vector<int> frontier;
     absl::flat_hash_set<int> seen;
     auto add_readers = [&](const onnx::NodeProto& n) {
