@@ -38,8 +38,9 @@ SUITES=(
   hostile_e2e_test hostile_corpus_e2e_test fault_e2e_test
 )
 if [[ "$MODE" == thread ]]; then
-  # Where core's threads meet: the pool, the parallel executor, the jobs.
-  SUITES+=(thread_pool_test executor_test)
+  # Where core's threads meet: the pool, the parallel executor, the jobs;
+  # and the check that TSan sees absl::Mutex at all (core/base/tsan_absl_mutex.cc).
+  SUITES+=(tsan_absl_mutex_test thread_pool_test executor_test)
 fi
 launcher=()
 if command -v ccache >/dev/null; then
