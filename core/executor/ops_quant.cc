@@ -481,6 +481,14 @@ class DynamicQuantizeLinearKernel : public Kernel {
     const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
     const QuantGrid grid{0, 255};
     const float zp_real = 0.0f - lo / scale;
+    // An infinite x (or a range wider than float) leaves no finite scale or
+    // zero point: ONNX defines no result, and the zero point's conversion
+    // to an integer would be undefined.
+    if (!std::isfinite(scale) || !std::isfinite(zp_real)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DynamicQuantizeLinear: x spans [", lo, ", ", hi,
+          "], which has no finite scale"));
+    }
     const auto zp =
         static_cast<int32_t>(std::clamp(std::nearbyint(zp_real), 0.0f, 255.0f));
     const numerics::QuantParams qp{scale, zp};

@@ -320,6 +320,23 @@ TEST(DynamicQuantizeLinearTest, OnnxExampleAndAllZeros) {
   EXPECT_THAT(Ints((*r)[0]), ElementsAreArray({0, 0}));
 }
 
+// An infinite x leaves no finite scale: refused, not a zero point converted
+// from NaN (found by the executor fuzzer under UBSan).
+TEST(DynamicQuantizeLinearTest, InfiniteInputIsInvalidArgument) {
+  const float inf = std::numeric_limits<float>::infinity();
+  OneNode n{"DynamicQuantizeLinear", 11};
+  n.outputs = 3;
+  for (const std::vector<float>& x :
+       {std::vector<float>{1.0f, -inf}, std::vector<float>{inf, 1.0f},
+        std::vector<float>{-inf, inf},
+        std::vector<float>{-3e38f, 3e38f}}) {
+    n.inputs = {Floats({2}, x)};
+    absl::StatusOr<std::vector<Tensor>> r = n.Run();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << x[0] << ", " << x[1];
+  }
+}
+
 // ------------------------------------------------------ integer products
 
 Tensor RandomBytes(int32_t type, std::vector<int64_t> shape, std::mt19937* rng,
