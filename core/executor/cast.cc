@@ -1,6 +1,8 @@
 // CastTensor: one conversion loop per (from, to) pair of the castable types.
 #include "core/executor/cast.h"
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -19,13 +21,36 @@ bool InList(int32_t dtype, TypeList<Ts...>) {
   return ((dtype == TypeOf<Ts>::value) || ...);
 }
 
+// A floating value converted to an integer type. C++ leaves NaN and values
+// outside the type undefined, and ONNX leaves them unspecified: here NaN is
+// 0 and the rest saturate to the type's range.
+template <typename To>
+To FloatToInteger(double v) {
+  if (std::isnan(v)) return 0;
+  constexpr double kLo = static_cast<double>(std::numeric_limits<To>::min());
+  // max() as a double rounds up to a power of two for 64-bit types: every
+  // value below it converts exactly.
+  constexpr double kHi = static_cast<double>(std::numeric_limits<To>::max());
+  if (v <= kLo) return std::numeric_limits<To>::min();
+  if (v >= kHi) return std::numeric_limits<To>::max();
+  return static_cast<To>(v);
+}
+
 template <typename From, typename To>
 void CastLoop(const From* in, To* out, int64_t n) {
+  constexpr bool kFloatFrom =
+      std::is_floating_point_v<From> || std::is_class_v<From>;
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<To, bool> && std::is_class_v<From>) {
       out[i] = static_cast<float>(in[i]) != 0;  // -0 is false too.
     } else if constexpr (std::is_same_v<To, bool>) {
       out[i] = in[i] != From(0);
+    } else if constexpr (kFloatFrom && std::is_integral_v<To>) {
+      if constexpr (std::is_class_v<From>) {  // Float16, BFloat16.
+        out[i] = FloatToInteger<To>(static_cast<float>(in[i]));
+      } else {
+        out[i] = FloatToInteger<To>(in[i]);
+      }
     } else {
       out[i] = static_cast<To>(in[i]);
     }

@@ -735,13 +735,35 @@ int64_t DropUnsafeIn(GraphProto* g,
   declare(g->value_info());
   int64_t dropped = 0;
   google::protobuf::RepeatedPtrField<NodeProto> kept;
+  // Ops whose inference reads the weight's dims by the data's rank: the
+  // weight's input slot.
+  auto weight_slot = [](const NodeProto& n) {
+    if (!IsDefaultDomain(n.domain())) return -1;
+    const std::string& op = n.op_type();
+    if (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger") {
+      return 1;
+    }
+    return op == "QLinearConv" ? 3 : -1;
+  };
+  auto rank_of = [&ranks](const NodeProto& n, int slot) {
+    if (slot >= n.input_size()) return -1;
+    auto it = ranks.find(n.input(slot));
+    return it == ranks.end() ? -1 : it->second;
+  };
   for (NodeProto& n : *g->mutable_node()) {
-    if (n.op_type() == "ConvTranspose" && IsDefaultDomain(n.domain())) {
-      auto it = n.input_size() > 1 ? ranks.find(n.input(1)) : ranks.end();
-      if (it == ranks.end() || it->second < 3) {
+    if (const int slot = weight_slot(n); slot >= 0) {
+      const int w = rank_of(n, slot), x = rank_of(n, 0);
+      if (w < 3 || (x >= 0 && x != w)) {
         ++dropped;
         continue;
       }
+    }
+    // Weights exporters compute keep their rank through these (fp16
+    // weights behind Cast, QDQ models' DequantizeLinear).
+    if (IsDefaultDomain(n.domain()) && n.output_size() > 0 &&
+        (n.op_type() == "Cast" || n.op_type() == "DequantizeLinear" ||
+         n.op_type() == "QuantizeLinear" || n.op_type() == "Identity")) {
+      if (const int r = rank_of(n, 0); r >= 0) ranks[n.output(0)] = r;
     }
     for (AttributeProto& a : *n.mutable_attribute()) {
       if (a.has_g()) dropped += DropUnsafeIn(a.mutable_g(), ranks);

@@ -115,13 +115,15 @@ absl::Status SortTopologically(onnx::GraphProto* graph, int64_t* moved);
 int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 
 // Removes from `graph`, a copy about to go through ONNX shape inference, the
-// nodes on which libonnx 1.12's inference reads out of bounds: ConvTranspose
-// whose weight is not known to have rank >= 3 (convTransposeShapeInference
-// indexes W's dims past its rank; newer ONNX refuses such a W first). A
+// nodes on which libonnx 1.12's inference reads out of bounds: Conv,
+// ConvTranspose, ConvInteger and QLinearConv whose weight is not known to
+// have rank >= 3, or whose data has another rank (their inference indexes
+// the weight's dims by the data's rank and reads W's dim 0 unchecked). A
 // request's model reaches inference unchecked, so such a node would crash
 // the server. Ranks are known from initializers and declared shapes (outer
-// graphs' too, for bodies, which are walked as well); a weight computed at
-// run time counts as unknown. Inference then simply knows nothing of those
+// graphs' too, for bodies, which are walked as well) and carried through
+// Cast, QuantizeLinear, DequantizeLinear and Identity; a weight computed
+// otherwise counts as unknown. Inference then simply knows nothing of those
 // nodes' outputs. Returns how many nodes were removed.
 int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
 

@@ -415,6 +415,34 @@ TEST(HalfTest, CastFromSixteenBitsToIntegersAndBool) {
   EXPECT_THAT(Bits(RunNode(h2b)), ElementsAre(0x4780));  // 65536, to even.
 }
 
+// Float to integer outside the type's range or NaN: undefined in C++ and
+// unspecified in ONNX; the executor saturates and maps NaN to 0 (the
+// executor fuzzer's UBSan finding).
+TEST(CastTest, FloatOutOfRangeSaturatesAndNanIsZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OneNode to_i64("Cast", 13);
+  to_i64.Int("to", TP::INT64);
+  to_i64.inputs = {T1<float>({5}, {nan, inf, -inf, 1e30f, -7.9f})};
+  EXPECT_THAT(Values<int64_t>(RunNode(to_i64)),
+              ElementsAre(0, std::numeric_limits<int64_t>::max(),
+                          std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max(), -7));
+  OneNode to_u8("Cast", 13);
+  to_u8.Int("to", TP::UINT8);
+  to_u8.inputs = {T1<double>({4}, {-1.0, 300.0, 255.9, std::nan("")})};
+  EXPECT_THAT(Values<uint8_t>(RunNode(to_u8)), ElementsAre(0, 255, 255, 0));
+  // Doubles convert without going through float.
+  OneNode exact("Cast", 13);
+  exact.Int("to", TP::INT64);
+  exact.inputs = {T1<double>({1}, {1099511627777.0})};  // 2^40 + 1.
+  EXPECT_THAT(Values<int64_t>(RunNode(exact)), ElementsAre(1099511627777));
+  OneNode half("Cast", 13);
+  half.Int("to", TP::INT8);
+  half.inputs = {T1<float>({2}, {1000, -1000}).NarrowedTo(TP::FLOAT16)};
+  EXPECT_THAT(Values<int8_t>(RunNode(half)), ElementsAre(127, -128));
+}
+
 TEST(HalfTest, FromProtoReadsTypedFields) {
   onnx::TensorProto p;
   p.set_data_type(TP::FLOAT16);

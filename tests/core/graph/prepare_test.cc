@@ -5,6 +5,7 @@
 #include "core/graph/prepare.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/base/thread_pool.h"
@@ -654,6 +655,35 @@ TEST(InferValueTypes, SkipsConvTransposeWithAWeightBelowRankThree) {
   copy = *g;
   EXPECT_EQ(graph::DropNodesUnsafeForInference(&copy), 0);
   EXPECT_EQ(copy.node_size(), 1);
+}
+
+// Conv's inference reads W's dim 0 and its dims by X's rank: a rank-0
+// weight crashed it (the executor fuzzer's replay). Weights behind Cast or
+// DequantizeLinear keep their rank and their Conv stays.
+TEST(InferValueTypes, SkipsConvWhoseWeightDoesNotFitItsInput) {
+  auto model = [](std::vector<int64_t> w_dims, bool behind_cast) {
+    ModelBuilder b;
+    b.Input("x", {1, 2, 5, 5}).Output("y");
+    b.Weight("w", w_dims);
+    if (behind_cast) {
+      b.Node("Cast", {"w"}, {"w32"}, "cast")
+          .Attr("to", int64_t{onnx::TensorProto::FLOAT});
+    }
+    b.Node("Conv", {"x", behind_cast ? "w32" : "w"}, {"y"}, "conv");
+    return b.Build();
+  };
+  for (const auto& [dims, cast, dropped] :
+       {std::tuple<std::vector<int64_t>, bool, int>{{}, false, 1},
+        {{3, 2}, false, 1},
+        {{3, 2, 3}, false, 1},  // Rank 3 against a rank-4 input.
+        {{3, 2, 3, 3}, false, 0},
+        {{3, 2, 3, 3}, true, 0}}) {
+    const onnx::ModelProto m = model(dims, cast);
+    SCOPED_TRACE(::testing::PrintToString(dims));
+    graph::InferValueTypes(m);  // must not crash
+    onnx::GraphProto copy = m.graph();
+    EXPECT_EQ(graph::DropNodesUnsafeForInference(&copy), dropped);
+  }
 }
 
 }  // namespace
