@@ -262,28 +262,6 @@ void AppendNote(std::string* to, const std::string& more) {
   *to = to->empty() ? more : absl::StrCat(*to, "; ", more);
 }
 
-namespace {
-
-// The weight-only recurrent step after a pass over `model`'s graph (or a
-// body), counted in the pass's figures.
-absl::Status AddRecurrentWeights(const WeightPassOptions& options,
-                                 const UnitPrecision& units,
-                                 const PassHooks& hooks, Body* body,
-                                 onnx::ModelProto* model, PassStats* stats) {
-  QUANTD_ASSIGN_OR_RETURN(
-      RecurrentWeightStats r,
-      QuantizeRecurrentWeights(options, units, hooks, body, model));
-  stats->quantized_tensors += r.quantized_tensors;
-  stats->quantized_nodes += r.quantized_nodes;
-  stats->weight_bytes_before += r.weight_bytes_before;
-  stats->weight_bytes_after += r.weight_bytes_after;
-  for (auto& skip : r.skipped) stats->skipped.push_back(std::move(skip));
-  AppendNote(&stats->opset_note, r.opset_note);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
                                               const PassHooks& hooks,
                                               onnx::ModelProto* model) {
@@ -293,8 +271,9 @@ absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
                              &options.inlined));
   QUANTD_ASSIGN_OR_RETURN(PassStats stats,
                           DynamicRangePass(options, hooks, units, model).Run());
-  QUANTD_RETURN_IF_ERROR(
-      AddRecurrentWeights(options, units, hooks, nullptr, model, &stats));
+  QUANTD_RETURN_IF_ERROR(AddRecurrentWeights(options, units, hooks, nullptr,
+                                             model, &stats,
+                                             &PassStats::quantized_tensors));
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
@@ -304,9 +283,9 @@ absl::StatusOr<PassStats> RunDynamicRangePass(const WeightPassOptions& options,
         DynamicRangePass(options, body_hooks, units.InBody(body->scope),
                          &body->model, body)
             .Run());
-    QUANTD_RETURN_IF_ERROR(
-        AddRecurrentWeights(options, units.InBody(body->scope), body_hooks,
-                            body, &body->model, &b));
+    QUANTD_RETURN_IF_ERROR(AddRecurrentWeights(
+        options, units.InBody(body->scope), body_hooks, body, &body->model, &b,
+        &PassStats::quantized_tensors));
     stats.quantized_tensors += b.quantized_tensors;
     stats.quantized_nodes += b.quantized_nodes;
     stats.weight_bytes_before += b.weight_bytes_before;

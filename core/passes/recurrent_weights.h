@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,27 @@ struct RecurrentWeightStats {
 absl::StatusOr<RecurrentWeightStats> QuantizeRecurrentWeights(
     const WeightPassOptions& options, const UnitPrecision& units,
     const PassHooks& hooks, Body* body, onnx::ModelProto* model);
+
+// QuantizeRecurrentWeights after a pass over `model` (or `body`), its figures
+// added to the pass's own: `Stats` is PassStats or StaticRangeStats, and
+// `quantized` the member counting their quantized weights.
+template <typename Stats>
+absl::Status AddRecurrentWeights(const WeightPassOptions& options,
+                                 const UnitPrecision& units,
+                                 const PassHooks& hooks, Body* body,
+                                 onnx::ModelProto* model, Stats* stats,
+                                 int Stats::*quantized) {
+  absl::StatusOr<RecurrentWeightStats> r =
+      QuantizeRecurrentWeights(options, units, hooks, body, model);
+  if (!r.ok()) return r.status();
+  stats->*quantized += r->quantized_tensors;
+  stats->quantized_nodes += r->quantized_nodes;
+  stats->weight_bytes_before += r->weight_bytes_before;
+  stats->weight_bytes_after += r->weight_bytes_after;
+  for (auto& skip : r->skipped) stats->skipped.push_back(std::move(skip));
+  AppendNote(&stats->opset_note, r->opset_note);
+  return absl::OkStatus();
+}
 
 }  // namespace quantd::passes
 

@@ -1008,25 +1008,6 @@ std::string UnreachedNote(const std::vector<std::string>& unreached) {
   return note;
 }
 
-// The weight-only recurrent step after the pass over `model`'s graph (or a
-// body), counted in the pass's figures.
-absl::Status AddRecurrentWeights(const StaticRangeOptions& options,
-                                 const UnitPrecision& units,
-                                 const PassHooks& hooks, Body* body,
-                                 onnx::ModelProto* model,
-                                 StaticRangeStats* stats) {
-  QUANTD_ASSIGN_OR_RETURN(
-      RecurrentWeightStats r,
-      QuantizeRecurrentWeights(options, units, hooks, body, model));
-  stats->quantized_weights += r.quantized_tensors;
-  stats->quantized_nodes += r.quantized_nodes;
-  stats->weight_bytes_before += r.weight_bytes_before;
-  stats->weight_bytes_after += r.weight_bytes_after;
-  for (auto& skip : r.skipped) stats->skipped.push_back(std::move(skip));
-  AppendNote(&stats->opset_note, r.opset_note);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<StaticRangeStats> RunStaticRangePass(
@@ -1040,7 +1021,8 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
       StaticRangeStats stats,
       StaticRangePass(options, ranges, hooks, units, model).Run());
   QUANTD_RETURN_IF_ERROR(
-      AddRecurrentWeights(options, units, hooks, nullptr, model, &stats));
+      AddRecurrentWeights(options, units, hooks, nullptr, model, &stats,
+                          &StaticRangeStats::quantized_weights));
 
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
@@ -1051,9 +1033,9 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         StaticRangePass(options, ranges, body_hooks, units.InBody(body->scope),
                         &body->model, body)
             .Run());
-    QUANTD_RETURN_IF_ERROR(
-        AddRecurrentWeights(options, units.InBody(body->scope), body_hooks,
-                            body, &body->model, &b));
+    QUANTD_RETURN_IF_ERROR(AddRecurrentWeights(
+        options, units.InBody(body->scope), body_hooks, body, &body->model, &b,
+        &StaticRangeStats::quantized_weights));
     stats.quantized_weights += b.quantized_weights;
     stats.quantized_activations += b.quantized_activations;
     stats.quantized_biases += b.quantized_biases;

@@ -373,14 +373,21 @@ class Planner {
   WeightPlanResult result_;
 };
 
-}  // namespace
-
-bool IsQuantizableOp(const onnx::NodeProto& node) {
+// A default-domain node whose op type is one of `ops`.
+template <size_t N>
+bool IsDefaultDomainOpIn(const onnx::NodeProto& node,
+                         const char* const (&ops)[N]) {
   if (!IsDefaultDomain(node)) return false;
-  for (const char* op : kQuantizableOpTypes) {
+  for (const char* op : ops) {
     if (node.op_type() == op) return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool IsQuantizableOp(const onnx::NodeProto& node) {
+  return IsDefaultDomainOpIn(node, kQuantizableOpTypes);
 }
 
 WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
@@ -393,11 +400,7 @@ WeightPlanResult PlanWeights(const onnx::GraphProto& graph,
 }
 
 bool IsRecurrentOp(const onnx::NodeProto& node) {
-  if (!IsDefaultDomain(node)) return false;
-  for (const char* op : kWeightOnlyOpTypes) {
-    if (node.op_type() == op) return true;
-  }
-  return false;
+  return IsDefaultDomainOpIn(node, kWeightOnlyOpTypes);
 }
 
 WeightPlanResult PlanRecurrentWeights(const onnx::GraphProto& graph,
