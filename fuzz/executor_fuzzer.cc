@@ -65,7 +65,7 @@
 #include "core/numerics/float16.h"
 #include "core/passes/fold_constants.h"
 #include "fuzz/fuzz_reader.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz/quiet_protobuf.h"
 #include "onnx/onnx_pb.h"
 
 namespace {
@@ -1291,11 +1291,7 @@ void Fuzz(const std::string& input) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // ONNX's checker and the version converter log through protobuf now and
   // then; a violated check aborts instead.
-  static const bool quiet = [] {
-    google::protobuf::SetLogHandler(nullptr);
-    return true;
-  }();
-  (void)quiet;
+  quantd::fuzz::SilenceProtobufLogs();
   if (size > kMaxInputBytes) return 0;
   const std::string input(reinterpret_cast<const char*>(data), size);
   try {

@@ -56,7 +56,7 @@
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
 #include "fuzz/alloc_limit.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz/quiet_protobuf.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -345,11 +345,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A TensorProto's name need not be UTF-8, a NamedTensor's must: protobuf
   // logs each batch that carries such a name (the batch is still sent; the
   // server refuses it).
-  static const bool quiet = [] {
-    google::protobuf::SetLogHandler(nullptr);
-    return true;
-  }();
-  (void)quiet;
+  quantd::fuzz::SilenceProtobufLogs();
   if (size > kMaxInputBytes) return 0;
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
   quantd::fuzz::ScopedAllocLimit limit("npy_fuzzer", size, kAllocSlack,

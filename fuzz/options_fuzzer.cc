@@ -33,8 +33,8 @@
 #include "core/calibration/observers.h"
 #include "core/engine/request_options.h"
 #include "core/engine/resolved_options.h"
+#include "fuzz/quiet_protobuf.h"
 #include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -178,11 +178,7 @@ void FuzzQuantize(const quantd::v1::QuantizeConfig& config, bool batch_stream,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Invalid UTF-8 in a string field is logged on every binary parse that
   // meets it; errors that matter abort the target instead.
-  static const bool quiet = [] {
-    google::protobuf::SetLogHandler(nullptr);
-    return true;
-  }();
-  (void)quiet;
+  quantd::fuzz::SilenceProtobufLogs();
   if (size == 0 || size > kMaxInputBytes) return 0;
   const std::string input(reinterpret_cast<const char*>(data), size);
   const uint8_t flags = data[0];

@@ -56,7 +56,7 @@
 #include "core/graph/tensor_util.h"
 #include "core/graph/validate.h"
 #include "fuzz/alloc_limit.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz/quiet_protobuf.h"
 #include "onnx/onnx_pb.h"
 
 namespace {
@@ -337,11 +337,7 @@ void FuzzTensor(const TP& t, const std::string& input) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Protobuf logs invalid UTF-8 in string fields on each parse; a violated
   // check aborts instead.
-  static const bool quiet = [] {
-    google::protobuf::SetLogHandler(nullptr);
-    return true;
-  }();
-  (void)quiet;
+  quantd::fuzz::SilenceProtobufLogs();
   if (size > kMaxInputBytes) return 0;
   const std::string input(reinterpret_cast<const char*>(data), size);
   quantd::fuzz::ScopedAllocLimit limit("tensor_proto_fuzzer", size, kAllocSlack,
