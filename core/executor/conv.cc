@@ -36,11 +36,12 @@ void ValidColumns(const Conv2DShape& s, int64_t kj, int64_t* lo, int64_t* hi) {
   *hi = std::clamp<int64_t>(CeilDiv(s.w - shift, s.sw), *lo, s.ow);
 }
 
-// Rows [c0, c1) of the channel range of col = im2col(xg), where xg holds
-// the group's channels [cg, h, w] and col is [cg*kh*kw, oh*ow] with rows ld
-// floats apart (ld > oh*ow when several images sit side by side).
+// Rows [c0, c1) of the channel range of col = im2col(xg) for the output
+// rows [oh0, oh1), where xg holds the group's channels [cg, h, w] and col is
+// [cg*kh*kw, (oh1-oh0)*ow] with rows ld floats apart (ld is wider when several
+// images sit side by side).
 void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
-            int64_t ld, float* col) {
+            int64_t oh0, int64_t oh1, int64_t ld, float* col) {
   for (int64_t c = c0; c < c1; ++c) {
     for (int64_t ki = 0; ki < s.kh; ++ki) {
       for (int64_t kj = 0; kj < s.kw; ++kj) {
@@ -48,8 +49,8 @@ void Im2Col(const float* xg, const Conv2DShape& s, int64_t c0, int64_t c1,
         int64_t lo, hi;
         ValidColumns(s, kj, &lo, &hi);
         const int64_t shift = kj * s.dw - s.pl;
-        for (int64_t oh = 0; oh < s.oh; ++oh) {
-          float* dst = row + oh * s.ow;
+        for (int64_t oh = oh0; oh < oh1; ++oh) {
+          float* dst = row + (oh - oh0) * s.ow;
           const int64_t ih = oh * s.sh - s.pt + ki * s.dh;
           if (ih < 0 || ih >= s.h) {
             std::fill(dst, dst + s.ow, 0.0f);
@@ -208,17 +209,17 @@ bool SmallKPays() {
 #endif
 }
 
-// All m rows of columns [j0, j1) of y (row stride n, as x's); scratch holds
-// k*16 + 16 floats for the last, partial vector of columns.
-QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
-                                      const float* bias, int64_t m, int64_t k,
-                                      float* y, int64_t j0, int64_t j1,
-                                      float* scratch) {
+// All m rows of columns [j0, j1) of y (row stride ldy; x's is ldx); scratch
+// holds k*16 + 16 floats for the last, partial vector of columns.
+QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x,
+                                      int64_t ldx, const float* bias, int64_t m,
+                                      int64_t k, float* y, int64_t ldy,
+                                      int64_t j0, int64_t j1, float* scratch) {
   int64_t j = j0;
   for (; j + 64 <= j1; j += 64)
-    SmallKRows<4>(w, k, x + j, n, bias, m, y + j, n);
+    SmallKRows<4>(w, k, x + j, ldx, bias, m, y + j, ldy);
   for (; j + 16 <= j1; j += 16)
-    SmallKRows<1>(w, k, x + j, n, bias, m, y + j, n);
+    SmallKRows<1>(w, k, x + j, ldx, bias, m, y + j, ldy);
   if (j == j1) return;
   // The last 1..15 columns: through a zero-padded copy, 16 wide.
   const int64_t tail = j1 - j;
@@ -226,19 +227,20 @@ QUANTD_MULTIVERSION_V void SmallKGemm(const float* w, const float* x, int64_t n,
   float* yt = scratch + k * 16;
   for (int64_t kk = 0; kk < k; ++kk) {
     for (int64_t c = 0; c < 16; ++c) {
-      xt[kk * 16 + c] = c < tail ? x[kk * n + j + c] : 0.0f;
+      xt[kk * 16 + c] = c < tail ? x[kk * ldx + j + c] : 0.0f;
     }
   }
   for (int64_t r = 0; r < m; ++r) {
     SmallKTile<1, 1>(w + r * k, k, xt, 16, bias ? bias + r : nullptr, yt, 16);
-    for (int64_t c = 0; c < tail; ++c) y[r * n + j + c] = yt[c];
+    for (int64_t c = 0; c < tail; ++c) y[r * ldy + j + c] = yt[c];
   }
 }
 
-// y[mg, cols] = bias + wg[mg, k] * b[k, cols]; b and y have rows of `cols`
-// floats.
-void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
-              int64_t k, int64_t cols, float* y, ThreadPool* pool) {
+// y[mg, cols] = bias + wg[mg, k] * b[k, cols]; b's rows are ldb floats
+// apart, y's ldy.
+void ConvGemm(const float* wg, const float* b, int64_t ldb, const float* bias,
+              int64_t mg, int64_t k, int64_t cols, float* y, int64_t ldy,
+              ThreadPool* pool) {
   if (SmallKPays() && UseSmallK(k, cols)) {
     // The direct kernel: threads take 64-column strips, or blocks of 4 rows
     // when there are too few strips to share.
@@ -247,7 +249,7 @@ void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
     if (strips >= 2 * threads || threads == 1) {
       ParallelRange(pool, strips, 1, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(k * 16 + 16);
-        SmallKGemm(wg, b, cols, bias, mg, k, y, t0 * 64,
+        SmallKGemm(wg, b, ldb, bias, mg, k, y, ldy, t0 * 64,
                    std::min(cols, t1 * 64), scratch.data());
       });
     } else {
@@ -255,15 +257,15 @@ void ConvGemm(const float* wg, const float* b, const float* bias, int64_t mg,
         std::vector<float> scratch(k * 16 + 16);
         r0 *= 4;
         r1 = std::min(mg, r1 * 4);
-        SmallKGemm(wg + r0 * k, b, cols, bias ? bias + r0 : nullptr, r1 - r0, k,
-                   y + r0 * cols, 0, cols, scratch.data());
+        SmallKGemm(wg + r0 * k, b, ldb, bias ? bias + r0 : nullptr, r1 - r0, k,
+                   y + r0 * ldy, ldy, 0, cols, scratch.data());
       });
     }
     return;
   }
-  if (bias != nullptr) FillBias(bias, mg, cols, cols, y);
-  Gemm(false, false, mg, cols, k, 1.0f, wg, k, b, cols, bias ? 1.0f : 0.0f, y,
-       cols, pool);
+  if (bias != nullptr) FillBias(bias, mg, cols, ldy, y);
+  Gemm(false, false, mg, cols, k, 1.0f, wg, k, b, ldb, bias ? 1.0f : 0.0f, y,
+       ldy, pool);
 }
 
 bool IsPointwise(const Conv2DShape& s) {
@@ -271,19 +273,37 @@ bool IsPointwise(const Conv2DShape& s) {
          s.pl == 0 && s.oh == s.h && s.ow == s.w;
 }
 
-// One image, one group: y_g = w_g * im2col(x_g) + bias_g.
+// Output rows per im2col band of one image: the whole image unless its
+// im2col would pass kMaxConvBandScratch floats (a 64-channel 3x3 conv at
+// 512x512 would build a 600 MB matrix, fresh pages on every call, and the
+// GEMM would stream it from memory).
+int64_t ConvBandRows(const Conv2DShape& s) {
+  if (IsPointwise(s)) return s.oh;
+  const int64_t k = s.c / s.group * s.kh * s.kw;
+  return std::clamp<int64_t>(
+      kMaxConvBandScratch / std::max<int64_t>(1, k * s.ow), 1,
+      std::max<int64_t>(1, s.oh));
+}
+
+// One image, one group: y_g = w_g * im2col(x_g) + bias_g, band by band of
+// output rows; col holds k * band_rows * ow floats.
 void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
                const Conv2DShape& s, float* col, ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t k = cg * s.kh * s.kw, p = s.oh * s.ow;
-  const float* b = xg;
-  if (!IsPointwise(s)) {
-    ParallelRange(pool, cg, 4, [&](int64_t c0, int64_t c1) {
-      Im2Col(xg, s, c0, c1, p, col);
-    });
-    b = col;
+  if (IsPointwise(s)) {
+    ConvGemm(wg, xg, p, bias, mg, k, p, yg, p, pool);
+    return;
   }
-  ConvGemm(wg, b, bias, mg, k, p, yg, pool);
+  const int64_t band = ConvBandRows(s);
+  for (int64_t oh0 = 0; oh0 < s.oh; oh0 += band) {
+    const int64_t oh1 = std::min(s.oh, oh0 + band);
+    const int64_t cols = (oh1 - oh0) * s.ow;
+    ParallelRange(pool, cg, 4, [&](int64_t c0, int64_t c1) {
+      Im2Col(xg, s, c0, c1, oh0, oh1, cols, col);
+    });
+    ConvGemm(wg, col, cols, bias, mg, k, cols, yg + oh0 * s.ow, p, pool);
+  }
 }
 
 // Images [n0, n0 + nb) of group g in one GEMM: their im2col side by side in
@@ -317,8 +337,8 @@ void ConvGroupImages(const float* x, const float* w, const float* bias,
       i += c1 - c0;
     }
   });
-  ConvGemm(w + g * mg * k, col, bias ? bias + g * mg : nullptr, mg, k, cols,
-           out, pool);
+  ConvGemm(w + g * mg * k, col, cols, bias ? bias + g * mg : nullptr, mg, k,
+           cols, out, cols, pool);
   ParallelRange(pool, nb * mg, 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t j = i / mg, r = i % mg;
@@ -672,15 +692,17 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
               bias ? bias + g * mg : nullptr, y + (n * s.m + g * mg) * p, s,
               col, inner);
   };
+  const int64_t col_floats =
+      IsPointwise(s) ? 0 : k * std::min(p, ConvBandRows(s) * s.ow);
   if (jobs >= threads && threads > 1) {
     // Enough independent images/groups: one per thread, each single-threaded.
     ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {
-      std::unique_ptr<float[]> col(new float[k * p]);
+      std::unique_ptr<float[]> col(new float[col_floats]);
       for (int64_t j = b; j < e; ++j) job(j, col.get(), nullptr);
     });
     return;
   }
-  std::unique_ptr<float[]> col(new float[k * p]);
+  std::unique_ptr<float[]> col(new float[col_floats]);
   for (int64_t j = 0; j < jobs; ++j) job(j, col.get(), pool);
 }
 

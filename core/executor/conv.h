@@ -38,6 +38,9 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
 // already pays and keeps the im2col scratch small. The scratch of one batched
 // GEMM (columns and output) stays under kMaxBatchedConvScratch floats.
 inline constexpr int64_t kMaxBatchedConvScratch = int64_t{1} << 21;  // 8 MiB
+// The im2col of one image is built in bands of output rows of at most this
+// many floats (at least one row).
+inline constexpr int64_t kMaxConvBandScratch = int64_t{1} << 21;  // 8 MiB
 int64_t ConvImagesPerGemm(const Conv2DShape& s);
 
 // Conv2D with `images_per_gemm` images per GEMM (>= 1) instead of

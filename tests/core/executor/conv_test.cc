@@ -309,6 +309,34 @@ TEST(BatchedConvTest, LongReductionsSplitOverThePool) {
   }
 }
 
+TEST(BandedConvTest, LargeImagesBuildTheirIm2ColInBands) {
+  // Images whose im2col passes kMaxConvBandScratch go band by band of output
+  // rows, the last band short; every output row must be written once.
+  static_assert(int64_t{32} * 9 * 100 * 97 > kMaxConvBandScratch);
+  ThreadPool pool(1);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    BatchedConvTester()
+        .Batch(2)
+        .Channels(32, 8)
+        .Input(100, 97)
+        .Pads(1, 1, 1, 1)
+        .Threads(p)
+        .Test();
+    // Strided, dilated and grouped: 2 groups of 32 channels, 100x100 out.
+    BatchedConvTester()
+        .Batch(1)
+        .Channels(64, 6)
+        .Group(2)
+        .Input(203, 201)
+        .Stride(2, 2)
+        .Dilation(2, 1)
+        .Pads(2, 0, 1, 2)
+        .Bias(false)
+        .Threads(p)
+        .Test();
+  }
+}
+
 Conv2DShape Shape(int64_t n, int64_t c, int64_t hw, int64_t m, int64_t k) {
   Conv2DShape s;
   s.n = n;
