@@ -33,7 +33,11 @@ void ErrorSums::Add(absl::Span<const float> ref, absl::Span<const float> q) {
 }
 
 bool HasClassAxis(absl::Span<const int64_t> shape) {
-  return shape.size() >= 2 && shape.back() >= 2;
+  if (shape.size() < 2 || shape.back() < 2) return false;
+  // Rank 4 and up: channels last ([N, H, W, classes]) only. In an NCHW map
+  // ([1, 1, 1024, 1024] masks, feature maps) the last axis is the width, and
+  // an argmax along it measures nothing.
+  return shape.size() <= 3 || shape.back() < shape[1];
 }
 
 namespace {

@@ -41,8 +41,10 @@ struct ErrorSums {
   void Add(absl::Span<const float> ref, absl::Span<const float> q);
 };
 
-// True when a tensor of `shape` has a class axis: rank >= 2 and a last axis
-// at least 2 wide (a row per position of the other axes).
+// True when a tensor of `shape` has a class axis: a last axis at least 2 wide
+// (a row per position of the other axes) in a tensor of rank 2 or 3
+// ([N, classes], [N, T, classes]), or of rank 4 and up when that axis is
+// narrower than axis 1 (channels last, [N, H, W, classes]; not an NCHW map).
 bool HasClassAxis(absl::Span<const int64_t> shape);
 
 // Top-1 agreement counts of one output over batches.

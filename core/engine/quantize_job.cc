@@ -1036,9 +1036,9 @@ absl::Status QuantizeJob::SearchForTarget() {
     const double agreement = WorstTop1Agreement(*report);
     if (round == 0 && config_.has_target_agreement() && std::isnan(agreement)) {
       return absl::FailedPreconditionError(
-          "target_agreement needs an output with a class axis (rank >= 2, "
-          "the last axis at least 2 wide) to measure top-1 agreement on, "
-          "and this model has none; use target_sqnr_db");
+          "target_agreement needs an output with a class axis ([N, classes], "
+          "[N, T, classes] or channels-last [N, H, W, classes]) to measure "
+          "top-1 agreement on, and this model has none; use target_sqnr_db");
     }
     const uint64_t bytes = model_.ByteSizeLong();
     quantd::v1::AccuracySearchRound* r = search.add_rounds();

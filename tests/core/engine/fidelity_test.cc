@@ -89,6 +89,10 @@ TEST(HasClassAxisTest, RankAndWidth) {
   EXPECT_TRUE(HasClassAxis(std::vector<int64_t>{2, 3, 2}));
   EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{10}));
   EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{4, 1}));
+  // Rank 4: channels-last classes, not an NCHW map's width.
+  EXPECT_TRUE(HasClassAxis(std::vector<int64_t>{1, 64, 64, 21}));
+  EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{1, 1, 1024, 1024}));
+  EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{2, 21, 64, 64}));
   EXPECT_FALSE(HasClassAxis(std::vector<int64_t>{}));
 }
 
