@@ -6,7 +6,7 @@
 //
 //   node scripts/corpus/evaluate.js --server 127.0.0.1:PORT --quantctl PATH
 //        [--corpus build/corpus] [--models a,b] [--configs dyn_tf_w8a8,...]
-//        [--levels disabled,basic,extended,all] [--ci] [--work DIR]
+//        [--levels disabled,basic,extended,all] [--ci] [--large] [--work DIR]
 //        [--markdown OUT.md] [--json OUT.json] [--command "how it was run"]
 //        [--check EXPECT.json] [--write_expectations EXPECT.json] [--ort_dir DIR]
 //
@@ -39,7 +39,7 @@ for (let i = 0; i < argv.length; i++) {
   if (!a.startsWith('--')) { console.error(`evaluate: unexpected ${a}`); process.exit(2); }
   const eq = a.indexOf('=');
   if (eq > 0) opt[a.slice(2, eq)] = a.slice(eq + 1);
-  else if (a === '--ci') opt.ci = true;
+  else if (a === '--ci' || a === '--large') opt[a.slice(2)] = true;
   else opt[a.slice(2)] = argv[++i];
 }
 const CORPUS = path.resolve(opt.corpus || path.join(lib.REPO, 'build', 'corpus'));
@@ -135,6 +135,10 @@ let models = MANIFEST.models;
 if (opt.models) {
   const want = new Set(opt.models.split(','));
   models = models.filter((m) => want.has(m.name));
+} else if (!opt.large) {
+  // "large" models (IS-Net: 1024x1024, minutes per configuration) run when
+  // named or with --large.
+  models = models.filter((m) => !m.large);
 }
 if (opt.ci) models = models.filter((m) => m.ci);
 const WORK = path.resolve(opt.work || path.join(os.tmpdir(), `quantd-corpus-${process.pid}`));

@@ -76,12 +76,30 @@ if ((${#need_pkg[@]})); then
   while IFS='|' read -r name spec path sha; do
     [[ -n "${need_pkg[$spec]:-}" ]] || continue
     dir="$scratch/$(echo "$spec" | tr '/@' '__')"
-    src="$dir/$path"
-    [[ -f "$src" ]] || { echo "corpus: $spec has no $path" >&2; exit 1; }
     mkdir -p "$OUT/$name"
-    cp "$src" "$OUT/$name/original.onnx"
+    if [[ "$path" == *"#"* ]]; then
+      # INDEX.json#KEY: a model the package ships in chunks, listed under KEY
+      # in a resources index ({KEY: {chunks: [{hash}, ...]}}, files named by
+      # hash beside the index; @imgly's layout). Concatenated in order; the
+      # sha256 below checks the result.
+      index="$dir/${path%%#*}"
+      [[ -f "$index" ]] || { echo "corpus: $spec has no ${path%%#*}" >&2; exit 1; }
+      "$PY" - "$index" "${path#*#}" "$OUT/$name/original.onnx" <<'EOF'
+import json, os, sys
+index, key, dst = sys.argv[1:4]
+entry = json.load(open(index))[key]
+with open(dst, "wb") as out:
+    for c in entry["chunks"]:
+        with open(os.path.join(os.path.dirname(index), c["hash"]), "rb") as f:
+            out.write(f.read())
+EOF
+    else
+      src="$dir/$path"
+      [[ -f "$src" ]] || { echo "corpus: $spec has no $path" >&2; exit 1; }
+      cp "$src" "$OUT/$name/original.onnx"
+    fi
     if ! sha_ok "$OUT/$name/original.onnx" "$sha"; then
-      echo "corpus: sha256 mismatch for $name ($spec:$path): got $(sha256sum "$src" | cut -d' ' -f1), manifest says $sha" >&2
+      echo "corpus: sha256 mismatch for $name ($spec:$path): got $(sha256sum "$OUT/$name/original.onnx" | cut -d' ' -f1), manifest says $sha" >&2
       rm -f "$OUT/$name/original.onnx"
       exit 1
     fi
@@ -134,7 +152,8 @@ if ((${#missing[@]})); then
 fi
 
 # ---------------------------------------------------------------- inputs
-if [[ "$FORCE" == 1 || ! -f "$OUT/_audio/eval_audio.npy" || ! -f "$OUT/ppocr_det_v4/eval_x.npy" ]]; then
+if [[ "$FORCE" == 1 || ! -f "$OUT/_audio/eval_audio.npy" || ! -f "$OUT/ppocr_det_v4/eval_x.npy" ]] ||
+   [[ -d "$OUT/isnet_fp16" && ! -f "$OUT/isnet_fp16/eval_x.npy" ]]; then
   log "inputs: make_inputs.py"
   "$PY" scripts/corpus/make_inputs.py --out "$OUT"
 fi

@@ -24,6 +24,9 @@ model reads which file):
                  noise bursts) between pauses, over background noise at
                  5..30 dB SNR. derive_inputs.js turns them into the VAD /
                  openWakeWord inputs by running the float models.
+  isnet_fp16     calib_x.npy [2,3,1024,1024], eval_x.npy [4,3,1024,1024]:
+                 photo crops resized to 1024x1024, (x - 128) / 256 (@imgly's
+                 preprocessing); written only when the model was fetched
 
 Deterministic (fixed seed). Run: /usr/bin/python3 scripts/corpus/make_inputs.py [--out DIR]
 """
@@ -218,6 +221,20 @@ def main():
     d = os.path.join(args.out, "_audio")
     save(d, "calib_audio.npy", np.stack([clip(rng) for _ in range(6)]))
     save(d, "eval_audio.npy", np.stack([clip(rng) for _ in range(8)]))
+
+    # IS-Net background removal (@imgly): 1024x1024 photo crops, (x - 128) / 256
+    # as @imgly's own preprocessing does. Its own generator, so the sets above
+    # stay as they were.
+    irng = np.random.RandomState(SEED + 1)
+
+    def isnet_set(n):
+        return np.stack([((photo_crop(irng, photos, 1024) - 128.0) / 256.0)
+                         .transpose(2, 0, 1).astype(np.float32) for _ in range(n)])
+
+    d = os.path.join(args.out, "isnet_fp16")
+    if os.path.isdir(d):
+        save(d, "calib_x.npy", isnet_set(2))
+        save(d, "eval_x.npy", isnet_set(4))
     return 0
 
 

@@ -27,6 +27,13 @@ Models (each trains in seconds on one thread):
                           Upsample -> Resize) predicting the digit's ink mask at
                           32x32 from the upscaled, noised digit; opset 13; metric
                           mask IoU
+  tv_*                    torchvision architectures (their own code, untouched),
+                          trained for a few epochs on the digits upscaled to
+                          32x32 RGB with ImageNet normalisation, exported at
+                          the opset in the name (see ZOO): MobileNetV3-small,
+                          ShuffleNetV2, SqueezeNet 1.1, ResNet-18,
+                          EfficientNet-B0, RegNetY-400MF, MNASNet 0.5, a small
+                          DenseNet, GoogLeNet and a small ViT; one in FLOAT16
 
 Run with Debian's Python: /usr/bin/python3 scripts/corpus/train_models.py [--out DIR] [--only NAME,...]
 """
@@ -233,6 +240,103 @@ def half_model(src, dst):
     onnx.save(m, dst)
 
 
+# ---------------------------------------------------------------- torchvision zoo
+# Architectures as torchvision writes them, so the exported graphs carry the
+# patterns real exports do (Hardswish/HardSigmoid squeeze-excite, channel
+# shuffle, fire-module Concat, SiLU, grouped convs, dense Concat, inception
+# branches, attention with GELU and LayerNorm), at 32x32 so each trains in
+# seconds to a few minutes on one thread.
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
+
+
+def rgb32(x8):
+    """[N,1,8,8] digits in [0,1] -> [N,3,32,32] ImageNet-normalised."""
+    x = np.repeat(upscale32(x8), 3, axis=1)
+    return ((x - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
+
+
+def zoo_models():
+    import torchvision.models as tvm
+    from torchvision.models.densenet import DenseNet
+    from torchvision.models.vision_transformer import VisionTransformer
+    # name -> (constructor, opset, epochs, learning rate, convert-from)
+    return {
+        "tv_mobilenet_v3_small_op13": (lambda: tvm.mobilenet_v3_small(num_classes=10), 13, 12, 2e-3),
+        "tv_mobilenet_v3_small_op17": (None, 17, 0, 0),   # same weights, HardSwish op
+        "tv_mobilenet_v3_small_fp16": (None, 13, 0, 0),   # same weights, FLOAT16 compute
+        "tv_shufflenet_v2_op11": (lambda: tvm.shufflenet_v2_x0_5(num_classes=10), 11, 12, 3e-3),
+        "tv_squeezenet1_1_op11": (lambda: tvm.squeezenet1_1(num_classes=10), 11, 20, 3e-4),
+        "tv_resnet18_op13": (lambda: tvm.resnet18(num_classes=10), 13, 6, 1e-3),
+        "tv_efficientnet_b0_op13": (lambda: tvm.efficientnet_b0(num_classes=10), 13, 10, 2e-3),
+        "tv_regnet_y_400mf_op14": (lambda: tvm.regnet_y_400mf(num_classes=10), 14, 8, 2e-3),
+        "tv_mnasnet0_5_op9": (lambda: tvm.mnasnet0_5(num_classes=10), 9, 12, 3e-3),
+        "tv_densenet_small_op12": (lambda: DenseNet(growth_rate=12, block_config=(4, 4, 4),
+                                                    num_init_features=24, num_classes=10), 12, 10, 2e-3),
+        "tv_googlenet_op13": (lambda: tvm.googlenet(num_classes=10, aux_logits=False,
+                                                    init_weights=True), 13, 6, 1e-3),
+        "tv_vit_tiny_op17": (lambda: VisionTransformer(image_size=32, patch_size=4, num_layers=4,
+                                                       num_heads=4, hidden_dim=64, mlp_dim=128,
+                                                       num_classes=10), 17, 12, 1e-3),
+    }
+
+
+def recompute_bn_stats(model, x, batch=64):
+    """Running BatchNorm statistics as the plain average over the training set.
+    Some torchvision models keep ImageNet-length momenta (MNASNet: 3e-4), whose
+    running estimates stay at their initial values after a few epochs here."""
+    bns = [b for b in model.modules() if isinstance(b, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for b in bns:
+        b.reset_running_stats()
+        b.momentum = None          # cumulative average
+    model.train()
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            model(torch.from_numpy(x[i:i + batch]))
+    model.eval()
+
+
+def train_zoo(out, want, xtr, ytr, xte, yte):
+    zoo = zoo_models()
+    if not any(want(n) for n in zoo):
+        return
+    x_tr, x_te = rgb32(xtr), rgb32(xte)
+    calib = x_tr[:N_CALIB]
+    ex = torch.from_numpy(x_te[:1])
+    for name, (make, opset, epochs, lr) in zoo.items():
+        if make is None:
+            continue
+        variants = [n for n in zoo if n == name or
+                    (zoo[n][0] is None and n.rsplit("_", 1)[0] == name.rsplit("_", 1)[0])]
+        if not any(want(n) for n in variants):
+            continue
+        t0 = time.time()
+        torch.manual_seed(SEED)
+        m = make()
+        fit(m, x_tr, ytr, epochs=epochs, lr=lr)
+        recompute_bn_stats(m, x_tr)
+        secs = round(time.time() - t0, 1)
+        acc = accuracy(m, x_te, yte)
+        for v in variants:
+            if not want(v) and v != name:
+                continue
+            d = save_dir(out, v, eval_x=x_te, eval_y=yte, calib_x=calib)
+            path = os.path.join(d, "model.onnx")
+            vopset = zoo[v][1]
+            if v.endswith("_fp16"):
+                tmp = path + ".fp32"
+                export(m, ex, tmp, vopset)
+                half_model(tmp, path)
+                os.remove(tmp)
+            else:
+                export(m, ex, path, vopset)
+            write_info(d, {"arch": type(m).__name__, "opset": vopset, "fp16": v.endswith("_fp16"),
+                           "params": sum(p.numel() for p in m.parameters()),
+                           "torch_top1": acc, "train_seconds": secs})
+
+
 # ---------------------------------------------------------------- main
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -324,6 +428,8 @@ def main():
         export(m, torch.from_numpy(xs_te[:1]), os.path.join(d, "model.onnx"), 13)
         write_info(d, {"arch": "conv enc/dec, ConvTranspose + nearest Resize", "opset": 13,
                        "torch_mask_iou": iou, "train_seconds": round(time.time() - t0, 1)})
+
+    train_zoo(args.out, want, xtr, ytr, xte, yte)
     return 0
 
 
