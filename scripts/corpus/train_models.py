@@ -30,7 +30,7 @@ Models (each trains in seconds on one thread):
   tv_*                    torchvision architectures (their own code, untouched),
                           trained for a few epochs on the digits upscaled to
                           32x32 RGB with ImageNet normalisation, exported at
-                          the opset in the name (see ZOO): MobileNetV3-small,
+                          the opset in the name (zoo_models()): MobileNetV3-small,
                           ShuffleNetV2, SqueezeNet 1.1, ResNet-18,
                           EfficientNet-B0, RegNetY-400MF, MNASNet 0.5, a small
                           DenseNet, GoogLeNet and a small ViT; one in FLOAT16
@@ -260,7 +260,8 @@ def zoo_models():
     import torchvision.models as tvm
     from torchvision.models.densenet import DenseNet
     from torchvision.models.vision_transformer import VisionTransformer
-    # name -> (constructor, opset, epochs, learning rate, convert-from)
+    # name -> (constructor, opset, epochs, learning rate); a None constructor
+    # exports the model of the same name prefix again (another opset, FLOAT16).
     return {
         "tv_mobilenet_v3_small_op13": (lambda: tvm.mobilenet_v3_small(num_classes=10), 13, 12, 2e-3),
         "tv_mobilenet_v3_small_op17": (None, 17, 0, 0),   # same weights, HardSwish op
