@@ -278,15 +278,21 @@ bool IsPointwise(const Conv2DShape& s) {
 // 512x512 would build a 600 MB matrix, fresh pages on every call, and the
 // GEMM would stream it from memory).
 int64_t ConvBandRows(const Conv2DShape& s) {
-  if (IsPointwise(s)) return s.oh;
   const int64_t k = s.c / s.group * s.kh * s.kw;
   return std::clamp<int64_t>(
       kMaxConvBandScratch / std::max<int64_t>(1, k * s.ow), 1,
       std::max<int64_t>(1, s.oh));
 }
 
+// The im2col scratch ConvGroup needs: none for a pointwise conv (its input
+// is its im2col), else one band.
+int64_t ConvGroupScratchFloats(const Conv2DShape& s) {
+  if (IsPointwise(s)) return 0;
+  return s.c / s.group * s.kh * s.kw * ConvBandRows(s) * s.ow;
+}
+
 // One image, one group: y_g = w_g * im2col(x_g) + bias_g, band by band of
-// output rows; col holds k * band_rows * ow floats.
+// output rows; col holds ConvGroupScratchFloats(s) floats.
 void ConvGroup(const float* xg, const float* wg, const float* bias, float* yg,
                const Conv2DShape& s, float* col, ThreadPool* pool) {
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
@@ -692,8 +698,7 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
               bias ? bias + g * mg : nullptr, y + (n * s.m + g * mg) * p, s,
               col, inner);
   };
-  const int64_t col_floats =
-      IsPointwise(s) ? 0 : k * std::min(p, ConvBandRows(s) * s.ow);
+  const int64_t col_floats = ConvGroupScratchFloats(s);
   if (jobs >= threads && threads > 1) {
     // Enough independent images/groups: one per thread, each single-threaded.
     ParallelRange(pool, jobs, 1, [&](int64_t b, int64_t e) {
