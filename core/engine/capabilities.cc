@@ -168,7 +168,12 @@ void FillServerInfo(quantd::v1::ServerInfo* info) {
     for (int p : info->precisions()) listed |= p == c.precision();
     if (!listed) info->add_precisions(c.precision());
   }
+  // Weight-only ops (recurrent layers keep computing in float) count too:
+  // the field lists whose weights shrink.
   for (const char* t : passes::kQuantizableOpTypes) {
+    info->add_quantizable_op_types(t);
+  }
+  for (const char* t : passes::kWeightOnlyOpTypes) {
     info->add_quantizable_op_types(t);
   }
   for (const auto& c : CapabilityTable()) *info->add_capabilities() = c;

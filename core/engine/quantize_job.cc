@@ -38,6 +38,7 @@
 #include "core/passes/input_moments.h"
 #include "core/passes/static_range_options.h"
 #include "core/passes/static_range_pass.h"
+#include "core/passes/weight_plan.h"
 
 namespace quantd {
 namespace {
@@ -62,6 +63,59 @@ std::string SmallFloatWeightsNote(
       "default) would quantize such a weight itself with one scale per "
       "tensor; min_num_elements_for_weights = -1 quantizes them here, per "
       "channel (docs/accuracy.md)");
+}
+
+// Operators that already compute on quantized values or carry them, in the
+// default domain and ONNX Runtime's com.microsoft one.
+bool IsQuantizedOp(const std::string& op_type) {
+  static const absl::flat_hash_set<absl::string_view> kOps = {
+      "ConvInteger",
+      "MatMulInteger",
+      "QLinearConv",
+      "QLinearMatMul",
+      "QuantizeLinear",
+      "DequantizeLinear",
+      "DynamicQuantizeLinear",
+      "MatMulNBits",
+      "MatMulIntegerToFloat",
+      "DynamicQuantizeMatMul",
+      "DynamicQuantizeLSTM",
+      "QGemm",
+      "QAttention",
+      "QEmbedLayerNormalization"};
+  return kOps.contains(op_type) || absl::StartsWith(op_type, "QLinear");
+}
+
+// Names the quantized operators the input already holds ("119 ConvInteger,
+// 119 DynamicQuantizeLinear"), so that a call that quantized little or
+// nothing says why: quantd quantizes float Conv, Gemm, MatMul and recurrent
+// weights and leaves integer operators as they are. Empty when there are
+// none. Main graph only: a quantized model's integer ops sit there.
+std::string AlreadyQuantizedNote(const onnx::GraphProto& graph) {
+  std::vector<std::pair<std::string, int>> counts;
+  absl::flat_hash_map<std::string, size_t> index;
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (!IsQuantizedOp(node.op_type())) continue;
+    auto [it, added] = index.try_emplace(node.op_type(), counts.size());
+    if (added) counts.emplace_back(node.op_type(), 0);
+    ++counts[it->second].second;
+  }
+  if (counts.empty()) return "";
+  std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::vector<std::string> parts;
+  for (const auto& [op, n] : counts) parts.push_back(absl::StrCat(n, " ", op));
+  std::vector<std::string> ours(std::begin(passes::kQuantizableOpTypes),
+                                std::end(passes::kQuantizableOpTypes));
+  ours.insert(ours.end(), std::begin(passes::kWeightOnlyOpTypes),
+              std::end(passes::kWeightOnlyOpTypes));
+  return absl::StrCat(
+      "the input model is already quantized in part (",
+      absl::StrJoin(parts, ", "),
+      "): those operators and their weights are left as they are; quantd "
+      "quantizes the float weights of ",
+      absl::StrJoin(ours, ", "), " (send the float model to quantize it all)");
 }
 
 class QuantizeJob {
@@ -743,6 +797,7 @@ absl::Status QuantizeJob::Quantize() {
   quantd::v1::QuantizeSummary& s = result_.summary;
   std::vector<quantd::v1::SkippedTensor> skipped;
   std::string opset_note;
+  const std::string quantized_before = AlreadyQuantizedNote(model_.graph());
   if (resolved().method == Method::kStaticRange) {
     QUANTD_ASSIGN_OR_RETURN(
         passes::StaticRangeStats stats,
@@ -781,6 +836,9 @@ absl::Status QuantizeJob::Quantize() {
   for (auto& t : skipped) *s.add_skipped() = std::move(t);
   if (!opset_note.empty()) {
     s.add_validations(absl::StrCat("note: ", opset_note));
+  }
+  if (!quantized_before.empty()) {
+    s.add_validations(absl::StrCat("note: ", quantized_before));
   }
   if (gptq_lost_ > 0) {
     s.add_validations(absl::StrCat(

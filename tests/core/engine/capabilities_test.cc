@@ -143,8 +143,9 @@ TEST(FillServerInfoTest, FillsCapabilities) {
   EXPECT_THAT(info.precisions(),
               ::testing::ElementsAre(tfq::PRECISION_FULL, tfq::PRECISION_W4A4,
                                      tfq::PRECISION_W4A8, tfq::PRECISION_W8A8));
-  EXPECT_THAT(info.quantizable_op_types(),
-              ::testing::ElementsAre("Conv", "Gemm", "MatMul"));
+  EXPECT_THAT(
+      info.quantizable_op_types(),
+      ::testing::ElementsAre("Conv", "Gemm", "MatMul", "LSTM", "GRU", "RNN"));
   EXPECT_EQ(info.capabilities_size(), 24);
   EXPECT_EQ(info.max_checked_opset(), 17);
   EXPECT_GE(info.min_input_opset(), 1);

@@ -132,6 +132,27 @@ TEST(RunQuantizeTest, DynamicRangeConv) {
   EXPECT_TRUE(graph::ValidateModel(*out, "output", nullptr).ok());
 }
 
+TEST(RunQuantizeTest, AnAlreadyQuantizedModelSaysSo) {
+  // quantd's own output sent back: nothing float is left to quantize, and
+  // the summary names the integer operators already there.
+  absl::StatusOr<QuantizeResult> once =
+      RunJob(DynamicRange(0), testing::ConvModel().Bytes());
+  ASSERT_TRUE(once.ok()) << once.status();
+  for (const std::string& v : once->summary.validations()) {
+    EXPECT_THAT(v, ::testing::Not(HasSubstr("already quantized")));
+  }
+  absl::StatusOr<QuantizeResult> twice = RunJob(DynamicRange(0), once->model);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->summary.quantized_tensors(), 0);
+  EXPECT_THAT(
+      twice->summary.validations(),
+      ::testing::Contains(::testing::AllOf(
+          HasSubstr("note: the input model is already quantized in "
+                    "part ("),
+          HasSubstr(" DynamicQuantizeLinear"), HasSubstr(" DequantizeLinear"),
+          HasSubstr("left as they are"))));
+}
+
 TEST(RunQuantizeTest, DefaultMinimumSkipsSmallWeights) {
   absl::StatusOr<QuantizeResult> r =
       RunJob(DynamicRange(0), testing::MatMulModel(16, 16).Bytes());
