@@ -69,7 +69,7 @@ ABSL_FLAG(std::string, options, "",
 ABSL_FLAG(std::string, method, "",
           "quantize: dynamic_range | static_range. calibrate: the observer, "
           "min_max (default) | last_value | moving_average | percentile | "
-          "mse | entropy.");
+          "mse | entropy | entropy_unguarded.");
 ABSL_FLAG(std::string, precision, "", "w8a8 | w4a8 | w4a4 | full.");
 ABSL_FLAG(std::string, op_set, "", "tf | xla | uniform_quantized.");
 ABSL_FLAG(bool, json, false, "Print one JSON object on stdout.");
@@ -197,7 +197,8 @@ constexpr char kUsage[] =
     "                     [--batch_size=N (32)] [--per_channel] [--json]\n"
     "                     [--sample_axis=NAME=K|NAME=none ...]\n"
     "                     [--method=min_max|last_value|moving_average|\n"
-    "                               percentile|mse|entropy]\n"
+    "                               percentile|mse|entropy|\n"
+    "                               entropy_unguarded]\n"
     "                     [--timeout=SECONDS]\n"
     "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
     "  quantctl health --server=T [--timeout=SECONDS]\n"
@@ -656,8 +657,8 @@ OpenCalibrationData(const std::vector<std::string>& flags) {
 absl::StatusOr<std::string> ObserverMethod(absl::string_view flag,
                                            const std::string& given) {
   static const char* const kMethods[] = {
-      "min_max",    "last_value", "moving_average",
-      "percentile", "mse",        "entropy"};
+      "min_max", "last_value", "moving_average",   "percentile",
+      "mse",     "entropy",    "entropy_unguarded"};
   const std::string lower = absl::AsciiStrToLower(given);
   for (const char* method : kMethods) {
     if (lower == method) return lower;
@@ -843,18 +844,27 @@ int RunQuantize() {
 void PrintRanges(const quantd::v1::CalibrationResult& result) {
   std::vector<std::vector<std::string>> rows = {
       {"TENSOR", "MIN", "MAX", "CHANNELS"}};
+  int kept_count = 0;
   for (const quantd::v1::TensorRange& r : result.ranges()) {
     std::string channels = "-";
     if (r.channel_min_size() > 0) {
       channels =
           absl::StrFormat("%d along axis %d", r.channel_min_size(), r.axis());
     }
-    rows.push_back({r.tensor_name(), absl::StrFormat("%.6g", r.min()),
-                    absl::StrFormat("%.6g", r.max()), channels});
+    const char* kept = r.kept_observed_range() ? "*" : "";
+    rows.push_back({r.tensor_name(), absl::StrFormat("%.6g%s", r.min(), kept),
+                    absl::StrFormat("%.6g%s", r.max(), kept), channels});
+    kept_count += r.kept_observed_range() ? 1 : 0;
   }
   PrintTable(rows);
   absl::PrintF("\nmethod:     %s\nbatches:    %d\nranges:     %d\n",
                result.method(), result.batch_count(), result.ranges_size());
+  if (kept_count > 0) {
+    absl::PrintF(
+        "kept:       %d (*: the KL threshold would have cost more squared "
+        "error than it saved; the observed range was kept)\n",
+        kept_count);
+  }
 }
 
 int RunCalibrate() {

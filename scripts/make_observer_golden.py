@@ -37,6 +37,11 @@ References, per golden file:
                     apart, as in the C++); no golden batch holds exact
                     zeros, so the ranges did not change with that rule,
                     which the C++ test covers with ReLU data instead.
+                    Entropy's guard (keep the observed range where the KL
+                    threshold's expected squared error is larger) is
+                    re-implemented too; the 8-bit cases take it, the 4-bit
+                    one keeps the KL threshold; entropy_unguarded is the
+                    KL threshold alone.
 """
 
 import math
@@ -402,9 +407,51 @@ def entropy_threshold(h, nq):
     return h.edge(nq + best), kls[best], (nq + second, kls[second])
 
 
+def threshold_error(h, t, step):
+    """Expected squared error of threshold t and rounding step `step` on a
+    magnitude histogram: clipped bins by their centre, the rest step^2/12."""
+    clipped, inside = 0.0, 0.0
+    for b in range(h.n):
+        c = float(h.c[b])
+        if c == 0.0:
+            continue
+        centre = h.edge(b) + 0.5 * h.w
+        if centre > t:
+            clipped += c * (centre - t) * (centre - t)
+        else:
+            inside += c
+    return clipped + inside * step * step / 12.0
+
+
+def guarded_entropy(h, mn, mx, cfg, notes):
+    """TensorRT's KL threshold unless, by threshold_error, clipping there
+    costs more than the full magnitude range; then the full range."""
+    t, kl, kl2 = entropy_threshold(h, cfg["nq"])
+    full = h.edge(h.n)
+    notes.append("entropy: threshold %.9g (bin %d), KL %.9g; "
+                 "next best bin %d, KL %.9g" % (
+                     t, round(t / h.w), kl, kl2[0], kl2[1]))
+    if not t < full:
+        return t, False
+    steps = float((1 << cfg["bits"]) - 1 - (1 if cfg["narrow"] else 0))
+
+    def step(x):
+        lo, hi = adjust(F32(max(-x, mn)), F32(min(x, mx)), cfg["bits"],
+                        cfg["symmetric"], cfg["narrow"])
+        return (float(hi) - float(lo)) / steps
+
+    e_kl, e_full = threshold_error(h, t, step(t)), threshold_error(
+        h, full, step(full))
+    notes.append("guard: expected squared error %.9g at the threshold, "
+                 "%.9g unclipped -> %s" % (e_kl, e_full,
+                                           "threshold" if e_kl <= e_full
+                                           else "observed range kept"))
+    return (t, False) if e_kl <= e_full else (full, True)
+
+
 def histogram_method(batches, method, cfg):
     """Per slot: the range the C++ HistogramObserver reports."""
-    magnitude = method == "entropy" or cfg["symmetric"]
+    magnitude = method.startswith("entropy") or cfg["symmetric"]
     slots = None
     notes = []
     for batch in batches:
@@ -436,6 +483,7 @@ def histogram_method(batches, method, cfg):
                  "in another bin than direct binning" % (
                      h0.n, h0.w, h0.lo, moved, allv.size))
     out = []
+    kept_any = False
     for h, mn, mx in slots:
         mn_d, mx_d = float(mn), float(mx)
         if magnitude:
@@ -443,11 +491,11 @@ def histogram_method(batches, method, cfg):
                 t = quantile(h, cfg["percentile"] / 100.0)
             elif method == "mse":
                 t = mse_threshold(h, (1 << (cfg["bits"] - 1)) - 1)
+            elif method == "entropy_unguarded":
+                t = entropy_threshold(h, cfg["nq"])[0]
             else:
-                t, kl, kl2 = entropy_threshold(h, cfg["nq"])
-                notes.append("entropy: threshold %.9g (bin %d), KL %.9g; "
-                             "next best bin %d, KL %.9g" % (
-                                 t, round(t / h.w), kl, kl2[0], kl2[1]))
+                t, kept = guarded_entropy(h, mn_d, mx_d, cfg, notes)
+                kept_any = kept_any or kept
             lo, hi = max(-t, mn_d), min(t, mx_d)
         elif method == "percentile":
             lo = max(quantile(h, (100.0 - cfg["percentile"]) / 100.0), mn_d)
@@ -458,12 +506,13 @@ def histogram_method(batches, method, cfg):
             lo, hi = max(a, mn_d), min(b, mx_d)
         out.append(adjust(F32(lo), F32(hi), cfg["bits"], cfg["symmetric"],
                           cfg["narrow"]))
-    return out, notes
+    return out, notes, kept_any
 
 
 # ---------------------------------------------------------------------------
 
-def write_case(f, name, method, cfg, spec, ranges, ref, notes=()):
+def write_case(f, name, method, cfg, spec, ranges, ref, notes=(),
+               kept=None):
     f.write("# %s: %s\n" % (name, ref))
     for note in notes:
         f.write("#   %s\n" % note)
@@ -473,6 +522,8 @@ def write_case(f, name, method, cfg, spec, ranges, ref, notes=()):
     if cfg["per_channel"]:
         f.write("channel_min %s\n" % fmt_all([r[0] for r in ranges[1:]]))
         f.write("channel_max %s\n" % fmt_all([r[1] for r in ranges[1:]]))
+    if kept is not None:
+        f.write("kept_observed_range %d\n" % (1 if kept else 0))
     f.write("end\n")
 
 
@@ -481,7 +532,7 @@ def header(f, what):
             "%s). Do not edit.\n# %s\n# Records: case <name>; config (method "
             "and ObserverConfig fields); data (generator spec, see the "
             "script); result <min> <max>; channel_min/channel_max (axis 1); "
-            "end.\n" % (torch.__version__, np.__version__, what))
+            "kept_observed_range 0/1 (entropy's guard); end.\n" % (torch.__version__, np.__version__, what))
 
 
 def cfg_of(**kw):
@@ -567,13 +618,18 @@ def main():
                 ("mse_symmetric", "mse", big,
                  cfg_of(symmetric=1, narrow=1, bits=4)),
                 ("entropy_outliers", "entropy", big, cfg_of()),
+                ("entropy_outliers_4bit", "entropy", big, cfg_of(bits=4)),
+                ("entropy_unguarded_outliers", "entropy_unguarded", big,
+                 cfg_of()),
                 ("entropy_relu", "entropy", relu_big,
                  cfg_of(num_bins=1024)),
                 ("entropy_channel", "entropy", plain,
                  cfg_of(num_bins=512, per_channel=1))]:
-            ranges, notes = histogram_method(make_batches(spec), method, cfg)
+            ranges, notes, kept = histogram_method(make_batches(spec),
+                                                   method, cfg)
             write_case(f, name, method, cfg, spec, ranges,
-                       "numpy re-implementation", notes)
+                       "numpy re-implementation", notes,
+                       kept if method.startswith("entropy") else None)
     for name in ("torch_minmax.txt", "tf_ema.txt", "histogram.txt"):
         path = os.path.join(OUT_DIR, name)
         print("%s: %d bytes" % (path, os.path.getsize(path)))

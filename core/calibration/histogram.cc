@@ -244,6 +244,23 @@ double MseThreshold(const StreamingHistogram& h, int half_steps) {
   return h.Edge(best_b);
 }
 
+double ThresholdError(const StreamingHistogram& h, double t, double step) {
+  const std::vector<int64_t>& counts = h.counts();
+  double clipped = 0.0;
+  double inside = 0.0;
+  for (int b = 0; b < h.num_bins(); ++b) {
+    if (counts[b] == 0) continue;
+    const double c = static_cast<double>(counts[b]);
+    const double centre = h.Edge(b) + 0.5 * h.width();
+    if (centre > t) {
+      clipped += c * (centre - t) * (centre - t);
+    } else {
+      inside += c;
+    }
+  }
+  return clipped + inside * step * step / 12.0;
+}
+
 namespace {
 
 // KL(P || Q) for the candidate i, computed bin by bin exactly as the

@@ -108,6 +108,13 @@ double MseThreshold(const StreamingHistogram& h, int half_steps);
 // Runs in O(num_bins * num_quantized_bins).
 double EntropyThreshold(const StreamingHistogram& h, int num_quantized_bins);
 
+// Expected squared error (in squared units of the values) of representing
+// the values of a magnitude histogram (lo = 0) with threshold t and rounding
+// step `step`: bins whose centre lies above t cost c * (centre - t)^2, the
+// others uniform rounding noise c * step^2 / 12. The yardstick the entropy
+// observer's guard compares candidate thresholds with.
+double ThresholdError(const StreamingHistogram& h, double t, double step);
+
 namespace internal {
 // The same search computing every candidate's KL bin by bin, as defined
 // above (O(num_bins^2)): the oracle EntropyThreshold is tested against.

@@ -92,7 +92,8 @@ class LastValueObserver final : public Observer {
           Adjust(config_, batch.slot_min[s], batch.slot_max[s]);
     }
   }
-  std::pair<float, float> SlotRange(int slot) const override {
+  std::pair<float, float> SlotRange(int slot,
+                                    bool* /*kept_observed*/) const override {
     return {min_[slot], max_[slot]};
   }
   size_t SlotBytes() const override {
@@ -120,7 +121,8 @@ class MinMaxObserver final : public Observer {
       max_[s] = std::max(max_[s], batch.slot_max[s]);
     }
   }
-  std::pair<float, float> SlotRange(int slot) const override {
+  std::pair<float, float> SlotRange(int slot,
+                                    bool* /*kept_observed*/) const override {
     return Adjust(config_, min_[slot], max_[slot]);
   }
   size_t SlotBytes() const override {
@@ -174,7 +176,8 @@ class MovingAverageObserver final : public Observer {
       max_[s] = first ? rmax : max_[s] - (max_[s] - rmax) * d_;
     }
   }
-  std::pair<float, float> SlotRange(int slot) const override {
+  std::pair<float, float> SlotRange(int slot,
+                                    bool* /*kept_observed*/) const override {
     return {min_[slot], max_[slot]};
   }
   size_t SlotBytes() const override {
@@ -194,12 +197,13 @@ class MovingAverageObserver final : public Observer {
 
 class HistogramObserver final : public Observer {
  public:
-  enum class Kind { kPercentile, kMse, kEntropy };
+  enum class Kind { kPercentile, kMse, kEntropy, kEntropyUnguarded };
 
   HistogramObserver(const ObserverConfig& c, Kind kind)
       : Observer(c),
         kind_(kind),
-        magnitude_(kind == Kind::kEntropy || c.symmetric) {}
+        magnitude_(kind == Kind::kEntropy || kind == Kind::kEntropyUnguarded ||
+                   c.symmetric) {}
 
  private:
   void Init(int num_slots) override {
@@ -241,7 +245,8 @@ class HistogramObserver final : public Observer {
     }
   }
 
-  std::pair<float, float> SlotRange(int slot) const override {
+  std::pair<float, float> SlotRange(int slot,
+                                    bool* kept_observed) const override {
     const StreamingHistogram& h = hists_[slot];
     const double mn = min_[slot];
     const double mx = max_[slot];
@@ -257,6 +262,9 @@ class HistogramObserver final : public Observer {
           t = MseThreshold(h, (1 << (config_.bits - 1)) - 1);
           break;
         case Kind::kEntropy:
+          t = GuardedEntropyThreshold(h, mn, mx, kept_observed);
+          break;
+        case Kind::kEntropyUnguarded:
           t = EntropyThreshold(h, config_.num_quantized_bins);
           break;
       }
@@ -274,6 +282,36 @@ class HistogramObserver final : public Observer {
       hi = std::min(b, mx);
     }
     return Adjust(config_, static_cast<float>(lo), static_cast<float>(hi));
+  }
+
+  // TensorRT's KL threshold, unless the histogram's own expected squared
+  // error says clipping there costs more than it saves; then the observed
+  // range. The KL search misreads a dense cloud of small non-zero
+  // magnitudes (SiLU and HardSwish fold their negative lobe onto it) as the
+  // distribution and clips the sparse large values that carry the signal:
+  // EfficientNet-B0's last SiLU kept 0.9 dB (docs/numerics.md, "Entropy").
+  // Squared error is not every task's measure: Silero VAD's decisions
+  // gain from clipping loud STFT frames the guard keeps, hence
+  // "entropy_unguarded".
+  double GuardedEntropyThreshold(const StreamingHistogram& h, double mn,
+                                 double mx, bool* kept_observed) const {
+    const double kl = EntropyThreshold(h, config_.num_quantized_bins);
+    const double full = h.Edge(h.num_bins());
+    if (!(kl < full)) return kl;
+    const double steps = static_cast<double>((1 << config_.bits) - 1 -
+                                             (config_.narrow_range ? 1 : 0));
+    auto step = [&](double t) {
+      const auto [lo, hi] =
+          Adjust(config_, static_cast<float>(std::max(-t, mn)),
+                 static_cast<float>(std::min(t, mx)));
+      return (static_cast<double>(hi) - static_cast<double>(lo)) / steps;
+    };
+    if (ThresholdError(h, kl, step(kl)) <=
+        ThresholdError(h, full, step(full))) {
+      return kl;
+    }
+    *kept_observed = true;
+    return full;
   }
 
   size_t SlotBytes() const override {
@@ -357,9 +395,7 @@ absl::Status Observer::Observe(absl::Span<const float> data,
     if (budget_ != nullptr && bytes != charged_) {
       budget_->Release(charged_);
       charged_ = 0;
-      const bool histogram = config_.method == "percentile" ||
-                             config_.method == "mse" ||
-                             config_.method == "entropy";
+      const bool histogram = IsHistogramMethod(config_.method);
       QUANTD_RETURN_IF_ERROR(budget_->Charge(
           bytes,
           absl::StrCat(
@@ -421,14 +457,14 @@ ObserverResult Observer::Result() const {
     r.max = config_.init_max;
     return r;
   }
-  std::tie(r.min, r.max) = SlotRange(0);
+  std::tie(r.min, r.max) = SlotRange(0, &r.kept_observed_range);
   if (config_.per_channel) {
     r.axis = axis_;
     r.channel_min.resize(channels_);
     r.channel_max.resize(channels_);
     for (int64_t c = 0; c < channels_; ++c) {
       std::tie(r.channel_min[c], r.channel_max[c]) =
-          SlotRange(static_cast<int>(1 + c));
+          SlotRange(static_cast<int>(1 + c), &r.kept_observed_range);
     }
   }
   return r;
@@ -481,8 +517,7 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
     return Bad("ema_decay",
                absl::StrCat("must be in [0, 1), got ", c.ema_decay));
   }
-  const bool histogram =
-      c.method == "percentile" || c.method == "mse" || c.method == "entropy";
+  const bool histogram = IsHistogramMethod(c.method);
   if (histogram && (c.num_bins < 16 || c.num_bins > (1 << 20))) {
     return Bad("num_bins",
                absl::StrCat("must be in [16, 1048576], got ", c.num_bins));
@@ -492,7 +527,7 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
     return Bad("percentile",
                absl::StrCat("must be in [50, 100], got ", c.percentile));
   }
-  if (c.method == "entropy" &&
+  if ((c.method == "entropy" || c.method == "entropy_unguarded") &&
       (c.num_quantized_bins < 2 || c.num_quantized_bins > c.num_bins)) {
     return Bad("num_quantized_bins",
                absl::StrCat("must be in [2, num_bins = ", c.num_bins, "], got ",
@@ -517,8 +552,10 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
     o = std::make_unique<HistogramObserver>(config, Kind::kPercentile);
   } else if (m == "mse") {
     o = std::make_unique<HistogramObserver>(config, Kind::kMse);
-  } else {
+  } else if (m == "entropy") {
     o = std::make_unique<HistogramObserver>(config, Kind::kEntropy);
+  } else {
+    o = std::make_unique<HistogramObserver>(config, Kind::kEntropyUnguarded);
   }
   o->budget_ = budget;
   return o;
@@ -543,6 +580,11 @@ int64_t ObserverStateBytes(const ObserverConfig& config, int64_t channels) {
                               std::max<int64_t>(config.num_bins, 1));
   }
   return SaturatingMul(slots, per_slot);
+}
+
+bool IsHistogramMethod(const std::string& method) {
+  return method == "percentile" || method == "mse" || method == "entropy" ||
+         method == "entropy_unguarded";
 }
 
 ObserverConfig ObserverConfigFromProto(const quantd::v1::CalibrateConfig& p) {
@@ -573,6 +615,7 @@ void ToTensorRange(const ObserverResult& result, const std::string& tensor_name,
   out->set_tensor_name(tensor_name);
   out->set_min(result.min);
   out->set_max(result.max);
+  out->set_kept_observed_range(result.kept_observed_range);
   if (result.axis >= 0) {
     out->set_axis(result.axis);
     out->mutable_channel_min()->Add(result.channel_min.begin(),

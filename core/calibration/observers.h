@@ -34,9 +34,16 @@ namespace quantd::calibration {
 //   "mse"            histogram expected-MSE search (TF
 //                    HISTOGRAM_MSE_BRUTEFORCE idea).
 //   "entropy"        KL-divergence threshold (TensorRT / ORT Entropy), with
-//                    exact zeros left out of the search (ReLU outputs).
+//                    exact zeros left out of the search (ReLU outputs),
+//                    unless by the histogram's expected squared error it
+//                    clips more than it saves: then the observed range.
+//   "entropy_unguarded"  the same KL threshold without that guard.
 inline constexpr const char* kObserverMethods[] = {
-    "last_value", "min_max", "moving_average", "percentile", "mse", "entropy"};
+    "last_value", "min_max", "moving_average",   "percentile",
+    "mse",        "entropy", "entropy_unguarded"};
+
+// The histogram methods: percentile, mse, entropy, entropy_unguarded.
+bool IsHistogramMethod(const std::string& method);
 
 struct ObserverConfig {
   std::string method = "min_max";
@@ -81,6 +88,10 @@ struct ObserverResult {
   // False while tf.contrib would still pass the tensor through unquantized
   // (quant_delay); the ranges are valid either way.
   bool quantize_active = true;
+  // entropy: the KL threshold of the tensor (or of a channel) would have
+  // cost more expected squared error than it saved, so the observed range
+  // was kept there.
+  bool kept_observed_range = false;
 };
 
 // One observer per tensor. Observe and Result are thread-safe: an internal
@@ -136,7 +147,10 @@ class Observer {
   virtual void Update(const Batch& batch) = 0;
   // Final range of a slot (after AdjustRange) once at least one batch was
   // seen.
-  virtual std::pair<float, float> SlotRange(int slot) const = 0;
+  // Sets *kept_observed (never clears it) when a range search declined to
+  // clip and kept the observed extremes (entropy's guard).
+  virtual std::pair<float, float> SlotRange(int slot,
+                                            bool* kept_observed) const = 0;
   virtual size_t SlotBytes() const = 0;
 
   const ObserverConfig config_;

@@ -569,7 +569,8 @@ class QuantdClient:
         or dict name -> array; e.g. NpyBatches, or a generator of observed
         activations), and returns the activation ranges the server
         collected. `method` ("min_max", "moving_average", "percentile",
-        "mse", "entropy", "last_value") overrides config.method."""
+        "mse", "entropy", "entropy_unguarded", "last_value") overrides
+        config.method."""
         data = _read_model(model)
         cfg = service_pb2.CalibrateConfig()
         if config is not None:

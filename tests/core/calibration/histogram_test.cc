@@ -128,6 +128,23 @@ TEST(StreamingHistogramTest, CountsEachValueInTheBinBinOfNames) {
 
 // Not a timing test (nothing here can fail on speed): prints the two
 // searches' times on one 2048-bin histogram for the notes.
+TEST(ThresholdErrorTest, ClippedBinsByTheirCentreTheRestByTheStep) {
+  // Bins of width 1 over [0, 4] holding {0.2, 0.7, 2.4, 3.9}: counts
+  // {2, 0, 1, 1}, centres 0.5 .. 3.5.
+  StreamingHistogram h(4);
+  h.Extend(0.0f, 4.0f);
+  const std::vector<float> v = {0.2f, 0.7f, 2.4f, 3.9f};
+  h.Add(v.data(), static_cast<int64_t>(v.size()));
+  // t = 2: bins 2 and 3 clip by 0.5 and 1.5; bins 0 and 1 round with
+  // step 0.5.
+  EXPECT_DOUBLE_EQ(ThresholdError(h, 2.0, 0.5),
+                   0.25 + 2.25 + 2 * 0.25 / 12.0);
+  // Unclipped: only rounding, over all four values.
+  EXPECT_DOUBLE_EQ(ThresholdError(h, 4.0, 1.0), 4 * 1.0 / 12.0);
+  // A centre exactly at t is not clipped.
+  EXPECT_DOUBLE_EQ(ThresholdError(h, 3.5, 0.0), 0.0);
+}
+
 TEST(EntropyThresholdTest, ReportsTheSpeedup) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);

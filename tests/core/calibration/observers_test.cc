@@ -125,6 +125,7 @@ struct GoldenCase {
   DataSpec data;
   float min = kNaN, max = kNaN;
   std::vector<float> channel_min, channel_max;
+  int kept_observed_range = -1;  // -1: not recorded (not entropy).
 };
 
 std::vector<GoldenCase> ReadGoldens(const std::string& file) {
@@ -210,6 +211,8 @@ std::vector<GoldenCase> ReadGoldens(const std::string& file) {
       std::vector<float>& dst =
           key == "channel_min" ? c.channel_min : c.channel_max;
       for (size_t i = 1; i < t.size(); ++i) dst.push_back(F(t[i]));
+    } else if (key == "kept_observed_range") {
+      c.kept_observed_range = static_cast<int>(I(t.at(1)));
     } else if (key == "end") {
       cases.push_back(c);
     } else {
@@ -232,6 +235,11 @@ void CheckGolden(const GoldenCase& g) {
   EXPECT_EQ(r.batch_count, g.data.batches);
   EXPECT_EQ(r.min, g.min);
   EXPECT_EQ(r.max, g.max);
+  if (g.kept_observed_range >= 0) {
+    EXPECT_EQ(r.kept_observed_range, g.kept_observed_range == 1);
+  } else {
+    EXPECT_FALSE(r.kept_observed_range);
+  }
   if (g.config.per_channel) {
     EXPECT_EQ(r.axis, 1);
     ASSERT_EQ(r.channel_min.size(), g.channel_min.size());
@@ -485,27 +493,6 @@ std::vector<float> NoiseWithOutliers(int n, float outlier) {
   return GenerateBatches(s)[0];
 }
 
-TEST(EntropyTest, ClipsOutliers) {
-  // 8 outliers at +-30 among 200000 values with |x| <= 2: min_max keeps
-  // them, entropy clips them. (The smallest threshold it can pick is
-  // num_quantized_bins / num_bins of the magnitude range: 30 / 16 here.)
-  const std::vector<float> x = NoiseWithOutliers(200000, 30.0f);
-  std::unique_ptr<Observer> ent = Make(Config("entropy"));
-  std::unique_ptr<Observer> mm = Make(Config("min_max"));
-  ASSERT_TRUE(ent->Observe(x, {1, 1, 200000}).ok());
-  ASSERT_TRUE(mm->Observe(x, {1, 1, 200000}).ok());
-  EXPECT_EQ(mm->Result().max, 30.0f);
-  const ObserverResult r = ent->Result();
-  EXPECT_GT(r.max, 1.0f);  // Keeps the bulk of the noise...
-  EXPECT_LT(r.max, 5.0f);  // ...and clips the outliers.
-  EXPECT_EQ(r.min, -r.max);
-  // Far outliers: still clipped, down to the smallest threshold.
-  const std::vector<float> y = NoiseWithOutliers(200000, 1000.0f);
-  std::unique_ptr<Observer> far = Make(Config("entropy"));
-  ASSERT_TRUE(far->Observe(y, {1, 1, 200000}).ok());
-  EXPECT_LT(far->Result().max, 1000.0f / 4);
-}
-
 // Seeded N(0, 1) samples: Box-Muller on splitmix64 53-bit uniforms.
 std::vector<float> StandardNormal(uint64_t seed, int n) {
   std::vector<float> x(n);
@@ -519,6 +506,91 @@ std::vector<float> StandardNormal(uint64_t seed, int n) {
                               std::cos(kTwoPi * u2));
   }
   return x;
+}
+
+TEST(EntropyTest, ClipsOutliersWhereClippingPays) {
+  // 8 outliers at +-30 among 200000 values with |x| <= 2. At 4 bits the
+  // KL threshold clips them (the coarse step over [-30, 30] would cost
+  // more). The smallest threshold it can pick is num_quantized_bins /
+  // num_bins of the magnitude range: 30 / 16 here.
+  const std::vector<float> x = NoiseWithOutliers(200000, 30.0f);
+  ObserverConfig c4 = Config("entropy");
+  c4.bits = 4;
+  std::unique_ptr<Observer> ent4 = Make(c4);
+  std::unique_ptr<Observer> mm = Make(Config("min_max"));
+  ASSERT_TRUE(ent4->Observe(x, {1, 1, 200000}).ok());
+  ASSERT_TRUE(mm->Observe(x, {1, 1, 200000}).ok());
+  EXPECT_EQ(mm->Result().max, 30.0f);
+  const ObserverResult r4 = ent4->Result();
+  EXPECT_GT(r4.max, 1.0f);  // Keeps the bulk of the noise...
+  EXPECT_LT(r4.max, 5.0f);  // ...and clips the outliers.
+  EXPECT_EQ(r4.min, -r4.max);
+  EXPECT_FALSE(r4.kept_observed_range);
+  // At 8 bits the step over [-30, 30] costs less squared error than
+  // clipping eight values by 28: the guard keeps the observed range and
+  // says so, where TensorRT's threshold alone would clip.
+  std::unique_ptr<Observer> ent8 = Make(Config("entropy"));
+  ASSERT_TRUE(ent8->Observe(x, {1, 1, 200000}).ok());
+  const ObserverResult r8 = ent8->Result();
+  EXPECT_EQ(r8.max, 30.0f);
+  EXPECT_TRUE(r8.kept_observed_range);
+  std::unique_ptr<Observer> unguarded = Make(Config("entropy_unguarded"));
+  ASSERT_TRUE(unguarded->Observe(x, {1, 1, 200000}).ok());
+  const ObserverResult u8 = unguarded->Result();
+  EXPECT_LT(u8.max, 5.0f);
+  EXPECT_FALSE(u8.kept_observed_range);
+  // Far outliers at 4 bits: still clipped, down to the smallest threshold.
+  const std::vector<float> y = NoiseWithOutliers(200000, 1000.0f);
+  std::unique_ptr<Observer> far = Make(c4);
+  ASSERT_TRUE(far->Observe(y, {1, 1, 200000}).ok());
+  EXPECT_LT(far->Result().max, 1000.0f / 4);
+}
+
+TEST(EntropyTest, SiluCloudKeepsItsLargeValues) {
+  // SiLU of mostly negative pre-activations, as before a network's last
+  // pooling: a dense cloud of magnitudes below 0.28 (the negative lobe)
+  // and a sparse positive tail that carries the signal. TensorRT's KL
+  // search fits the cloud and clips the tail (EfficientNet-B0: 0.9 dB on
+  // that tensor, 3.9 dB at the output); the guard keeps the range, and
+  // the tensor's quantization error is then no worse than min_max's.
+  std::vector<float> x = StandardNormal(77, 1 << 17);
+  for (float& v : x) {
+    const float pre = 2.0f * v - 4.0f;
+    v = pre / (1.0f + std::exp(-pre));
+  }
+  const float mx = *std::max_element(x.begin(), x.end());
+  StreamingHistogram h(2048);
+  h.Extend(0.0f, mx);
+  h.AddAbs(x.data(), static_cast<int64_t>(x.size()));
+  const double kl = EntropyThreshold(h, 128);
+  std::printf("silu cloud: max %.4f, KL threshold %.4f\n", mx, kl);
+  EXPECT_LT(kl, mx / 4);  // The misfire the guard exists for.
+
+  std::unique_ptr<Observer> ent = Make(Config("entropy"));
+  std::unique_ptr<Observer> mm = Make(Config("min_max"));
+  ASSERT_TRUE(ent->Observe(x, {static_cast<int64_t>(x.size())}).ok());
+  ASSERT_TRUE(mm->Observe(x, {static_cast<int64_t>(x.size())}).ok());
+  const ObserverResult r = ent->Result();
+  EXPECT_TRUE(r.kept_observed_range);
+  std::unique_ptr<Observer> unguarded = Make(Config("entropy_unguarded"));
+  ASSERT_TRUE(unguarded->Observe(x, {static_cast<int64_t>(x.size())}).ok());
+  EXPECT_FLOAT_EQ(unguarded->Result().max, static_cast<float>(kl));
+  auto sqnr = [&](const ObserverResult& range) {
+    const float step = (range.max - range.min) / 255.0f;
+    const float zero = std::nearbyint(-range.min / step);
+    double signal = 0.0, noise = 0.0;
+    for (float v : x) {
+      const float q = std::clamp(std::nearbyint(v / step) + zero, 0.0f, 255.0f);
+      const double e = static_cast<double>((q - zero) * step) - v;
+      signal += static_cast<double>(v) * v;
+      noise += e * e;
+    }
+    return 10.0 * std::log10(signal / noise);
+  };
+  const ObserverResult m = mm->Result();
+  std::printf("silu cloud SQNR: entropy %.2f dB, min_max %.2f dB\n", sqnr(r),
+              sqnr(m));
+  EXPECT_GE(sqnr(r), sqnr(m) - 0.01);
 }
 
 TEST(EntropyTest, ReluZerosDoNotPullTheThresholdDown) {
