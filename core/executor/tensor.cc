@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/huge_pages.h"
 #include "core/base/status_macros.h"
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
@@ -93,6 +94,10 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
+namespace {
+constexpr size_t kFreshMappingBytes = size_t{32} << 20;
+}  // namespace
+
 Tensor::Buffer::Buffer(int64_t bytes) {
   // aligned_alloc wants a multiple of the alignment; 64 suits AVX-512 loads.
   const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
@@ -100,6 +105,12 @@ Tensor::Buffer::Buffer(int64_t bytes) {
   // Out of memory: the job boundary turns this into RESOURCE_EXHAUSTED for
   // the one call instead of taking the process down.
   if (data == nullptr) throw std::bad_alloc();
+  // Buffers above glibc's largest mmap threshold (32 MiB) come fresh from
+  // mmap on every allocation (IS-Net: 64 MB per 64-channel map at 512x512),
+  // and 2 MiB pages fault them in 512 times less often. Smaller ones are
+  // recycled from the heap, already faulted in; advising those made
+  // MobileNetV2 at batch 16 40-80% slower (docs/benchmarks.md).
+  if (rounded >= kFreshMappingBytes) AdviseHugePages(data, rounded);
   live_buffers.fetch_add(1, std::memory_order_relaxed);
 }
 
