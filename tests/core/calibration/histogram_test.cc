@@ -137,8 +137,7 @@ TEST(ThresholdErrorTest, ClippedBinsByTheirCentreTheRestByTheStep) {
   h.Add(v.data(), static_cast<int64_t>(v.size()));
   // t = 2: bins 2 and 3 clip by 0.5 and 1.5; bins 0 and 1 round with
   // step 0.5.
-  EXPECT_DOUBLE_EQ(ThresholdError(h, 2.0, 0.5),
-                   0.25 + 2.25 + 2 * 0.25 / 12.0);
+  EXPECT_DOUBLE_EQ(ThresholdError(h, 2.0, 0.5), 0.25 + 2.25 + 2 * 0.25 / 12.0);
   // Unclipped: only rounding, over all four values.
   EXPECT_DOUBLE_EQ(ThresholdError(h, 4.0, 1.0), 4 * 1.0 / 12.0);
   // A centre exactly at t is not clipped.
