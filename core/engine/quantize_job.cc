@@ -215,6 +215,10 @@ class QuantizeJob {
   // model_), the batches kept for it and what happened to the others.
   std::unique_ptr<FidelityEvaluator> fidelity_;
   std::string fidelity_skipped_;  // Why fidelity_ could not be built.
+  // Calibrated tensors, and those whose entropy observer kept the observed
+  // range (TensorRange.kept_observed_range).
+  int observed_tensors_ = 0;
+  int kept_observed_ranges_ = 0;
   std::vector<quantd::v1::TensorBatch> fidelity_batches_;
   int64_t fidelity_bytes_ = 0;
   int64_t batches_received_ = 0;
@@ -757,6 +761,10 @@ absl::Status QuantizeJob::Calibrate() {
   }
   if (is_static) {
     QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
+    for (const quantd::v1::TensorRange& r : result.ranges()) {
+      kept_observed_ranges_ += r.kept_observed_range() ? 1 : 0;
+    }
+    observed_tensors_ = result.ranges_size();
   }
   if (input_moments_ != nullptr) input_moments_->Finish();
   // After Finish: the layers' statistics follow the rescale.
@@ -839,6 +847,14 @@ absl::Status QuantizeJob::Quantize() {
   }
   if (!quantized_before.empty()) {
     s.add_validations(absl::StrCat("note: ", quantized_before));
+  }
+  if (kept_observed_ranges_ > 0) {
+    s.add_validations(absl::StrCat(
+        "note: entropy kept the observed range of ", kept_observed_ranges_,
+        " of ", observed_tensors_,
+        " calibrated tensors: there the KL threshold would have cost more "
+        "squared error than it saved (calibration_method "
+        "entropy_unguarded clips them anyway)"));
   }
   if (gptq_lost_ > 0) {
     s.add_validations(absl::StrCat(

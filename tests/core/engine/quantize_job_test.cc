@@ -153,6 +153,50 @@ TEST(RunQuantizeTest, AnAlreadyQuantizedModelSaysSo) {
           HasSubstr("left as they are"))));
 }
 
+TEST(RunQuantizeTest, EntropyCalibrationCountsTheRangesItKept) {
+  // x: 511 values in [-1, 1) and one at 100 per batch. At 8 bits the
+  // unclipped step costs far less squared error than clipping the outlier
+  // by ~99, so entropy keeps x's observed range and the summary says so;
+  // entropy_unguarded clips it and says nothing.
+  auto run = [](const std::string& method) {
+    quantd::v1::QuantizeConfig config;
+    config.mutable_options()
+        ->mutable_quantization_method()
+        ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+    config.mutable_calibration_config()->set_method(method);
+    BatchQueue queue(5);
+    for (int b = 0; b < 4; ++b) {
+      std::vector<float> x(512);
+      for (int i = 0; i < 512; ++i) {
+        x[i] = static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f;
+      }
+      x[(b * 97) % 512] = 100.0f;
+      quantd::v1::TensorBatch batch;
+      quantd::v1::NamedTensor* t = batch.add_tensors();
+      t->set_name("x");
+      t->set_data_type(1);
+      for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
+      t->set_data(x.data(), x.size() * sizeof(float));
+      queue.Push(std::move(batch));
+    }
+    queue.Close();
+    CancellationToken cancel;
+    return RunQuantize(config, testing::ConvModel().Bytes(), {}, cancel,
+                       nullptr, &queue);
+  };
+  absl::StatusOr<QuantizeResult> guarded = run("entropy");
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  EXPECT_THAT(guarded->summary.validations(),
+              ::testing::Contains(::testing::AllOf(
+                  HasSubstr("note: entropy kept the observed range of "),
+                  HasSubstr(" calibrated tensors"))));
+  absl::StatusOr<QuantizeResult> unguarded = run("entropy_unguarded");
+  ASSERT_TRUE(unguarded.ok()) << unguarded.status();
+  for (const std::string& v : unguarded->summary.validations()) {
+    EXPECT_THAT(v, ::testing::Not(HasSubstr("kept the observed range")));
+  }
+}
+
 TEST(RunQuantizeTest, DefaultMinimumSkipsSmallWeights) {
   absl::StatusOr<QuantizeResult> r =
       RunJob(DynamicRange(0), testing::MatMulModel(16, 16).Bytes());
