@@ -250,8 +250,8 @@ class HistogramObserver final : public Observer {
     const StreamingHistogram& h = hists_[slot];
     const double mn = min_[slot];
     const double mx = max_[slot];
-    double lo = mn;
-    double hi = mx;
+    double lo;  // Every branch below sets both.
+    double hi;
     if (magnitude_) {
       double t = 0.0;
       switch (kind_) {
