@@ -1,9 +1,9 @@
 // Fast float convolution and pooling over NCHW data (1-D runs as H = 1):
 // im2col (skipped for 1x1) + GEMM for general convolutions, one GEMM per
 // image or, when each image has few output positions, one over several images
-// side by side; a direct register-tiled kernel when the reduction is short; a
-// padded-plane kernel for 3x3 depthwise at stride 1 or 2, a direct loop for
-// other depthwise ones.
+// side by side; a direct register-tiled kernel when the reduction is short;
+// for depthwise ones, a channels-in-lanes kernel on small maps, a
+// padded-plane kernel for 3x3 at stride 1 or 2, a direct loop otherwise.
 // tests/core/executor/reference_kernels.h holds the slow oracle.
 #ifndef QUANTD_CORE_EXECUTOR_CONV_H_
 #define QUANTD_CORE_EXECUTOR_CONV_H_
@@ -48,6 +48,22 @@ int64_t ConvImagesPerGemm(const Conv2DShape& s);
 void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
                              float* y, const Conv2DShape& s,
                              int64_t images_per_gemm, ThreadPool* pool);
+
+// Depthwise convolutions (group == c == m) have three kernels:
+//  - kLanes: 16 channels in the vector lanes over a transposed, padded copy
+//    of the image; any window; chosen for small maps, where one channel fills
+//    a fraction of a vector;
+//  - kPlanes: 3x3 at stride 1 or 2 only, one channel's padded plane at a time
+//    (16 outputs per vector);
+//  - kDirect: any window, one channel at a time.
+enum class DepthwiseKernel { kLanes, kPlanes, kDirect };
+DepthwiseKernel ChooseDepthwiseKernel(const Conv2DShape& s);
+// A depthwise Conv2D with the named kernel (kPlanes falls back to kDirect
+// where it does not apply); Conv2D picks ChooseDepthwiseKernel's. For tests
+// and benchmarks comparing the kernels.
+void DepthwiseConv2D(const float* x, const float* w, const float* bias,
+                     float* y, const Conv2DShape& s, DepthwiseKernel kernel,
+                     ThreadPool* pool);
 
 // Max over each window (pads never win). c == m.
 void MaxPool2D(const float* x, float* y, const Conv2DShape& s,

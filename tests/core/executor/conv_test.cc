@@ -349,6 +349,109 @@ Conv2DShape Shape(int64_t n, int64_t c, int64_t hw, int64_t m, int64_t k) {
   return s;
 }
 
+// Every depthwise kernel against the reference, on the shapes that decide
+// their edges: channel counts around the 16 lanes (a short last block),
+// windows reaching into the pads or past the input, strides, dilations,
+// asymmetric pads, 1-D maps.
+TEST(DepthwiseConvTest, EveryKernelMatchesTheReference) {
+  struct Case {
+    int64_t n, c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  };
+  const std::vector<Case> cases = {
+      {3, 16, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 17, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 1, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 40, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+      {2, 15, 7, 9, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1},
+      {2, 33, 9, 9, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},
+      {1, 20, 4, 4, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},
+      {2, 18, 6, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
+      {1, 19, 6, 5, 3, 1, 1, 1, 1, 1, 1, 0, 1, 0},
+      {1, 16, 1, 12, 1, 5, 1, 1, 1, 1, 0, 2, 0, 2},
+      {1, 17, 3, 3, 3, 3, 1, 1, 1, 1, 2, 0, 0, 2},
+      {2, 16, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 16, 6, 6, 2, 2, 3, 3, 1, 1, 0, 0, 0, 0},
+      {1, 24, 12, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+  };
+  ThreadPool pool(1);
+  for (const Case& k : cases) {
+    for (bool bias : {true, false}) {
+      const testing::RefConvParams rp{k.n,  k.c,  k.h,  k.w,  k.c,  k.c,
+                                      k.kh, k.kw, k.sh, k.sw, k.dh, k.dw,
+                                      k.pt, k.pl, k.pb, k.pr};
+      const std::vector<float> x = Random(k.n * k.c * k.h * k.w, 1);
+      const std::vector<float> w = Random(k.c * k.kh * k.kw, 2);
+      const std::vector<float> b = Random(k.c, 3);
+      int64_t oh, ow;
+      const std::vector<float> want =
+          testing::RefConv(rp, x, w, bias ? &b : nullptr, &oh, &ow);
+      Conv2DShape s;
+      s.n = k.n;
+      s.c = s.m = s.group = k.c;
+      s.h = k.h;
+      s.w = k.w;
+      s.kh = k.kh;
+      s.kw = k.kw;
+      s.sh = k.sh;
+      s.sw = k.sw;
+      s.dh = k.dh;
+      s.dw = k.dw;
+      s.pt = k.pt;
+      s.pl = k.pl;
+      s.pb = k.pb;
+      s.pr = k.pr;
+      s.oh = oh;
+      s.ow = ow;
+      for (DepthwiseKernel kernel :
+           {DepthwiseKernel::kLanes, DepthwiseKernel::kPlanes,
+            DepthwiseKernel::kDirect}) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          SCOPED_TRACE(absl::StrCat(
+              "n=", k.n, " c=", k.c, " in=", k.h, "x", k.w, " k=", k.kh, "x",
+              k.kw, " s=", k.sh, " d=", k.dh, " pads=", k.pt, ",", k.pl, ",",
+              k.pb, ",", k.pr, " kernel=", static_cast<int>(kernel),
+              bias ? "" : " no bias", p ? " pool" : ""));
+          std::vector<float> y(want.size(), std::nanf(""));
+          DepthwiseConv2D(x.data(), w.data(), bias ? b.data() : nullptr,
+                          y.data(), s, kernel, p);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_NEAR(y[i], want[i],
+                        1e-4 * std::max(1.0f, std::fabs(want[i])))
+                << "at flat output " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DepthwiseConvTest, SmallMapsTakeTheLanesKernel) {
+  auto dw = [](int64_t h, int64_t k, int64_t stride) {
+    Conv2DShape s;
+    s.n = 16;
+    s.c = s.m = s.group = 96;
+    s.h = s.w = h;
+    s.kh = s.kw = k;
+    s.sh = s.sw = stride;
+    s.pt = s.pl = s.pb = s.pr = k / 2;
+    s.oh = s.ow = (h + 2 * (k / 2) - k) / stride + 1;
+    return s;
+  };
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(2, 3, 1)), DepthwiseKernel::kLanes);
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(4, 5, 1)), DepthwiseKernel::kLanes);
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(8, 3, 1)), DepthwiseKernel::kLanes);
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(16, 3, 1)), DepthwiseKernel::kPlanes);
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(32, 3, 2)), DepthwiseKernel::kPlanes);
+  // No planes kernel for 5x5: lanes while its scratch fits, then direct.
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(32, 5, 1)), DepthwiseKernel::kLanes);
+  EXPECT_EQ(ChooseDepthwiseKernel(dw(128, 5, 1)), DepthwiseKernel::kDirect);
+  // Dilated 3x3: not the planes kernel's shape.
+  Conv2DShape dilated = dw(32, 3, 1);
+  dilated.dh = dilated.dw = 2;
+  dilated.oh = dilated.ow = 30;
+  EXPECT_EQ(ChooseDepthwiseKernel(dilated), DepthwiseKernel::kLanes);
+}
+
 TEST(ConvImagesPerGemmTest, BatchesOnlySmallOutputsOfSeveralImages) {
   // ResNet-18 at 64x64, batch 16: 2x2 and 4x4 outputs batch, 8x8 and up do
   // not.
