@@ -3,6 +3,7 @@
 #ifndef QUANTD_CORE_BASE_THREAD_POOL_H_
 #define QUANTD_CORE_BASE_THREAD_POOL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -64,6 +65,9 @@ class ThreadPool {
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  // queue_.size(), readable without mu_: idle workers spin on it for a
+  // moment before they sleep.
+  std::atomic<int64_t> queued_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
