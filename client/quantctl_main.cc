@@ -159,7 +159,10 @@ ABSL_FLAG(bool, equalize, false,
           "quantize: cross-layer equalization of consecutive layers' "
           "weight ranges (data-free, either method).");
 ABSL_FLAG(std::string, calibration_method, "",
-          "quantize: the observer for --calibration_data (default min_max).");
+          "quantize: the observer for --calibration_data (default min_max), "
+          "or auto: min_max, percentile, mse, entropy and entropy_unguarded "
+          "each quantize the model and the one closest to float at the "
+          "outputs is kept (one quantization and fidelity run each).");
 
 namespace {
 
@@ -566,6 +569,26 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
   PrintTable(rows);
 }
 
+void PrintObserverChoice(const quantd::v1::QuantizeSummary& s) {
+  if (!s.has_observer_choice()) return;
+  const quantd::v1::ObserverChoice& c = s.observer_choice();
+  absl::PrintF(
+      "calibration method auto: kept %s (each candidate compared with float "
+      "on %d %sbatches)\n",
+      c.chosen(), c.batches(), c.held_out() ? "held-out " : "");
+  std::vector<std::vector<std::string>> rows = {
+      {"CANDIDATE", "OUTPUT_SQNR_DB", "TOP1_AGREEMENT", "CLIPPED_TENSORS", ""}};
+  for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
+    rows.push_back({k.method(), quantd::client::FormatDb(k.output_sqnr_db()),
+                    std::isnan(k.top1_agreement())
+                        ? std::string("-")
+                        : absl::StrFormat("%.4f", k.top1_agreement()),
+                    absl::StrCat(k.clipped_tensors()),
+                    k.method() == c.chosen() ? "<- kept" : ""});
+  }
+  PrintTable(rows);
+}
+
 void PrintChannelScalings(const quantd::v1::QuantizeSummary& s) {
   if (s.channel_scalings_size() == 0) return;
   absl::PrintF("channel scalings (%s):\n",
@@ -615,6 +638,7 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
     absl::PrintF("validated:  %s\n", v);
   }
   PrintChannelScalings(s);
+  PrintObserverChoice(s);
   PrintFidelity(s);
   PrintAccuracySearch(s);
 }
@@ -654,18 +678,22 @@ OpenCalibrationData(const std::vector<std::string>& flags) {
 }
 
 // The observers the server knows, as CalibrateConfig.method spells them.
+// "auto" only where the call quantizes (`allow_auto`): it judges each
+// candidate by the quantized model.
 absl::StatusOr<std::string> ObserverMethod(absl::string_view flag,
-                                           const std::string& given) {
-  static const char* const kMethods[] = {
+                                           const std::string& given,
+                                           bool allow_auto) {
+  std::vector<std::string> methods = {
       "min_max", "last_value", "moving_average",   "percentile",
       "mse",     "entropy",    "entropy_unguarded"};
+  if (allow_auto) methods.push_back("auto");
   const std::string lower = absl::AsciiStrToLower(given);
-  for (const char* method : kMethods) {
+  for (const std::string& method : methods) {
     if (lower == method) return lower;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--", flag, "=", given,
-                   " is not one of: ", absl::StrJoin(kMethods, ", ")));
+                   " is not one of: ", absl::StrJoin(methods, ", ")));
 }
 
 int RunQuantize() {
@@ -791,7 +819,8 @@ int RunQuantize() {
     };
     if (!calibration_method.empty()) {
       absl::StatusOr<std::string> method =
-          ObserverMethod("calibration_method", calibration_method);
+          ObserverMethod("calibration_method", calibration_method,
+                         /*allow_auto=*/true);
       if (!method.ok()) return Fail(method.status());
       config.mutable_calibration_config()->set_method(*method);
     }
@@ -881,7 +910,8 @@ int RunCalibrate() {
   quantd::v1::CalibrateConfig config;
   const std::string method_flag = absl::GetFlag(FLAGS_method);
   absl::StatusOr<std::string> method =
-      ObserverMethod("method", method_flag.empty() ? "min_max" : method_flag);
+      ObserverMethod("method", method_flag.empty() ? "min_max" : method_flag,
+                     /*allow_auto=*/false);
   if (!method.ok()) return Fail(method.status());
   config.set_method(*method);
   config.set_per_channel(absl::GetFlag(FLAGS_per_channel));

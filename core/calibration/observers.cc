@@ -197,13 +197,21 @@ class MovingAverageObserver final : public Observer {
 
 class HistogramObserver final : public Observer {
  public:
-  enum class Kind { kPercentile, kMse, kEntropy, kEntropyUnguarded };
+  // kMinMax is "auto"'s min_max candidate: the observed extremes.
+  enum class Kind {
+    kPercentile,
+    kMse,
+    kEntropy,
+    kEntropyUnguarded,
+    kAuto,
+    kMinMax
+  };
 
   HistogramObserver(const ObserverConfig& c, Kind kind)
       : Observer(c),
         kind_(kind),
         magnitude_(kind == Kind::kEntropy || kind == Kind::kEntropyUnguarded ||
-                   c.symmetric) {}
+                   kind == Kind::kAuto || c.symmetric) {}
 
  private:
   void Init(int num_slots) override {
@@ -247,14 +255,39 @@ class HistogramObserver final : public Observer {
 
   std::pair<float, float> SlotRange(int slot,
                                     bool* kept_observed) const override {
+    return RangeOfKind(kind_ == Kind::kAuto ? Kind::kMinMax : kind_, slot,
+                       kept_observed);
+  }
+
+  std::pair<float, float> SlotRangeAs(int slot, const std::string& candidate,
+                                      bool* kept_observed) const override {
+    if (kind_ != Kind::kAuto) return SlotRange(slot, kept_observed);
+    Kind kind = Kind::kMinMax;
+    if (candidate == "percentile") {
+      kind = Kind::kPercentile;
+    } else if (candidate == "mse") {
+      kind = Kind::kMse;
+    } else if (candidate == "entropy") {
+      kind = Kind::kEntropy;
+    } else if (candidate == "entropy_unguarded") {
+      kind = Kind::kEntropyUnguarded;
+    }
+    return RangeOfKind(kind, slot, kept_observed);
+  }
+
+  std::pair<float, float> RangeOfKind(Kind kind, int slot,
+                                      bool* kept_observed) const {
     const StreamingHistogram& h = hists_[slot];
     const double mn = min_[slot];
     const double mx = max_[slot];
     double lo;  // Every branch below sets both.
     double hi;
-    if (magnitude_) {
+    if (kind == Kind::kMinMax || kind == Kind::kAuto) {
+      lo = mn;
+      hi = mx;
+    } else if (magnitude_) {
       double t = 0.0;
-      switch (kind_) {
+      switch (kind) {
         case Kind::kPercentile:
           t = HistogramQuantile(h, config_.percentile / 100.0);
           break;
@@ -267,10 +300,13 @@ class HistogramObserver final : public Observer {
         case Kind::kEntropyUnguarded:
           t = EntropyThreshold(h, config_.num_quantized_bins);
           break;
+        case Kind::kAuto:
+        case Kind::kMinMax:
+          break;
       }
       lo = std::max(-t, mn);
       hi = std::min(t, mx);
-    } else if (kind_ == Kind::kPercentile) {
+    } else if (kind == Kind::kPercentile) {
       lo = std::max(HistogramQuantile(h, (100.0 - config_.percentile) / 100.0),
                     mn);
       hi = std::min(HistogramQuantile(h, config_.percentile / 100.0), mx);
@@ -449,6 +485,19 @@ absl::Status Observer::Observe(absl::Span<const float> data,
 
 ObserverResult Observer::Result() const {
   absl::MutexLock lock(&mu_);
+  return ResultLocked(nullptr);
+}
+
+ObserverResult Observer::ResultAs(const std::string& candidate) const {
+  absl::MutexLock lock(&mu_);
+  return ResultLocked(&candidate);
+}
+
+ObserverResult Observer::ResultLocked(const std::string* candidate) const {
+  auto range = [&](int slot, bool* kept) {
+    return candidate == nullptr ? SlotRange(slot, kept)
+                                : SlotRangeAs(slot, *candidate, kept);
+  };
   ObserverResult r;
   r.batch_count = batch_count_;
   r.quantize_active = batch_count_ >= config_.quant_delay;
@@ -457,14 +506,14 @@ ObserverResult Observer::Result() const {
     r.max = config_.init_max;
     return r;
   }
-  std::tie(r.min, r.max) = SlotRange(0, &r.kept_observed_range);
+  std::tie(r.min, r.max) = range(0, &r.kept_observed_range);
   if (config_.per_channel) {
     r.axis = axis_;
     r.channel_min.resize(channels_);
     r.channel_max.resize(channels_);
     for (int64_t c = 0; c < channels_; ++c) {
       std::tie(r.channel_min[c], r.channel_max[c]) =
-          SlotRange(static_cast<int>(1 + c), &r.kept_observed_range);
+          range(static_cast<int>(1 + c), &r.kept_observed_range);
     }
   }
   return r;
@@ -522,12 +571,13 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
     return Bad("num_bins",
                absl::StrCat("must be in [16, 1048576], got ", c.num_bins));
   }
-  if (c.method == "percentile" &&
+  if ((c.method == "percentile" || c.method == "auto") &&
       !(c.percentile >= 50.0 && c.percentile <= 100.0)) {
     return Bad("percentile",
                absl::StrCat("must be in [50, 100], got ", c.percentile));
   }
-  if ((c.method == "entropy" || c.method == "entropy_unguarded") &&
+  if ((c.method == "entropy" || c.method == "entropy_unguarded" ||
+       c.method == "auto") &&
       (c.num_quantized_bins < 2 || c.num_quantized_bins > c.num_bins)) {
     return Bad("num_quantized_bins",
                absl::StrCat("must be in [2, num_bins = ", c.num_bins, "], got ",
@@ -554,6 +604,8 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
     o = std::make_unique<HistogramObserver>(config, Kind::kMse);
   } else if (m == "entropy") {
     o = std::make_unique<HistogramObserver>(config, Kind::kEntropy);
+  } else if (m == "auto") {
+    o = std::make_unique<HistogramObserver>(config, Kind::kAuto);
   } else {
     o = std::make_unique<HistogramObserver>(config, Kind::kEntropyUnguarded);
   }
@@ -584,7 +636,7 @@ int64_t ObserverStateBytes(const ObserverConfig& config, int64_t channels) {
 
 bool IsHistogramMethod(const std::string& method) {
   return method == "percentile" || method == "mse" || method == "entropy" ||
-         method == "entropy_unguarded";
+         method == "entropy_unguarded" || method == "auto";
 }
 
 ObserverConfig ObserverConfigFromProto(const quantd::v1::CalibrateConfig& p) {

@@ -38,11 +38,23 @@ namespace quantd::calibration {
 //                    unless by the histogram's expected squared error it
 //                    clips more than it saves: then the observed range.
 //   "entropy_unguarded"  the same KL threshold without that guard.
+//   "auto"           one magnitude histogram per slot from which each of
+//                    kAutoCandidates reads its range (ResultAs); a Quantize
+//                    call keeps the candidate whose quantized model is
+//                    closest to the float one at its outputs. Result() is
+//                    min_max's range.
 inline constexpr const char* kObserverMethods[] = {
-    "last_value", "min_max", "moving_average",   "percentile",
-    "mse",        "entropy", "entropy_unguarded"};
+    "last_value", "min_max", "moving_average",    "percentile",
+    "mse",        "entropy", "entropy_unguarded", "auto"};
 
-// The histogram methods: percentile, mse, entropy, entropy_unguarded.
+// What "auto" chooses between, simplest first. On its magnitude histogram
+// percentile and mse find a threshold T on |x| (range [-T, T] clamped to the
+// observed extremes), as those observers do when symmetric; on a tensor with
+// no negative values that is the same range either way.
+inline constexpr const char* kAutoCandidates[] = {
+    "min_max", "percentile", "mse", "entropy", "entropy_unguarded"};
+
+// The histogram methods: percentile, mse, entropy, entropy_unguarded, auto.
 bool IsHistogramMethod(const std::string& method);
 
 struct ObserverConfig {
@@ -121,6 +133,11 @@ class Observer {
 
   // The range(s) so far. Before any batch: [init_min, init_max], no channels.
   ObserverResult Result() const ABSL_LOCKS_EXCLUDED(mu_);
+  // An "auto" observer: the range(s) `candidate` (one of kAutoCandidates)
+  // reads from its histograms. Any other observer: Result(), whatever the
+  // name.
+  ObserverResult ResultAs(const std::string& candidate) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t batch_count() const ABSL_LOCKS_EXCLUDED(mu_);
   // batch_count() >= quant_delay (tf.contrib's activate_quant on the last
@@ -151,6 +168,13 @@ class Observer {
   // clip and kept the observed extremes (entropy's guard).
   virtual std::pair<float, float> SlotRange(int slot,
                                             bool* kept_observed) const = 0;
+  // The range `candidate` would report ("auto" only; others: SlotRange).
+  virtual std::pair<float, float> SlotRangeAs(int slot,
+                                              const std::string& candidate,
+                                              bool* kept_observed) const {
+    (void)candidate;
+    return SlotRange(slot, kept_observed);
+  }
   virtual size_t SlotBytes() const = 0;
 
   const ObserverConfig config_;
@@ -158,6 +182,10 @@ class Observer {
  private:
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
       const ObserverConfig& config, MemoryBudget* budget);
+
+  // Result() (candidate null) or ResultAs(*candidate), under mu_.
+  ObserverResult ResultLocked(const std::string* candidate) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   MemoryBudget* budget_ = nullptr;  // Not owned; may be null.
   mutable absl::Mutex mu_;

@@ -26,6 +26,19 @@ double NoiseRatio(double sqnr_db) {
 
 int NodesToRaise(int round) { return round <= 1 ? 1 : 1 << (round - 1); }
 
+bool ObserverCandidateBetter(const quantd::v1::ObserverCandidate& a,
+                             const quantd::v1::ObserverCandidate& b,
+                             bool by_agreement) {
+  // NaN as -infinity, so that a number always beats it.
+  auto rank = [](double v) {
+    return std::isnan(v) ? -std::numeric_limits<double>::infinity() : v;
+  };
+  if (by_agreement && rank(a.top1_agreement()) != rank(b.top1_agreement())) {
+    return rank(a.top1_agreement()) > rank(b.top1_agreement());
+  }
+  return rank(a.output_sqnr_db()) > rank(b.output_sqnr_db());
+}
+
 namespace {
 
 constexpr SearchPrecision kLadder[] = {

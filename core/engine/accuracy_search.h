@@ -56,6 +56,15 @@ double WorstOutputSqnr(const quantd::v1::FidelityReport& report);
 // none has one.
 double WorstTop1Agreement(const quantd::v1::FidelityReport& report);
 
+// Whether candidate `a` of calibration method "auto" beats `b`: the higher
+// worst output SQNR, or with `by_agreement` (the request has a
+// target_agreement) the higher worst top-1 agreement first, SQNR breaking
+// ties. NaN ranks below every number; equal candidates do not beat each
+// other (the earlier, simpler one stays).
+bool ObserverCandidateBetter(const quantd::v1::ObserverCandidate& a,
+                             const quantd::v1::ObserverCandidate& b,
+                             bool by_agreement);
+
 // A node the search can give its own precision, as a UNIT_NODE entry names
 // it: `scope` is the entry's func_name ("" for the main graph, else the
 // owning If node's unit scope, passes::BodyScope) and `name` the node's name

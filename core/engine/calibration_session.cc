@@ -439,16 +439,30 @@ absl::Status CalibrationSession::AddBatch(const quantd::v1::TensorBatch& batch,
 }
 
 quantd::v1::CalibrationResult CalibrationSession::Result() const {
+  return ResultOf(nullptr);
+}
+
+quantd::v1::CalibrationResult CalibrationSession::ResultAs(
+    const std::string& candidate) const {
+  return ResultOf(&candidate);
+}
+
+quantd::v1::CalibrationResult CalibrationSession::ResultOf(
+    const std::string* candidate) const {
   std::vector<std::string> names;
   names.reserve(observers_.size());
   for (const auto& [name, observer] : observers_) names.push_back(name);
   std::sort(names.begin(), names.end());
   quantd::v1::CalibrationResult result;
-  result.set_method(config_.method);
+  result.set_method(candidate != nullptr && config_.method == "auto"
+                        ? *candidate
+                        : config_.method);
   result.set_batch_count(batch_count_);
   for (const auto& name : names) {
-    calibration::ToTensorRange(observers_.at(name)->Result(), name,
-                               result.add_ranges());
+    const calibration::Observer& o = *observers_.at(name);
+    calibration::ToTensorRange(
+        candidate != nullptr ? o.ResultAs(*candidate) : o.Result(), name,
+        result.add_ranges());
   }
   return result;
 }

@@ -92,6 +92,9 @@ class CalibrationSession {
 
   // The ranges so far, one per observed tensor, sorted by name.
   quantd::v1::CalibrationResult Result() const;
+  // Observer "auto": the ranges `candidate` (calibration::kAutoCandidates)
+  // reads from the same histograms, method set to it. Otherwise Result().
+  quantd::v1::CalibrationResult ResultAs(const std::string& candidate) const;
 
   // Tensors whose quant_delay has not elapsed yet (tf.contrib would still
   // pass them through unquantized), sorted.
@@ -111,6 +114,7 @@ class CalibrationSession {
   CalibrationSession(onnx::ModelProto model, calibration::ObserverConfig config,
                      const JobLimits& limits);
 
+  quantd::v1::CalibrationResult ResultOf(const std::string* candidate) const;
   absl::Status Observe(const std::string& name, const executor::Tensor& t);
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "core/base/status_macros.h"
+#include "core/calibration/observers.h"
 #include "core/engine/accuracy_search.h"
 #include "core/engine/calibration_session.h"
 #include "core/engine/engine.h"
@@ -143,6 +144,12 @@ class QuantizeJob {
   // STATIC_RANGE: the activation ranges, from config.calibration or from
   // the batches that follow the model in this call.
   absl::Status Calibrate();
+  // calibration method "auto": each candidate's ranges from the session's
+  // histograms (auto_candidates_), then the candidate whose quantized model
+  // compares best with the float one becomes ranges_
+  // (summary.observer_choice).
+  absl::Status ReadAutoCandidates(const CalibrationSession& session);
+  absl::Status ChooseObserver();
   // config.equalize: cross-layer equalization of the prepared float model.
   absl::Status Equalize();
   // config.smoothquant, after calibration: rescales the sites' channels
@@ -210,6 +217,16 @@ class QuantizeJob {
   passes::ChannelExtremes channel_extremes_;
   QuantizeRequestOptions options_;  // Resolved first, by Run.
   passes::ActivationRanges ranges_;
+  struct AutoCandidate {
+    std::string method;
+    passes::ActivationRanges ranges;
+    int kept = 0;     // Ranges entropy's guard left at the observed extremes.
+    int clipped = 0;  // Ranges narrower than the observed extremes.
+  };
+  std::vector<AutoCandidate> auto_candidates_;
+  // False while ChooseObserver quantizes its candidates: only the returned
+  // model's tensors are reported to the client.
+  bool stream_reports_ = true;
 
   // Fidelity: the float model's executor (built before the pass rewrites
   // model_), the batches kept for it and what happened to the others.
@@ -596,7 +613,9 @@ passes::PassHooks QuantizeJob::MakeHooks() {
         ++gptq_lost_;
       }
     }
-    if (events_.on_tensor_report) events_.on_tensor_report(r);
+    if (events_.on_tensor_report && stream_reports_) {
+      events_.on_tensor_report(r);
+    }
   };
   hooks.on_progress = [this](int64_t done, int64_t total) {
     Progress(done, total, "");
@@ -759,7 +778,11 @@ absl::Status QuantizeJob::Calibrate() {
         delayed.size(), " tensors (e.g. ", delayed.front(),
         ") through unquantized; send more batches or lower quant_delay"));
   }
-  if (is_static) {
+  if (is_static && observer_config.method == "auto") {
+    QUANTD_RETURN_IF_ERROR(ReadAutoCandidates(**session));
+    ranges_ = auto_candidates_.front().ranges;
+    observed_tensors_ = result.ranges_size();
+  } else if (is_static) {
     QUANTD_ASSIGN_OR_RETURN(ranges_, passes::RangesFromCalibration(result));
     for (const quantd::v1::TensorRange& r : result.ranges()) {
       kept_observed_ranges_ += r.kept_observed_range() ? 1 : 0;
@@ -794,6 +817,94 @@ absl::Status QuantizeJob::Calibrate() {
         "; each weight's report says what was applied"));
   }
   EndStage();
+  return cancel_.Check("calibrate");
+}
+
+absl::Status QuantizeJob::ReadAutoCandidates(
+    const CalibrationSession& session) {
+  // min_max first: the others' clipping is counted against it.
+  const quantd::v1::CalibrationResult observed =
+      session.ResultAs(calibration::kAutoCandidates[0]);
+  for (const char* method : calibration::kAutoCandidates) {
+    const quantd::v1::CalibrationResult r = session.ResultAs(method);
+    AutoCandidate c;
+    c.method = method;
+    QUANTD_ASSIGN_OR_RETURN(c.ranges, passes::RangesFromCalibration(r));
+    for (int i = 0; i < r.ranges_size(); ++i) {
+      const quantd::v1::TensorRange& t = r.ranges(i);
+      const quantd::v1::TensorRange& o = observed.ranges(i);
+      c.kept += t.kept_observed_range() ? 1 : 0;
+      c.clipped += t.min() > o.min() || t.max() < o.max() ? 1 : 0;
+    }
+    auto_candidates_.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizeJob::ChooseObserver() {
+  if (fidelity_ == nullptr || fidelity_batches_.empty()) {
+    std::string why = fidelity_skipped_;
+    if (why.empty()) why = "no calibration batch fed the graph inputs";
+    return absl::FailedPreconditionError(absl::StrCat(
+        "calibration method auto keeps the candidate whose quantized model "
+        "is closest to the float one on this call's batches of graph "
+        "inputs, but ",
+        why, "; name an observer instead"));
+  }
+  const onnx::ModelProto float_model = model_;
+  const quantd::v1::QuantizeSummary base = result_.summary;
+  // Each candidate's stages stay in the summary's durations.
+  auto durations = base.stage_durations();
+  quantd::v1::ObserverChoice choice;
+  const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
+  choice.set_batches(total);
+  choice.set_held_out(held_out_ > 0);
+  const bool by_agreement = config_.has_target_agreement();
+  size_t best = 0;
+  stream_reports_ = false;
+  for (size_t i = 0; i < auto_candidates_.size(); ++i) {
+    const AutoCandidate& c = auto_candidates_[i];
+    model_ = float_model;
+    result_.summary = base;
+    *result_.summary.mutable_stage_durations() = durations;
+    ranges_ = c.ranges;
+    QUANTD_RETURN_IF_ERROR(Quantize());
+    QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<FidelityEvaluator> evaluator,
+                            FidelityEvaluator::Create(float_model));
+    StartStage(
+        quantd::v1::STAGE_FIDELITY, total,
+        absl::StrCat("calibration method auto: candidate ", i + 1, " of ",
+                     auto_candidates_.size(), " (", c.method, ")"));
+    absl::StatusOr<quantd::v1::FidelityReport> report =
+        CompareWithFloat(evaluator.get(), /*free_batches=*/false);
+    EndStage();
+    durations = result_.summary.stage_durations();
+    if (!report.ok()) {
+      QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "calibration method auto could not compare candidate ", c.method,
+          " with the float model (", report.status().message(),
+          "); name an observer instead"));
+    }
+    quantd::v1::ObserverCandidate* out = choice.add_candidates();
+    out->set_method(c.method);
+    out->set_output_sqnr_db(WorstOutputSqnr(*report));
+    out->set_top1_agreement(WorstTop1Agreement(*report));
+    out->set_clipped_tensors(c.clipped);
+    if (i > 0 &&
+        ObserverCandidateBetter(*out, choice.candidates(best), by_agreement)) {
+      best = i;
+    }
+  }
+  stream_reports_ = true;
+  model_ = float_model;
+  result_.summary = base;
+  *result_.summary.mutable_stage_durations() = durations;
+  ranges_ = std::move(auto_candidates_[best].ranges);
+  kept_observed_ranges_ = auto_candidates_[best].kept;
+  choice.set_chosen(auto_candidates_[best].method);
+  *result_.summary.mutable_observer_choice() = std::move(choice);
+  std::vector<AutoCandidate>().swap(auto_candidates_);
   return cancel_.Check("calibrate");
 }
 
@@ -1335,6 +1446,7 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
   }
   s = Equalize();
   if (s.ok()) s = Calibrate();
+  if (s.ok() && !auto_candidates_.empty()) s = ChooseObserver();
   if (HasSearchTarget(config_)) {
     if (s.ok()) s = SearchForTarget();
   } else {

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -117,6 +118,27 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
   return absl::OkStatus();
 }
 
+// calibration_config.method "auto" judges its candidates by quantizing with
+// each: only where this call calibrates a STATIC_RANGE model.
+absl::Status CheckAutoObserver(const quantd::v1::QuantizeConfig& config,
+                               Method method, bool batch_stream) {
+  if (config.calibration_config().method() != "auto") {
+    return absl::OkStatus();
+  }
+  if (method != Method::kStaticRange) {
+    return absl::InvalidArgumentError(
+        "calibration_config.method auto chooses activation ranges, which "
+        "only quantization_method STATIC_RANGE uses");
+  }
+  if (config.calibration().ranges_size() > 0 || !batch_stream) {
+    return absl::InvalidArgumentError(
+        "calibration_config.method auto calibrates in this call and judges "
+        "each candidate on its batches: send calibration batches of graph "
+        "inputs after the model (and no config.calibration ranges)");
+  }
+  return absl::OkStatus();
+}
+
 // The observers of in-call calibration: calibration_config, with the
 // request's activation_params when it has none, on the pass's grid.
 absl::StatusOr<calibration::ObserverConfig> InCallObservers(
@@ -144,6 +166,7 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   const Method method = out.resolved.method;
   QUANTD_RETURN_IF_ERROR(CheckSupported(config.options()));
   QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, out.resolved));
+  QUANTD_RETURN_IF_ERROR(CheckAutoObserver(config, method, batch_stream));
   QUANTD_RETURN_IF_ERROR(CheckChannelScaling(config, method));
   if (config.has_smoothquant()) {
     out.smoothquant_alpha =
@@ -206,6 +229,13 @@ absl::StatusOr<calibration::ObserverConfig> ResolveCalibrateRequest(
     const quantd::v1::CalibrateConfig& config) {
   calibration::ObserverConfig observers =
       calibration::ObserverConfigFromProto(config);
+  if (observers.method == "auto") {
+    return absl::InvalidArgumentError(
+        "method auto keeps the observer whose quantized model comes closest "
+        "to the float one, which only a Quantize call measures (send the "
+        "batches with calibration_config.method auto there); Calibrate "
+        "returns one observer's ranges: name it");
+  }
   QUANTD_RETURN_IF_ERROR(calibration::ValidateObserverConfig(observers));
   return observers;
 }

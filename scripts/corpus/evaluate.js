@@ -128,6 +128,9 @@ const CONFIGS = {
   static_tf_w4a8_gptq_a99: { label: 'STATIC TF W4A8 GPTQ top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_agreement=0.99'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_unguarded: { label: 'STATIC TF W8A8 entropy unguarded', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy_unguarded'] },
+  // The observer chosen per model by the outputs (calibration_method auto),
+  // on held-out batches or on the calibration batches themselves.
+  static_tf_w8a8_auto: { label: 'STATIC TF W8A8 auto observer', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=auto'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
 };
 const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean)
@@ -444,6 +447,8 @@ function markdown(rows, started) {
       const f = r.quant.summary.fidelity || {};
       if (f.evaluated && f.outputs && f.outputs.length) note = (note ? note + '; ' : '') + `quantd fidelity ${fmt(Number(f.outputs[0].sqnrDb))} dB`;
       else if (f.skippedReason) note = (note ? note + '; ' : '') + `quantd fidelity skipped: ${firstLine(f.skippedReason)}`;
+      const choice = r.quant.summary.observerChoice;
+      if (choice && choice.chosen) note = (note ? note + '; ' : '') + `auto kept ${choice.chosen}`;
     }
     if (r.config !== 'float' && r.quant.ok) {
       const e = Object.values(r.levels).find((c) => c.ok && c.extra && c.extra.step_argmax_agreement !== undefined);

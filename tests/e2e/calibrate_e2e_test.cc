@@ -126,6 +126,32 @@ TEST_F(CalibrateE2eTest, StaticRangeWithInlineCalibrationData) {
   ExpectGoodStaticModel(out, "--calibration_data");
 }
 
+// calibration_method auto through the real server and quantctl: the table
+// of candidates, the kept one, a model ONNX Runtime runs at float's top-1;
+// `quantctl calibrate` refuses auto before calling.
+TEST_F(CalibrateE2eTest, AutoObserverPrintsItsCandidatesAndKeepsOne) {
+  TempDir tmp;
+  const std::string out = tmp.File("static_auto.onnx");
+  CommandResult q =
+      Quantctl({"quantize", "--model=" + kModel, "--output=" + out,
+                "--method=static_range", "--calibration_data=" + kCalibX,
+                "--calibration_method=auto", "--batch_size=16"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_THAT(q.out, HasSubstr("calibration method auto: kept "));
+  for (const char* m :
+       {"min_max", "percentile", "mse", "entropy", "entropy_unguarded"}) {
+    EXPECT_THAT(q.out, HasSubstr(std::string("\n") + m + " "));
+  }
+  EXPECT_THAT(q.out, HasSubstr("<- kept"));
+  ExpectGoodStaticModel(out, "--calibration_method=auto");
+  CommandResult c =
+      Quantctl({"calibrate", "--model=" + kModel, "--data=" + kCalibX,
+                "--method=auto", "--output=" + tmp.File("r.pb")});
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_THAT(c.err, HasSubstr("--method=auto is not one of"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.File("r.pb")));
+}
+
 TEST_F(CalibrateE2eTest, MismatchedSampleCountsFailBeforeCalling) {
   TempDir tmp;
   CommandResult r =

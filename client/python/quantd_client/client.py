@@ -406,7 +406,11 @@ class QuantdClient:
         calibration: ranges from calibrate(), for STATIC_RANGE.
         calibration_batches: STATIC_RANGE in one call: batches (TensorBatch,
             array, or dict name -> array; e.g. NpyBatches) sent after the
-            model; the server calibrates with `calibration_config` first.
+            model; the server calibrates with `calibration_config` first
+            ({"method": "auto"} tries min_max, percentile, mse, entropy and
+            entropy_unguarded and keeps the one whose quantized model is
+            closest to float at the outputs; summary.observer_choice lists
+            them).
         block_size: weight_params.block_size (quantctl --block_size): one
             weight scale per block of this many values along the input axis
             of MatMul / Gemm weights; 0 or None: per output channel.

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/calibration/histogram.h"
 #include "gmock/gmock.h"
@@ -698,6 +699,69 @@ TEST(MseTest, ClipsOutliersWhenFewBitsMakeThemExpensive) {
 
 // ---------------------------------------------------------------------------
 // StreamingHistogram.
+
+// "auto" reads every candidate from one magnitude histogram: each must be
+// bit-identical to the observer of that name where that observer bins the
+// same way (min_max and both entropies always; percentile and mse when
+// symmetric), per tensor and per channel, and Result() is min_max's.
+TEST(AutoObserverTest, EachCandidateMatchesItsOwnObserver) {
+  for (bool symmetric : {false, true}) {
+    for (bool per_channel : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(symmetric ? "symmetric" : "asymmetric",
+                                per_channel ? " per-channel" : ""));
+      auto config = [&](const std::string& method) {
+        ObserverConfig c = Config(method);
+        c.symmetric = symmetric;
+        c.per_channel = per_channel;
+        return c;
+      };
+      std::unique_ptr<Observer> automatic = Make(config("auto"));
+      std::vector<std::unique_ptr<Observer>> singles;
+      for (const char* m : kAutoCandidates) singles.push_back(Make(config(m)));
+      // Shape [4, 3, 64]: a skewed cloud per channel and an outlier in
+      // some batches, so that clipping candidates differ from min_max.
+      for (int b = 0; b < 5; ++b) {
+        std::vector<float> x(4 * 3 * 64);
+        for (size_t i = 0; i < x.size(); ++i) {
+          const float u =
+              static_cast<float>((i * 2654435761u + b * 97u) % 1000) / 1000.0f;
+          x[i] = (u * u) * (1.0f + (i / 64) % 3) - 0.3f;
+        }
+        if (b % 2 == 0) x[(b * 131) % x.size()] = 40.0f + b;
+        ASSERT_TRUE(automatic->Observe(x, {4, 3, 64}).ok());
+        for (auto& o : singles) ASSERT_TRUE(o->Observe(x, {4, 3, 64}).ok());
+      }
+      int differing = 0;
+      for (size_t k = 0; k < singles.size(); ++k) {
+        const std::string m = kAutoCandidates[k];
+        const bool same_bins = m == "min_max" || m == "entropy" ||
+                               m == "entropy_unguarded" || symmetric;
+        const ObserverResult want = singles[k]->Result();
+        const ObserverResult got = automatic->ResultAs(m);
+        if (same_bins) {
+          EXPECT_EQ(got.min, want.min) << m;
+          EXPECT_EQ(got.max, want.max) << m;
+          EXPECT_EQ(got.channel_min, want.channel_min) << m;
+          EXPECT_EQ(got.channel_max, want.channel_max) << m;
+          EXPECT_EQ(got.kept_observed_range, want.kept_observed_range) << m;
+        }
+        // Never wider than the observed extremes.
+        const ObserverResult observed = automatic->ResultAs("min_max");
+        EXPECT_GE(got.min, observed.min) << m;
+        EXPECT_LE(got.max, observed.max) << m;
+        differing += got.max != observed.max || got.min != observed.min;
+      }
+      EXPECT_GT(differing, 0);
+      const ObserverResult plain = automatic->Result();
+      const ObserverResult min_max = singles[0]->Result();
+      EXPECT_EQ(plain.min, min_max.min);
+      EXPECT_EQ(plain.max, min_max.max);
+      EXPECT_EQ(plain.channel_max, min_max.channel_max);
+      // Its memory is one histogram observer's.
+      EXPECT_EQ(automatic->StateBytes(), singles[3]->StateBytes());
+    }
+  }
+}
 
 TEST(StreamingHistogramTest, RebinningIsExact) {
   StreamingHistogram h(64);

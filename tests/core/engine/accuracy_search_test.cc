@@ -176,6 +176,30 @@ TEST(WorstOutputSqnrTest, MinimumWithNanAsMinusInfinity) {
             std::numeric_limits<double>::infinity());
 }
 
+TEST(ObserverCandidateBetterTest, SqnrOrAgreementFirstNanLastTiesStay) {
+  auto cand = [](double sqnr, double agreement) {
+    quantd::v1::ObserverCandidate c;
+    c.set_output_sqnr_db(sqnr);
+    c.set_top1_agreement(agreement);
+    return c;
+  };
+  const double nan = std::nan("");
+  EXPECT_TRUE(ObserverCandidateBetter(cand(30, 0.9), cand(20, 1.0), false));
+  EXPECT_FALSE(ObserverCandidateBetter(cand(20, 1.0), cand(30, 0.9), false));
+  // With a top-1 goal the agreement decides, SQNR only between equals.
+  EXPECT_TRUE(ObserverCandidateBetter(cand(20, 1.0), cand(30, 0.9), true));
+  EXPECT_TRUE(ObserverCandidateBetter(cand(30, 0.9), cand(20, 0.9), true));
+  // A NaN never beats a number; a number beats a NaN.
+  EXPECT_FALSE(ObserverCandidateBetter(cand(nan, 1.0), cand(-50, 1.0), false));
+  EXPECT_TRUE(ObserverCandidateBetter(cand(-50, 1.0), cand(nan, 1.0), false));
+  EXPECT_TRUE(ObserverCandidateBetter(cand(10, 0.5), cand(40, nan), true));
+  // Equal candidates: the earlier one stays.
+  EXPECT_FALSE(ObserverCandidateBetter(cand(25, 0.9), cand(25, 0.9), false));
+  EXPECT_FALSE(ObserverCandidateBetter(cand(25, 0.9), cand(25, 0.9), true));
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(ObserverCandidateBetter(cand(inf, nan), cand(inf, nan), false));
+}
+
 TEST(AccuracySearchTest, RoundsDouble) {
   EXPECT_EQ(NodesToRaise(1), 1);
   EXPECT_EQ(NodesToRaise(2), 2);

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/accuracy_search.h"
 #include "core/engine/engine.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
@@ -195,6 +196,146 @@ TEST(RunQuantizeTest, EntropyCalibrationCountsTheRangesItKept) {
   for (const std::string& v : unguarded->summary.validations()) {
     EXPECT_THAT(v, ::testing::Not(HasSubstr("kept the observed range")));
   }
+}
+
+// Batches for ConvModel's input x: 511 values in [-1, 1) and one outlier
+// per batch, so that the candidates of calibration method auto differ
+// (min_max keeps the outlier, the KL threshold clips it).
+void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
+  for (int b = 0; b < count; ++b) {
+    std::vector<float> x(512);
+    for (int i = 0; i < 512; ++i) {
+      x[i] = static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f;
+    }
+    x[(b * 97) % 512] = outlier;
+    quantd::v1::TensorBatch batch;
+    quantd::v1::NamedTensor* t = batch.add_tensors();
+    t->set_name("x");
+    t->set_data_type(1);
+    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
+    t->set_data(x.data(), x.size() * sizeof(float));
+    queue->Push(std::move(batch));
+  }
+  queue->Close();
+}
+
+absl::StatusOr<QuantizeResult> RunStaticWithMethod(
+    const std::string& method, int holdout = 0, float outlier = 6.0f,
+    Recorded* recorded = nullptr) {
+  quantd::v1::QuantizeConfig config;
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  config.mutable_calibration_config()->set_method(method);
+  config.set_holdout_batches(holdout);
+  BatchQueue queue(8);
+  PushOutlierBatches(&queue, 6, outlier);
+  CancellationToken cancel;
+  Recorded unused;
+  return RunQuantize(config, testing::ConvModel().Bytes(),
+                     (recorded ? recorded : &unused)->events(), cancel, nullptr,
+                     &queue);
+}
+
+TEST(RunQuantizeTest, AutoObserverKeepsTheCandidateClosestToFloat) {
+  Recorded recorded;
+  absl::StatusOr<QuantizeResult> r =
+      RunStaticWithMethod("auto", 0, 6.0f, &recorded);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Tensor reports are the returned model's only, as with a named observer.
+  Recorded named;
+  ASSERT_TRUE(RunStaticWithMethod("min_max", 0, 6.0f, &named).ok());
+  EXPECT_EQ(recorded.reports.size(), named.reports.size());
+  EXPECT_FALSE(recorded.reports.empty());
+  ASSERT_TRUE(r->summary.has_observer_choice());
+  const quantd::v1::ObserverChoice& c = r->summary.observer_choice();
+  std::vector<std::string> methods;
+  int best = 0;
+  for (int i = 0; i < c.candidates_size(); ++i) {
+    methods.push_back(c.candidates(i).method());
+    if (c.candidates(i).output_sqnr_db() >
+        c.candidates(best).output_sqnr_db()) {
+      best = i;
+    }
+  }
+  EXPECT_THAT(methods, ElementsAre("min_max", "percentile", "mse", "entropy",
+                                   "entropy_unguarded"));
+  EXPECT_EQ(c.chosen(), c.candidates(best).method());
+  EXPECT_EQ(c.batches(), 6);
+  EXPECT_FALSE(c.held_out());
+  // min_max clips nothing; the outlier makes at least one candidate clip x.
+  EXPECT_EQ(c.candidates(0).clipped_tensors(), 0);
+  int clipping = 0;
+  for (const auto& k : c.candidates()) clipping += k.clipped_tensors() > 0;
+  EXPECT_GT(clipping, 0);
+  // The returned model is the kept candidate's: its fidelity report, on the
+  // same batches, gives the same worst output SQNR.
+  ASSERT_TRUE(r->summary.fidelity().evaluated());
+  EXPECT_NEAR(WorstOutputSqnr(r->summary.fidelity()),
+              c.candidates(best).output_sqnr_db(), 1e-9);
+  // Every candidate's comparison is a stage of its own.
+  int fidelity_stages = 0;
+  for (const auto& d : r->summary.stage_durations()) {
+    fidelity_stages += d.stage() == quantd::v1::STAGE_FIDELITY;
+  }
+  EXPECT_EQ(fidelity_stages, 6);
+  // The chosen observer named directly gives the same model where it reads
+  // the same histogram.
+  if (c.chosen() == "min_max" || c.chosen() == "entropy" ||
+      c.chosen() == "entropy_unguarded") {
+    absl::StatusOr<QuantizeResult> replay = RunStaticWithMethod(c.chosen());
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(replay->model, r->model);
+  }
+}
+
+TEST(RunQuantizeTest, AutoObserverJudgesOnHeldOutBatches) {
+  absl::StatusOr<QuantizeResult> r = RunStaticWithMethod("auto", 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.observer_choice().batches(), 2);
+  EXPECT_TRUE(r->summary.observer_choice().held_out());
+}
+
+TEST(RunQuantizeTest, AutoObserverIsRefusedWhereItCannotJudge) {
+  quantd::v1::QuantizeConfig dynamic = DynamicRange();
+  dynamic.mutable_calibration_config()->set_method("auto");
+  absl::Status s = RunJob(dynamic, testing::ConvModel().Bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("STATIC_RANGE"));
+
+  quantd::v1::QuantizeConfig ranges;
+  ranges.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  ranges.mutable_calibration_config()->set_method("auto");
+  quantd::v1::TensorRange* t = ranges.mutable_calibration()->add_ranges();
+  t->set_tensor_name("x");
+  t->set_max(1);
+  s = RunJob(ranges, testing::ConvModel().Bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("calibration batches"));
+
+  // Batches of observed activations: no model run to compare.
+  quantd::v1::QuantizeConfig activations = ranges;
+  activations.clear_calibration();
+  BatchQueue queue(4);
+  for (int b = 0; b < 2; ++b) {
+    quantd::v1::TensorBatch batch;
+    quantd::v1::NamedTensor* a = batch.add_tensors();
+    a->set_name("conv");
+    a->set_data_type(1);
+    for (int64_t d : {1, 16, 8, 8}) a->add_shape(d);
+    const std::vector<float> v(16 * 64, 0.5f + b);
+    a->set_data(v.data(), v.size() * sizeof(float));
+    queue.Push(std::move(batch));
+  }
+  queue.Close();
+  CancellationToken cancel;
+  s = RunQuantize(activations, testing::ConvModel().Bytes(), {}, cancel,
+                  nullptr, &queue)
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(s), HasSubstr("calibration method auto"));
 }
 
 TEST(RunQuantizeTest, DefaultMinimumSkipsSmallWeights) {

@@ -251,5 +251,14 @@ TEST(ResolveCalibrateRequestTest, ChecksTheObservers) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ResolveCalibrateRequestTest, AutoIsForQuantizeCalls) {
+  quantd::v1::CalibrateConfig c;
+  c.set_method("auto");
+  absl::StatusOr<calibration::ObserverConfig> o = ResolveCalibrateRequest(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("only a Quantize call"));
+}
+
 }  // namespace
 }  // namespace quantd
