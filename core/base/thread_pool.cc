@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,6 +33,10 @@ void CpuRelax() {
 }
 
 // True as soon as ready() is; false once kSpin has passed without it.
+// After the first few hundred polls the spinner yields between polls: with
+// other threads runnable (concurrent jobs on a busy server) it hands them
+// the core instead of burning its time slice; on an idle core yield returns
+// at once.
 template <typename Ready>
 bool SpinUntil(const Ready& ready) {
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
@@ -40,7 +45,11 @@ bool SpinUntil(const Ready& ready) {
     if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) {
       return false;
     }
-    CpuRelax();
+    if (i < 256) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
   }
 }
 
