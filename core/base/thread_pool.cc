@@ -19,11 +19,15 @@ namespace {
 thread_local const ThreadPool* member_of = nullptr;
 
 // How long an idle worker watches for a task, and a ParallelFor caller for
-// its helpers to finish, before going to sleep on the mutex. A calibration
-// batch runs one parallel region per node (MobileNetV2: ~150 per batch of
-// 5-15 ms); a worker that had gone to sleep woke too late to take its half
-// of most of them (futex wake-up on this VM: tens of microseconds), and the
-// caller did the whole region alone: 2 threads ran no faster than 1.
+// its helpers to finish, before going to sleep on the mutex; only while a
+// SpinScope is alive, so that outside model runs the cores stay with gRPC
+// and other calls (quantd_loadgen's mixed calls could not resolve a
+// difference either way: 1 client 9-15 calls/s with and without). A
+// calibration batch runs one parallel region per node (MobileNetV2: ~150 per
+// batch of 5-15 ms); a worker that had gone to sleep woke too late to take
+// its half of most of them (futex wake-up on this VM: tens of
+// microseconds), and the caller did the whole region alone: 2 threads ran no
+// faster than 1.
 constexpr std::chrono::microseconds kSpin{50};
 
 void CpuRelax() {
@@ -54,6 +58,14 @@ bool SpinUntil(const Ready& ready) {
 }
 
 }  // namespace
+
+ThreadPool::SpinScope::SpinScope(ThreadPool* pool) : pool_(pool) {
+  if (pool_ != nullptr) pool_->spin_scopes_.fetch_add(1);
+}
+
+ThreadPool::SpinScope::~SpinScope() {
+  if (pool_ != nullptr) pool_->spin_scopes_.fetch_sub(1);
+}
 
 ThreadPool::Member::Member(const ThreadPool* pool) : previous_(member_of) {
   if (pool != nullptr) member_of = pool;
@@ -93,7 +105,9 @@ void ThreadPool::WorkerLoop() {
   member_of = this;
   while (true) {
     std::function<void()> task;
-    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
+    if (spin_scopes_.load(std::memory_order_relaxed) > 0) {
+      SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
+    }
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -164,7 +178,9 @@ void ThreadPool::ParallelFor(int64_t n,
     });
   }
   run();
-  SpinUntil([&] { return state->done.load(std::memory_order_acquire) == n; });
+  if (spin_scopes_.load(std::memory_order_relaxed) > 0) {
+    SpinUntil([&] { return state->done.load(std::memory_order_acquire) == n; });
+  }
   std::pair<State*, int64_t> target(state.get(), n);
   std::exception_ptr error;
   {

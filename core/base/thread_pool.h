@@ -49,6 +49,23 @@ class ThreadPool {
   // compute thread more than there are cores, and each parallel region would
   // be split in size() + 1 pieces that run in two rounds. Nests; a null pool
   // changes nothing.
+  // While one is alive, idle workers of `pool` (and ParallelFor callers
+  // waiting for helpers) spin for a moment before they sleep. For runs of
+  // many short parallel regions back to back (a model run: one region per
+  // node), where a sleeping worker wakes too late to take its share. Outside
+  // such runs nothing spins, so other threads (gRPC, other calls) keep the
+  // cores. Nests; a null pool changes nothing.
+  class SpinScope {
+   public:
+    explicit SpinScope(ThreadPool* pool);
+    ~SpinScope();
+    SpinScope(const SpinScope&) = delete;
+    SpinScope& operator=(const SpinScope&) = delete;
+
+   private:
+    ThreadPool* pool_;
+  };
+
   class Member {
    public:
     explicit Member(const ThreadPool* pool);
@@ -66,8 +83,9 @@ class ThreadPool {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   // queue_.size(), readable without mu_: idle workers spin on it for a
-  // moment before they sleep.
+  // moment before they sleep, while a SpinScope is alive (spin_scopes_).
   std::atomic<int64_t> queued_{0};
+  std::atomic<int> spin_scopes_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };

@@ -734,6 +734,9 @@ absl::Status Executor::CheckInput(size_t i, const Tensor& t) const {
 absl::StatusOr<std::vector<Tensor>> Executor::Run(
     const absl::flat_hash_map<std::string, Tensor>& feeds,
     const RunOptions& options) const {
+  // One parallel region per node, back to back: the pool's workers stay
+  // awake between them (ThreadPool::SpinScope).
+  ThreadPool::SpinScope spin(options.pool);
   if (!implicit_.empty()) {
     return absl::FailedPreconditionError(
         "this graph reads outer-scope values; run it through its owner");

@@ -43,6 +43,28 @@ TEST(ThreadPoolTest, ParallelForFromEveryWorkerDoesNotDeadlock) {
   EXPECT_EQ(total.load(), 200);
 }
 
+// Many short regions back to back while workers spin between them (a model
+// run), from two threads with nested scopes: every index exactly once, and
+// the pool still shuts down (a spinning worker goes back to sleep and sees
+// the stop).
+TEST(ThreadPoolTest, SpinScopesKeepParallelForExact) {
+  ThreadPool pool(2);
+  auto run = [&pool] {
+    ThreadPool::SpinScope outer(&pool);
+    ThreadPool::SpinScope inner(&pool);
+    for (int region = 0; region < 2000; ++region) {
+      std::vector<std::atomic<int>> hits(7);
+      pool.ParallelFor(7, [&](int64_t i) { hits[i].fetch_add(1); });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "region " << region;
+    }
+  };
+  std::thread other(run);
+  run();
+  other.join();
+  ThreadPool::SpinScope none(nullptr);  // A null pool changes nothing.
+  pool.ParallelFor(3, [](int64_t) {});
+}
+
 TEST(ThreadPoolTest, DestructorRunsEveryScheduledTask) {
   std::atomic<int> ran{0};
   {
