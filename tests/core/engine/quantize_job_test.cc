@@ -154,53 +154,8 @@ TEST(RunQuantizeTest, AnAlreadyQuantizedModelSaysSo) {
           HasSubstr("left as they are"))));
 }
 
-TEST(RunQuantizeTest, EntropyCalibrationCountsTheRangesItKept) {
-  // x: 511 values in [-1, 1) and one at 100 per batch. At 8 bits the
-  // unclipped step costs far less squared error than clipping the outlier
-  // by ~99, so entropy keeps x's observed range and the summary says so;
-  // entropy_unguarded clips it and says nothing.
-  auto run = [](const std::string& method) {
-    quantd::v1::QuantizeConfig config;
-    config.mutable_options()
-        ->mutable_quantization_method()
-        ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
-    config.mutable_calibration_config()->set_method(method);
-    BatchQueue queue(5);
-    for (int b = 0; b < 4; ++b) {
-      std::vector<float> x(512);
-      for (int i = 0; i < 512; ++i) {
-        x[i] = static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f;
-      }
-      x[(b * 97) % 512] = 100.0f;
-      quantd::v1::TensorBatch batch;
-      quantd::v1::NamedTensor* t = batch.add_tensors();
-      t->set_name("x");
-      t->set_data_type(1);
-      for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
-      t->set_data(x.data(), x.size() * sizeof(float));
-      queue.Push(std::move(batch));
-    }
-    queue.Close();
-    CancellationToken cancel;
-    return RunQuantize(config, testing::ConvModel().Bytes(), {}, cancel,
-                       nullptr, &queue);
-  };
-  absl::StatusOr<QuantizeResult> guarded = run("entropy");
-  ASSERT_TRUE(guarded.ok()) << guarded.status();
-  EXPECT_THAT(guarded->summary.validations(),
-              ::testing::Contains(::testing::AllOf(
-                  HasSubstr("note: entropy kept the observed range of "),
-                  HasSubstr(" calibrated tensors"))));
-  absl::StatusOr<QuantizeResult> unguarded = run("entropy_unguarded");
-  ASSERT_TRUE(unguarded.ok()) << unguarded.status();
-  for (const std::string& v : unguarded->summary.validations()) {
-    EXPECT_THAT(v, ::testing::Not(HasSubstr("kept the observed range")));
-  }
-}
-
 // Batches for ConvModel's input x: 511 values in [-1, 1) and one outlier
-// per batch, so that the candidates of calibration method auto differ
-// (min_max keeps the outlier, the KL threshold clips it).
+// per batch (the observers disagree on whether to clip it).
 void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
   for (int b = 0; b < count; ++b) {
     std::vector<float> x(512);
@@ -219,9 +174,11 @@ void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
   queue->Close();
 }
 
-absl::StatusOr<QuantizeResult> RunStaticWithMethod(
-    const std::string& method, int holdout = 0, float outlier = 6.0f,
-    Recorded* recorded = nullptr) {
+absl::StatusOr<QuantizeResult> RunStaticWithMethod(const std::string& method,
+                                                   int holdout = 0,
+                                                   float outlier = 6.0f,
+                                                   Recorded* recorded = nullptr,
+                                                   int batches = 6) {
   quantd::v1::QuantizeConfig config;
   config.mutable_options()
       ->mutable_quantization_method()
@@ -229,12 +186,33 @@ absl::StatusOr<QuantizeResult> RunStaticWithMethod(
   config.mutable_calibration_config()->set_method(method);
   config.set_holdout_batches(holdout);
   BatchQueue queue(8);
-  PushOutlierBatches(&queue, 6, outlier);
+  PushOutlierBatches(&queue, batches, outlier);
   CancellationToken cancel;
   Recorded unused;
   return RunQuantize(config, testing::ConvModel().Bytes(),
                      (recorded ? recorded : &unused)->events(), cancel, nullptr,
                      &queue);
+}
+
+TEST(RunQuantizeTest, EntropyCalibrationCountsTheRangesItKept) {
+  // x: 511 values in [-1, 1) and one at 100 per batch. At 8 bits the
+  // unclipped step costs far less squared error than clipping the outlier
+  // by ~99, so entropy keeps x's observed range and the summary says so;
+  // entropy_unguarded clips it and says nothing.
+  auto run = [](const std::string& method) {
+    return RunStaticWithMethod(method, 0, 100.0f, nullptr, 4);
+  };
+  absl::StatusOr<QuantizeResult> guarded = run("entropy");
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  EXPECT_THAT(guarded->summary.validations(),
+              ::testing::Contains(::testing::AllOf(
+                  HasSubstr("note: entropy kept the observed range of "),
+                  HasSubstr(" calibrated tensors"))));
+  absl::StatusOr<QuantizeResult> unguarded = run("entropy_unguarded");
+  ASSERT_TRUE(unguarded.ok()) << unguarded.status();
+  for (const std::string& v : unguarded->summary.validations()) {
+    EXPECT_THAT(v, ::testing::Not(HasSubstr("kept the observed range")));
+  }
 }
 
 TEST(RunQuantizeTest, AutoObserverKeepsTheCandidateClosestToFloat) {

@@ -25,6 +25,30 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
+// The kernels' shape of a reference convolution with output oh x ow.
+Conv2DShape ShapeOf(const testing::RefConvParams& p, int64_t oh, int64_t ow) {
+  Conv2DShape s;
+  s.n = p.n;
+  s.c = p.c;
+  s.h = p.h;
+  s.w = p.w;
+  s.m = p.m;
+  s.group = p.group;
+  s.kh = p.kh;
+  s.kw = p.kw;
+  s.sh = p.sh;
+  s.sw = p.sw;
+  s.dh = p.dh;
+  s.dw = p.dw;
+  s.pt = p.pt;
+  s.pl = p.pl;
+  s.pb = p.pb;
+  s.pr = p.pr;
+  s.oh = oh;
+  s.ow = ow;
+  return s;
+}
+
 // One convolution, run through Conv2DWithImagesPerGemm with several image
 // counts per GEMM; every result must match the reference (double
 // accumulation) and the per-image layout up to summation order.
@@ -92,25 +116,7 @@ class BatchedConvTester {
     int64_t oh, ow;
     const std::vector<float> want =
         testing::RefConv(p_, x, w, bias_ ? &b : nullptr, &oh, &ow);
-    Conv2DShape s;
-    s.n = p_.n;
-    s.c = p_.c;
-    s.h = p_.h;
-    s.w = p_.w;
-    s.m = p_.m;
-    s.group = p_.group;
-    s.kh = p_.kh;
-    s.kw = p_.kw;
-    s.sh = p_.sh;
-    s.sw = p_.sw;
-    s.dh = p_.dh;
-    s.dw = p_.dw;
-    s.pt = p_.pt;
-    s.pl = p_.pl;
-    s.pb = p_.pb;
-    s.pr = p_.pr;
-    s.oh = oh;
-    s.ow = ow;
+    const Conv2DShape s = ShapeOf(p_, oh, ow);
     // 1 is the per-image layout; the others batch, with a short last batch
     // when n is not a multiple; more than n is clamped to n.
     std::vector<float> per_image;
@@ -385,23 +391,7 @@ TEST(DepthwiseConvTest, EveryKernelMatchesTheReference) {
       int64_t oh, ow;
       const std::vector<float> want =
           testing::RefConv(rp, x, w, bias ? &b : nullptr, &oh, &ow);
-      Conv2DShape s;
-      s.n = k.n;
-      s.c = s.m = s.group = k.c;
-      s.h = k.h;
-      s.w = k.w;
-      s.kh = k.kh;
-      s.kw = k.kw;
-      s.sh = k.sh;
-      s.sw = k.sw;
-      s.dh = k.dh;
-      s.dw = k.dw;
-      s.pt = k.pt;
-      s.pl = k.pl;
-      s.pb = k.pb;
-      s.pr = k.pr;
-      s.oh = oh;
-      s.ow = ow;
+      const Conv2DShape s = ShapeOf(rp, oh, ow);
       for (DepthwiseKernel kernel :
            {DepthwiseKernel::kLanes, DepthwiseKernel::kPlanes,
             DepthwiseKernel::kDirect}) {
