@@ -309,6 +309,33 @@ std::string AccuracySearchChart(const quantd::v1::AccuracySearch& a) {
   return svg + "</svg>\n";
 }
 
+// What calibration_method auto tried and kept.
+std::string ObserverChoiceSection(const quantd::v1::QuantizeSummary& s) {
+  if (!s.has_observer_choice()) return "";
+  const quantd::v1::ObserverChoice& c = s.observer_choice();
+  std::string html = absl::StrCat(
+      "<h2>Calibration observer (auto)</h2>\n<p>kept <b>",
+      HtmlEscape(c.chosen()),
+      "</b>; each candidate quantized the model and "
+      "was compared with float on ",
+      c.batches(), c.held_out() ? " held-out" : "", " batches.</p>\n<table>\n",
+      Header({"candidate", "worst output SQNR (dB)", "worst top-1 agreement",
+              "tensors clipped", ""}));
+  for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
+    const bool kept = k.method() == c.chosen();
+    absl::StrAppend(&html, kept ? "<tr class=\"chosen\">" : "<tr>",
+                    Cell(k.method()), Cell(FormatDb(k.output_sqnr_db()), true),
+                    Cell(std::isnan(k.top1_agreement())
+                             ? std::string("-")
+                             : absl::StrFormat("%.4f", k.top1_agreement()),
+                         true),
+                    Cell(absl::StrCat(k.clipped_tensors()), true),
+                    kept ? "<td class=\"tag\">kept</td>" : "<td></td>",
+                    "</tr>\n");
+  }
+  return html + "</table>\n";
+}
+
 // What a target_sqnr_db / target_agreement search tried and returned.
 std::string AccuracySearchSection(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_accuracy_search()) return "";
@@ -519,7 +546,8 @@ std::string RenderQuantizeReportHtml(const QuantizeReportInput& input) {
       "</style>\n</head>\n<body>\n<h1>quantd quantization report</h1>\n<p>",
       HtmlEscape(input.model_path), " &rarr; ", HtmlEscape(input.output_path),
       "</p>\n", ModelSection(input), OptionsSection(input),
-      FidelitySection(input.summary), AccuracySearchSection(input.summary),
+      ObserverChoiceSection(input.summary), FidelitySection(input.summary),
+      AccuracySearchSection(input.summary),
       ChannelScalingSection(input.summary), TensorSection(input),
       "</body>\n</html>\n");
 }

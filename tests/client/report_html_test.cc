@@ -281,5 +281,28 @@ TEST(RenderQuantizeReportHtmlTest, AccuracySearchIsTabledAndPlotted) {
   EXPECT_THAT(RenderQuantizeReportHtml(in), Not(HasSubstr("Accuracy search")));
 }
 
+TEST(RenderQuantizeReportHtmlTest, ObserverChoiceIsTabled) {
+  QuantizeReportInput in = Input();
+  EXPECT_THAT(RenderQuantizeReportHtml(in),
+              Not(HasSubstr("Calibration observer")));
+  quantd::v1::ObserverChoice* c = in.summary.mutable_observer_choice();
+  c->set_chosen("entropy");
+  c->set_batches(3);
+  c->set_held_out(true);
+  for (const char* m : {"min_max", "entropy"}) {
+    quantd::v1::ObserverCandidate* k = c->add_candidates();
+    k->set_method(m);
+    k->set_output_sqnr_db(std::string(m) == "entropy" ? 31.25 : 20.5);
+    k->set_top1_agreement(std::nan(""));
+    k->set_clipped_tensors(std::string(m) == "entropy" ? 4 : 0);
+  }
+  const std::string html = RenderQuantizeReportHtml(in);
+  EXPECT_THAT(html, HasSubstr("<h2>Calibration observer (auto)</h2>"));
+  EXPECT_THAT(html, HasSubstr("kept <b>entropy</b>"));
+  EXPECT_THAT(html, HasSubstr("on 3 held-out batches"));
+  EXPECT_EQ(Count(html, "<td class=\"tag\">kept</td>"), 1);
+  EXPECT_THAT(html, HasSubstr("<td>min_max</td>"));
+}
+
 }  // namespace
 }  // namespace quantd::client
