@@ -213,6 +213,17 @@ class HistogramObserver final : public Observer {
         magnitude_(kind == Kind::kEntropy || kind == Kind::kEntropyUnguarded ||
                    kind == Kind::kAuto || c.symmetric) {}
 
+  // The kind a histogram method name asks for; min_max (auto's candidate)
+  // for a name that is none.
+  static Kind KindOf(const std::string& method) {
+    if (method == "percentile") return Kind::kPercentile;
+    if (method == "mse") return Kind::kMse;
+    if (method == "entropy") return Kind::kEntropy;
+    if (method == "entropy_unguarded") return Kind::kEntropyUnguarded;
+    if (method == "auto") return Kind::kAuto;
+    return Kind::kMinMax;
+  }
+
  private:
   void Init(int num_slots) override {
     hists_.assign(num_slots, StreamingHistogram(config_.num_bins));
@@ -262,17 +273,7 @@ class HistogramObserver final : public Observer {
   std::pair<float, float> SlotRangeAs(int slot, const std::string& candidate,
                                       bool* kept_observed) const override {
     if (kind_ != Kind::kAuto) return SlotRange(slot, kept_observed);
-    Kind kind = Kind::kMinMax;
-    if (candidate == "percentile") {
-      kind = Kind::kPercentile;
-    } else if (candidate == "mse") {
-      kind = Kind::kMse;
-    } else if (candidate == "entropy") {
-      kind = Kind::kEntropy;
-    } else if (candidate == "entropy_unguarded") {
-      kind = Kind::kEntropyUnguarded;
-    }
-    return RangeOfKind(kind, slot, kept_observed);
+    return RangeOfKind(KindOf(candidate), slot, kept_observed);
   }
 
   std::pair<float, float> RangeOfKind(Kind kind, int slot,
@@ -589,7 +590,6 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
     const ObserverConfig& config, MemoryBudget* budget) {
   QUANTD_RETURN_IF_ERROR(ValidateObserverConfig(config));
-  using Kind = HistogramObserver::Kind;
   const std::string& m = config.method;
   std::unique_ptr<Observer> o;
   if (m == "last_value") {
@@ -598,16 +598,9 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
     o = std::make_unique<MinMaxObserver>(config);
   } else if (m == "moving_average") {
     o = std::make_unique<MovingAverageObserver>(config);
-  } else if (m == "percentile") {
-    o = std::make_unique<HistogramObserver>(config, Kind::kPercentile);
-  } else if (m == "mse") {
-    o = std::make_unique<HistogramObserver>(config, Kind::kMse);
-  } else if (m == "entropy") {
-    o = std::make_unique<HistogramObserver>(config, Kind::kEntropy);
-  } else if (m == "auto") {
-    o = std::make_unique<HistogramObserver>(config, Kind::kAuto);
-  } else {
-    o = std::make_unique<HistogramObserver>(config, Kind::kEntropyUnguarded);
+  } else {  // The histogram methods (validated above).
+    o = std::make_unique<HistogramObserver>(config,
+                                            HistogramObserver::KindOf(m));
   }
   o->budget_ = budget;
   return o;

@@ -822,11 +822,11 @@ absl::Status QuantizeJob::Calibrate() {
 
 absl::Status QuantizeJob::ReadAutoCandidates(
     const CalibrationSession& session) {
-  // min_max first: the others' clipping is counted against it.
-  const quantd::v1::CalibrationResult observed =
-      session.ResultAs(calibration::kAutoCandidates[0]);
+  // min_max comes first: the others' clipping is counted against it.
+  quantd::v1::CalibrationResult observed;
   for (const char* method : calibration::kAutoCandidates) {
     const quantd::v1::CalibrationResult r = session.ResultAs(method);
+    if (auto_candidates_.empty()) observed = r;
     AutoCandidate c;
     c.method = method;
     QUANTD_ASSIGN_OR_RETURN(c.ranges, passes::RangesFromCalibration(r));

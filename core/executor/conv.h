@@ -51,8 +51,9 @@ void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
 
 // Depthwise convolutions (group == c == m) have three kernels:
 //  - kLanes: 16 channels in the vector lanes over a transposed, padded copy
-//    of the image; any window; chosen for small maps, where one channel fills
-//    a fraction of a vector;
+//    of the image; any window; chosen for 3x3 on small maps (where one
+//    channel fills a fraction of a vector) and for every other window while
+//    its scratch stays small;
 //  - kPlanes: 3x3 at stride 1 or 2 only, one channel's padded plane at a time
 //    (16 outputs per vector);
 //  - kDirect: any window, one channel at a time.
