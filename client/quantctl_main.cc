@@ -163,6 +163,16 @@ ABSL_FLAG(std::string, calibration_method, "",
           "or auto: min_max, percentile, mse, entropy and entropy_unguarded "
           "each quantize the model and the one closest to float at the "
           "outputs is kept (one quantization and fidelity run each).");
+ABSL_FLAG(double, headroom, 0,
+          "quantize (with --calibration_data) and calibrate: widen every "
+          "calibrated activation range by this factor in [1, 16] so that "
+          "unseen data a little beyond the calibration extremes is not "
+          "clipped; 0: none.");
+ABSL_FLAG(bool, auto_headroom, false,
+          "quantize (with --calibration_data, observer min_max): choose the "
+          "headroom (1, 1.1, 1.25, 1.5, 2, times --headroom) by "
+          "cross-validation over the calibration batches (one quantization "
+          "per factor and fold).");
 
 namespace {
 
@@ -192,6 +202,7 @@ constexpr char kUsage[] =
     "                    [--calibration=RANGES.pb]\n"
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
+    "                    [--headroom=F] [--auto_headroom]\n"
     "                    [--sample_axis=NAME=K|NAME=none ...]\n"
     "                    [--report=REPORT.html]\n"
     "                    [--timeout=SECONDS]\n"
@@ -202,6 +213,7 @@ constexpr char kUsage[] =
     "                     [--method=min_max|last_value|moving_average|\n"
     "                               percentile|mse|entropy|\n"
     "                               entropy_unguarded]\n"
+    "                     [--headroom=F]\n"
     "                     [--timeout=SECONDS]\n"
     "  quantctl info --server=T [--json] [--timeout=SECONDS]\n"
     "  quantctl health --server=T [--timeout=SECONDS]\n"
@@ -253,10 +265,12 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         "smoothquant",
         "equalize",
         "target_agreement",
-        "allowed_precisions"}},
+        "allowed_precisions",
+        "headroom",
+        "auto_headroom"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
-        "method", "per_channel", "json", "timeout"}},
+        "method", "per_channel", "json", "timeout", "headroom"}},
       {"info", {"server", "json", "timeout"}},
       {"health", {"server", "timeout"}},
   };
@@ -572,19 +586,21 @@ void PrintAccuracySearch(const quantd::v1::QuantizeSummary& s) {
 void PrintObserverChoice(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_observer_choice()) return;
   const quantd::v1::ObserverChoice& c = s.observer_choice();
-  absl::PrintF(
-      "calibration method auto: kept %s (each candidate compared with float "
-      "on %d %sbatches)\n",
-      c.chosen(), c.batches(), c.held_out() ? "held-out " : "");
+  absl::PrintF("%s: kept %s (each candidate compared with float on %s)\n",
+               c.folds() > 0 ? "auto_headroom" : "calibration method auto",
+               quantd::client::ObserverChoiceKept(c),
+               quantd::client::ObserverChoiceJudgedOn(c));
   std::vector<std::vector<std::string>> rows = {
       {"CANDIDATE", "OUTPUT_SQNR_DB", "TOP1_AGREEMENT", "CLIPPED_TENSORS", ""}};
   for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
-    rows.push_back({k.method(), quantd::client::FormatDb(k.output_sqnr_db()),
-                    std::isnan(k.top1_agreement())
-                        ? std::string("-")
-                        : absl::StrFormat("%.4f", k.top1_agreement()),
-                    absl::StrCat(k.clipped_tensors()),
-                    k.method() == c.chosen() ? "<- kept" : ""});
+    rows.push_back(
+        {quantd::client::ObserverCandidateName(k.method(), k.headroom()),
+         quantd::client::FormatDb(k.output_sqnr_db()),
+         std::isnan(k.top1_agreement())
+             ? std::string("-")
+             : absl::StrFormat("%.4f", k.top1_agreement()),
+         absl::StrCat(k.clipped_tensors()),
+         quantd::client::IsKeptCandidate(c, k) ? "<- kept" : ""});
   }
   PrintTable(rows);
 }
@@ -722,6 +738,13 @@ int RunQuantize() {
   if (!calibration_method.empty() && data_flags.empty()) {
     return UsageError("--calibration_method needs --calibration_data");
   }
+  const double headroom = absl::GetFlag(FLAGS_headroom);
+  const bool auto_headroom = absl::GetFlag(FLAGS_auto_headroom);
+  if ((headroom != 0 || auto_headroom) && data_flags.empty()) {
+    return UsageError(
+        absl::StrCat(headroom != 0 ? "--headroom" : "--auto_headroom",
+                     " widens the ranges calibrated from --calibration_data"));
+  }
 
   absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
   if (!model.ok()) return Fail(model.status());
@@ -824,6 +847,12 @@ int RunQuantize() {
       if (!method.ok()) return Fail(method.status());
       config.mutable_calibration_config()->set_method(*method);
     }
+    if (headroom != 0) {
+      config.mutable_calibration_config()->set_headroom(headroom);
+    }
+    if (auto_headroom) {
+      config.mutable_calibration_config()->set_auto_headroom(true);
+    }
   }
   quantd::client::QuantizeCallbacks callbacks;
   const bool show_progress = isatty(STDERR_FILENO) != 0;
@@ -915,6 +944,9 @@ int RunCalibrate() {
   if (!method.ok()) return Fail(method.status());
   config.set_method(*method);
   config.set_per_channel(absl::GetFlag(FLAGS_per_channel));
+  if (absl::GetFlag(FLAGS_headroom) != 0) {
+    config.set_headroom(absl::GetFlag(FLAGS_headroom));
+  }
 
   absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> data =
       OpenCalibrationData(data_flags);

@@ -122,6 +122,32 @@ std::string HtmlEscape(absl::string_view text) {
   return out;
 }
 
+std::string ObserverCandidateName(const std::string& method, double headroom) {
+  if (headroom == 0.0 || headroom == 1.0) return method;
+  return absl::StrCat(method, " x", absl::StrFormat("%g", headroom));
+}
+
+std::string ObserverChoiceKept(const quantd::v1::ObserverChoice& c) {
+  return ObserverCandidateName(c.chosen(), c.chosen_headroom());
+}
+
+std::string ObserverChoiceJudgedOn(const quantd::v1::ObserverChoice& c) {
+  std::string text =
+      absl::StrCat(c.batches(), c.held_out() ? " held-out" : "", " batches");
+  if (c.folds() > 0) {
+    absl::StrAppend(&text, " in ", c.folds(),
+                    " folds, each judging the other batches' ranges");
+  }
+  return text;
+}
+
+bool IsKeptCandidate(const quantd::v1::ObserverChoice& c,
+                     const quantd::v1::ObserverCandidate& k) {
+  auto factor = [](double h) { return h == 0.0 ? 1.0 : h; };
+  return k.method() == c.chosen() &&
+         factor(k.headroom()) == factor(c.chosen_headroom());
+}
+
 namespace {
 
 constexpr char kStyle[] = R"css(
@@ -313,18 +339,19 @@ std::string AccuracySearchChart(const quantd::v1::AccuracySearch& a) {
 std::string ObserverChoiceSection(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_observer_choice()) return "";
   const quantd::v1::ObserverChoice& c = s.observer_choice();
-  std::string html = absl::StrCat(
-      "<h2>Calibration observer (auto)</h2>\n<p>kept <b>",
-      HtmlEscape(c.chosen()),
-      "</b>; each candidate quantized the model and "
-      "was compared with float on ",
-      c.batches(), c.held_out() ? " held-out" : "", " batches.</p>\n<table>\n",
-      Header({"candidate", "worst output SQNR (dB)", "worst top-1 agreement",
-              "tensors clipped", ""}));
+  std::string html =
+      absl::StrCat("<h2>Calibration observer (auto)</h2>\n<p>kept <b>",
+                   HtmlEscape(ObserverChoiceKept(c)),
+                   "</b>; each candidate quantized the model and "
+                   "was compared with float on ",
+                   HtmlEscape(ObserverChoiceJudgedOn(c)), ".</p>\n<table>\n",
+                   Header({"candidate", "worst output SQNR (dB)",
+                           "worst top-1 agreement", "tensors clipped", ""}));
   for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
-    const bool kept = k.method() == c.chosen();
+    const bool kept = IsKeptCandidate(c, k);
     absl::StrAppend(&html, kept ? "<tr class=\"chosen\">" : "<tr>",
-                    Cell(k.method()), Cell(FormatDb(k.output_sqnr_db()), true),
+                    Cell(ObserverCandidateName(k.method(), k.headroom())),
+                    Cell(FormatDb(k.output_sqnr_db()), true),
                     Cell(std::isnan(k.top1_agreement())
                              ? std::string("-")
                              : absl::StrFormat("%.4f", k.top1_agreement()),

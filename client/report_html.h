@@ -57,6 +57,18 @@ std::string AccuracySearchGoal(const quantd::v1::AccuracySearch& a);
 std::vector<std::string> AccuracySearchRoundCells(
     const quantd::v1::AccuracySearch& a, int round);
 
+// summary.observer_choice for people: a candidate's name with its headroom
+// when it has one ("min_max x1.5"), the kept one's likewise, and whether a
+// candidate is the kept one (method and headroom; 0 from an older server
+// reads as 1).
+std::string ObserverCandidateName(const std::string& method, double headroom);
+std::string ObserverChoiceKept(const quantd::v1::ObserverChoice& c);
+// What the candidates were judged on: "6 batches", "2 held-out batches",
+// "6 batches in 4 folds, each judging the other batches' ranges".
+std::string ObserverChoiceJudgedOn(const quantd::v1::ObserverChoice& c);
+bool IsKeptCandidate(const quantd::v1::ObserverChoice& c,
+                     const quantd::v1::ObserverCandidate& k);
+
 // Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string HtmlEscape(absl::string_view text);
 

@@ -486,15 +486,18 @@ absl::Status Observer::Observe(absl::Span<const float> data,
 
 ObserverResult Observer::Result() const {
   absl::MutexLock lock(&mu_);
-  return ResultLocked(nullptr);
+  return ResultLocked(nullptr, 1.0);
 }
 
-ObserverResult Observer::ResultAs(const std::string& candidate) const {
+ObserverResult Observer::ResultAs(const std::string& candidate,
+                                  double headroom) const {
   absl::MutexLock lock(&mu_);
-  return ResultLocked(&candidate);
+  return ResultLocked(&candidate, headroom);
 }
 
-ObserverResult Observer::ResultLocked(const std::string* candidate) const {
+ObserverResult Observer::ResultLocked(const std::string* candidate,
+                                      double headroom) const {
+  const float widen = static_cast<float>(config_.headroom * headroom);
   auto range = [&](int slot, bool* kept) {
     return candidate == nullptr ? SlotRange(slot, kept)
                                 : SlotRangeAs(slot, *candidate, kept);
@@ -508,6 +511,8 @@ ObserverResult Observer::ResultLocked(const std::string* candidate) const {
     return r;
   }
   std::tie(r.min, r.max) = range(0, &r.kept_observed_range);
+  r.min *= widen;
+  r.max *= widen;
   if (config_.per_channel) {
     r.axis = axis_;
     r.channel_min.resize(channels_);
@@ -515,6 +520,8 @@ ObserverResult Observer::ResultLocked(const std::string* candidate) const {
     for (int64_t c = 0; c < channels_; ++c) {
       std::tie(r.channel_min[c], r.channel_max[c]) =
           range(static_cast<int>(1 + c), &r.kept_observed_range);
+      r.channel_min[c] *= widen;
+      r.channel_max[c] *= widen;
     }
   }
   return r;
@@ -557,6 +564,12 @@ absl::Status ValidateObserverConfig(const ObserverConfig& c) {
     return Bad("init_min/init_max",
                absl::StrCat("must be finite with init_min <= init_max, got [",
                             c.init_min, ", ", c.init_max, "]"));
+  }
+  // 16x costs 24 dB of rounding SQNR: past that a range is a guess.
+  if (!(c.headroom >= 1.0 && c.headroom <= 16.0)) {
+    return Bad(
+        "headroom",
+        absl::StrCat("must be in [1, 16] (0 or unset: 1), got ", c.headroom));
   }
   if (c.quant_delay < 0) {
     return Bad("quant_delay",
@@ -651,6 +664,7 @@ ObserverConfig ObserverConfigFromProto(const quantd::v1::CalibrateConfig& p) {
   if (p.has_num_bins()) c.num_bins = p.num_bins();
   c.per_channel = p.per_channel();
   c.axis = 1;
+  if (p.has_headroom() && p.headroom() != 0.0) c.headroom = p.headroom();
   return c;
 }
 

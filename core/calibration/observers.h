@@ -54,6 +54,11 @@ inline constexpr const char* kObserverMethods[] = {
 inline constexpr const char* kAutoCandidates[] = {
     "min_max", "percentile", "mse", "entropy", "entropy_unguarded"};
 
+// The widenings "auto" also tries on min_max when it judges on batches held
+// out from calibration (on the batches the ranges were fitted to, a wider
+// range can only look worse, so they are not tried there).
+inline constexpr double kAutoHeadroomCandidates[] = {1.1, 1.25, 1.5, 2.0};
+
 // The histogram methods: percentile, mse, entropy, entropy_unguarded, auto.
 bool IsHistogramMethod(const std::string& method);
 
@@ -87,6 +92,10 @@ struct ObserverConfig {
   // activations: 1; tf.contrib (channels last): -1.
   bool per_channel = false;
   int axis = 1;
+  // Every observed range (per tensor and per channel) is multiplied by this
+  // factor after AdjustRange, which it commutes with: [1, 16]. The range
+  // before any batch (init_min, init_max) is not widened.
+  double headroom = 1.0;
 };
 
 // What an observer reports; maps onto quantd.v1.TensorRange.
@@ -135,9 +144,9 @@ class Observer {
   ObserverResult Result() const ABSL_LOCKS_EXCLUDED(mu_);
   // An "auto" observer: the range(s) `candidate` (one of kAutoCandidates)
   // reads from its histograms. Any other observer: Result(), whatever the
-  // name.
-  ObserverResult ResultAs(const std::string& candidate) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // name. Either way widened by `headroom` on top of config().headroom.
+  ObserverResult ResultAs(const std::string& candidate,
+                          double headroom = 1.0) const ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t batch_count() const ABSL_LOCKS_EXCLUDED(mu_);
   // batch_count() >= quant_delay (tf.contrib's activate_quant on the last
@@ -183,8 +192,10 @@ class Observer {
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
       const ObserverConfig& config, MemoryBudget* budget);
 
-  // Result() (candidate null) or ResultAs(*candidate), under mu_.
-  ObserverResult ResultLocked(const std::string* candidate) const
+  // Result() (candidate null) or ResultAs(*candidate), under mu_, widened
+  // by config_.headroom * headroom.
+  ObserverResult ResultLocked(const std::string* candidate,
+                              double headroom) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   MemoryBudget* budget_ = nullptr;  // Not owned; may be null.

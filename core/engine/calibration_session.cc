@@ -439,16 +439,16 @@ absl::Status CalibrationSession::AddBatch(const quantd::v1::TensorBatch& batch,
 }
 
 quantd::v1::CalibrationResult CalibrationSession::Result() const {
-  return ResultOf(nullptr);
+  return ResultOf(nullptr, 1.0);
 }
 
 quantd::v1::CalibrationResult CalibrationSession::ResultAs(
-    const std::string& candidate) const {
-  return ResultOf(&candidate);
+    const std::string& candidate, double headroom) const {
+  return ResultOf(&candidate, headroom);
 }
 
 quantd::v1::CalibrationResult CalibrationSession::ResultOf(
-    const std::string* candidate) const {
+    const std::string* candidate, double headroom) const {
   std::vector<std::string> names;
   names.reserve(observers_.size());
   for (const auto& [name, observer] : observers_) names.push_back(name);
@@ -461,8 +461,8 @@ quantd::v1::CalibrationResult CalibrationSession::ResultOf(
   for (const auto& name : names) {
     const calibration::Observer& o = *observers_.at(name);
     calibration::ToTensorRange(
-        candidate != nullptr ? o.ResultAs(*candidate) : o.Result(), name,
-        result.add_ranges());
+        candidate != nullptr ? o.ResultAs(*candidate, headroom) : o.Result(),
+        name, result.add_ranges());
   }
   return result;
 }

@@ -94,7 +94,9 @@ class CalibrationSession {
   quantd::v1::CalibrationResult Result() const;
   // Observer "auto": the ranges `candidate` (calibration::kAutoCandidates)
   // reads from the same histograms, method set to it. Otherwise Result().
-  quantd::v1::CalibrationResult ResultAs(const std::string& candidate) const;
+  // Either way widened by `headroom` on top of the config's.
+  quantd::v1::CalibrationResult ResultAs(const std::string& candidate,
+                                         double headroom = 1.0) const;
 
   // Tensors whose quant_delay has not elapsed yet (tf.contrib would still
   // pass them through unquantized), sorted.
@@ -114,7 +116,8 @@ class CalibrationSession {
   CalibrationSession(onnx::ModelProto model, calibration::ObserverConfig config,
                      const JobLimits& limits);
 
-  quantd::v1::CalibrationResult ResultOf(const std::string* candidate) const;
+  quantd::v1::CalibrationResult ResultOf(const std::string* candidate,
+                                         double headroom) const;
   absl::Status Observe(const std::string& name, const executor::Tensor& t);
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();

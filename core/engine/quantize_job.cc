@@ -149,6 +149,12 @@ class QuantizeJob {
   // compares best with the float one becomes ranges_
   // (summary.observer_choice).
   absl::Status ReadAutoCandidates(const CalibrationSession& session);
+  // calibration_config.auto_headroom: min_max at each headroom factor as
+  // candidates, judged by folds of the kept batches (or held-out ones).
+  absl::Status ReadHeadroomCandidates(const CalibrationSession& session);
+  // The ranges min_max would give without the batches of fold `fold`
+  // (kept batches [begin, end)), from batch_extremes_.
+  passes::ActivationRanges FoldRanges(int64_t begin, int64_t end) const;
   absl::Status ChooseObserver();
   // config.equalize: cross-layer equalization of the prepared float model.
   absl::Status Equalize();
@@ -183,7 +189,8 @@ class QuantizeJob {
   // message says why the comparison could not run (the caller checks
   // cancel_ first).
   absl::StatusOr<quantd::v1::FidelityReport> CompareWithFloat(
-      FidelityEvaluator* evaluator, bool free_batches);
+      FidelityEvaluator* evaluator, bool free_batches, int64_t begin = 0,
+      int64_t end = -1);
   // What the report's note says about batches that were not compared.
   std::string FidelityNote() const;
   // config.target_sqnr_db / target_agreement: Quantize and compare,
@@ -191,7 +198,9 @@ class QuantizeJob {
   // (accuracy_search.h).
   absl::Status SearchForTarget();
   // Keeps a calibration batch for Fidelity, within the memory budget.
-  void KeepForFidelity(quantd::v1::TensorBatch batch);
+  // `ordinal`: the batch's place among the observed ones (-1 when held
+  // out), for auto_headroom's folds.
+  void KeepForFidelity(quantd::v1::TensorBatch batch, int64_t ordinal = -1);
   absl::Status Serialize();
   void FillOptionWords();
 
@@ -219,11 +228,21 @@ class QuantizeJob {
   passes::ActivationRanges ranges_;
   struct AutoCandidate {
     std::string method;
+    double headroom = 1.0;  // The candidate's own factor (on the config's).
     passes::ActivationRanges ranges;
     int kept = 0;     // Ranges entropy's guard left at the observed extremes.
     int clipped = 0;  // Ranges narrower than the observed extremes.
   };
   std::vector<AutoCandidate> auto_candidates_;
+  // calibration_config.auto_headroom: each calibrated tensor's raw extremes
+  // per observed batch (by ordinal; +inf/-inf where a batch did not produce
+  // it), the ordinal of each kept fidelity batch, and the folds the kept
+  // batches are judged in (0: judged on held-out batches directly).
+  absl::flat_hash_map<std::string, std::vector<std::pair<float, float>>>
+      batch_extremes_;
+  std::vector<int64_t> fidelity_ordinals_;
+  int64_t observed_batches_ = 0;
+  int headroom_folds_ = 0;
   // False while ChooseObserver quantizes its candidates: only the returned
   // model's tensors are reported to the client.
   bool stream_reports_ = true;
@@ -410,6 +429,8 @@ absl::StatusOr<quantd::v1::ChannelScaling*> QuantizeJob::Rescale(
       passes::ActivationRange& r = ranges_[v];
       std::tie(r.min, r.max) = numerics::AdjustRange(
           lo, hi, observers.bits, observers.symmetric, observers.narrow_range);
+      r.min *= static_cast<float>(observers.headroom);
+      r.max *= static_cast<float>(observers.headroom);
       r.channels = 0;
     }
   }
@@ -711,9 +732,26 @@ absl::Status QuantizeJob::Calibrate() {
       }
     }
   }
-  if (layer_inputs || extremes) {
-    (*session)->set_tensor_sink([this, extremes](const std::string& name,
-                                                 const executor::Tensor& t) {
+  const bool auto_headroom =
+      is_static && config_.calibration_config().auto_headroom();
+  if (layer_inputs || extremes || auto_headroom) {
+    (*session)->set_tensor_sink([this, extremes, auto_headroom](
+                                    const std::string& name,
+                                    const executor::Tensor& t) {
+      if (auto_headroom) {
+        // The session observes one batch at a time, on this thread.
+        std::vector<std::pair<float, float>>& v = batch_extremes_[name];
+        const size_t ordinal = static_cast<size_t>(observed_batches_);
+        if (v.size() <= ordinal) {
+          v.resize(ordinal + 1, {std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity()});
+        }
+        const float* p = t.data<float>();
+        for (int64_t i = 0; i < t.size(); ++i) {
+          v[ordinal].first = std::min(v[ordinal].first, p[i]);
+          v[ordinal].second = std::max(v[ordinal].second, p[i]);
+        }
+      }
       if (input_moments_ != nullptr) {
         QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
       }
@@ -746,8 +784,9 @@ absl::Status QuantizeJob::Calibrate() {
             if (config_.holdout_batches() > 0) {
               ++batches_received_;
             } else {
-              KeepForFidelity(std::move(batch));
+              KeepForFidelity(std::move(batch), observed_batches_);
             }
+            ++observed_batches_;
           },
           config_.holdout_batches(),
           [this](quantd::v1::TensorBatch batch) {
@@ -780,6 +819,10 @@ absl::Status QuantizeJob::Calibrate() {
   }
   if (is_static && observer_config.method == "auto") {
     QUANTD_RETURN_IF_ERROR(ReadAutoCandidates(**session));
+    ranges_ = auto_candidates_.front().ranges;
+    observed_tensors_ = result.ranges_size();
+  } else if (auto_headroom) {
+    QUANTD_RETURN_IF_ERROR(ReadHeadroomCandidates(**session));
     ranges_ = auto_candidates_.front().ranges;
     observed_tensors_ = result.ranges_size();
   } else if (is_static) {
@@ -823,12 +866,27 @@ absl::Status QuantizeJob::Calibrate() {
 absl::Status QuantizeJob::ReadAutoCandidates(
     const CalibrationSession& session) {
   // min_max comes first: the others' clipping is counted against it.
-  quantd::v1::CalibrationResult observed;
+  struct Candidate {
+    const char* method;
+    double headroom;
+  };
+  std::vector<Candidate> candidates;
   for (const char* method : calibration::kAutoCandidates) {
-    const quantd::v1::CalibrationResult r = session.ResultAs(method);
+    candidates.push_back({method, 1.0});
+  }
+  if (held_out_ > 0) {
+    for (double h : calibration::kAutoHeadroomCandidates) {
+      candidates.push_back({"min_max", h});
+    }
+  }
+  quantd::v1::CalibrationResult observed;
+  for (const Candidate& candidate : candidates) {
+    const quantd::v1::CalibrationResult r =
+        session.ResultAs(candidate.method, candidate.headroom);
     if (auto_candidates_.empty()) observed = r;
     AutoCandidate c;
-    c.method = method;
+    c.method = candidate.method;
+    c.headroom = candidate.headroom;
     QUANTD_ASSIGN_OR_RETURN(c.ranges, passes::RangesFromCalibration(r));
     for (int i = 0; i < r.ranges_size(); ++i) {
       const quantd::v1::TensorRange& t = r.ranges(i);
@@ -841,15 +899,76 @@ absl::Status QuantizeJob::ReadAutoCandidates(
   return absl::OkStatus();
 }
 
+absl::Status QuantizeJob::ReadHeadroomCandidates(
+    const CalibrationSession& session) {
+  // Up to this many folds: each costs one quantization per factor.
+  constexpr int kMaxHeadroomFolds = 4;
+  const int64_t kept = static_cast<int64_t>(fidelity_batches_.size());
+  // No batch to compare on at all: ChooseObserver says why.
+  if (held_out_ == 0 && kept > 0) {
+    if (kept < 2) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "calibration_config.auto_headroom holds each calibration batch out "
+          "in turn to judge the others' ranges, which needs at least 2 "
+          "batches of graph inputs to compare on; this call has ",
+          kept,
+          ": send more batches, or set holdout_batches to judge on those"));
+    }
+    headroom_folds_ =
+        static_cast<int>(std::min<int64_t>(kept, kMaxHeadroomFolds));
+  }
+  std::vector<double> factors = {1.0};
+  for (double h : calibration::kAutoHeadroomCandidates) factors.push_back(h);
+  for (double h : factors) {
+    AutoCandidate c;
+    c.method = "min_max";
+    c.headroom = h;
+    QUANTD_ASSIGN_OR_RETURN(c.ranges, passes::RangesFromCalibration(
+                                          session.ResultAs("min_max", h)));
+    auto_candidates_.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+passes::ActivationRanges QuantizeJob::FoldRanges(int64_t begin,
+                                                 int64_t end) const {
+  const calibration::ObserverConfig& o = options_.observers;
+  absl::flat_hash_set<int64_t> left_out;
+  for (int64_t i = begin; i < end; ++i) left_out.insert(fidelity_ordinals_[i]);
+  passes::ActivationRanges ranges = auto_candidates_.front().ranges;
+  for (auto& [name, range] : ranges) {
+    auto it = batch_extremes_.find(name);
+    if (it == batch_extremes_.end()) continue;
+    float lo = std::numeric_limits<float>::infinity();
+    float hi = -lo;
+    for (size_t b = 0; b < it->second.size(); ++b) {
+      if (left_out.contains(static_cast<int64_t>(b))) continue;
+      lo = std::min(lo, it->second[b].first);
+      hi = std::max(hi, it->second[b].second);
+    }
+    if (lo > hi) continue;  // Seen only in the left-out batches.
+    std::tie(range.min, range.max) =
+        numerics::AdjustRange(lo, hi, o.bits, o.symmetric, o.narrow_range);
+    range.min *= static_cast<float>(o.headroom);
+    range.max *= static_cast<float>(o.headroom);
+  }
+  return ranges;
+}
+
 absl::Status QuantizeJob::ChooseObserver() {
+  const bool headroom = config_.calibration_config().auto_headroom();
+  const char* what =
+      headroom ? "calibration_config.auto_headroom" : "calibration method auto";
+  const char* instead =
+      headroom ? "set a headroom factor instead" : "name an observer instead";
   if (fidelity_ == nullptr || fidelity_batches_.empty()) {
     std::string why = fidelity_skipped_;
     if (why.empty()) why = "no calibration batch fed the graph inputs";
     return absl::FailedPreconditionError(absl::StrCat(
-        "calibration method auto keeps the candidate whose quantized model "
-        "is closest to the float one on this call's batches of graph "
-        "inputs, but ",
-        why, "; name an observer instead"));
+        what,
+        " keeps the candidate whose quantized model is closest to the float "
+        "one on this call's batches of graph inputs, but ",
+        why, "; ", instead));
   }
   const onnx::ModelProto float_model = model_;
   const quantd::v1::QuantizeSummary base = result_.summary;
@@ -862,32 +981,65 @@ absl::Status QuantizeJob::ChooseObserver() {
   const bool by_agreement = config_.has_target_agreement();
   size_t best = 0;
   stream_reports_ = false;
+  // Without folds, every kept batch judges the candidate's own ranges;
+  // with folds, each fold judges the other batches' ranges widened alike.
+  const int folds = std::max(headroom_folds_, 1);
+  std::vector<passes::ActivationRanges> fold_ranges;
+  if (headroom_folds_ > 0) {
+    for (int k = 0; k < folds; ++k) {
+      fold_ranges.push_back(
+          FoldRanges(k * total / folds, (k + 1) * total / folds));
+    }
+  }
   for (size_t i = 0; i < auto_candidates_.size(); ++i) {
     const AutoCandidate& c = auto_candidates_[i];
-    model_ = float_model;
-    result_.summary = base;
-    *result_.summary.mutable_stage_durations() = durations;
-    ranges_ = c.ranges;
-    QUANTD_RETURN_IF_ERROR(Quantize());
     QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<FidelityEvaluator> evaluator,
                             FidelityEvaluator::Create(float_model));
-    StartStage(
-        quantd::v1::STAGE_FIDELITY, total,
-        absl::StrCat("calibration method auto: candidate ", i + 1, " of ",
-                     auto_candidates_.size(), " (", c.method, ")"));
-    absl::StatusOr<quantd::v1::FidelityReport> report =
-        CompareWithFloat(evaluator.get(), /*free_batches=*/false);
-    EndStage();
-    durations = result_.summary.stage_durations();
+    absl::StatusOr<quantd::v1::FidelityReport> report;
+    for (int k = 0; k < folds; ++k) {
+      model_ = float_model;
+      result_.summary = base;
+      *result_.summary.mutable_stage_durations() = durations;
+      if (headroom_folds_ > 0) {
+        ranges_ = fold_ranges[k];
+        for (auto& [name, r] : ranges_) {
+          r.min *= static_cast<float>(c.headroom);
+          r.max *= static_cast<float>(c.headroom);
+        }
+      } else {
+        ranges_ = c.ranges;
+      }
+      QUANTD_RETURN_IF_ERROR(Quantize());
+      const int64_t begin = k * total / folds;
+      const int64_t end = (k + 1) * total / folds;
+      StartStage(
+          quantd::v1::STAGE_FIDELITY, end - begin,
+          absl::StrCat(
+              headroom_folds_ > 0 ? "auto_headroom" : "calibration method auto",
+              ": candidate ", i + 1, " of ", auto_candidates_.size(), " (",
+              c.method,
+              c.headroom != 1.0 ? absl::StrCat(" x", c.headroom)
+                                : std::string(),
+              ")",
+              headroom_folds_ > 0
+                  ? absl::StrCat(", fold ", k + 1, " of ", folds)
+                  : std::string()));
+      report =
+          CompareWithFloat(evaluator.get(), /*free_batches=*/false, begin, end);
+      EndStage();
+      durations = result_.summary.stage_durations();
+      if (!report.ok()) break;
+    }
     if (!report.ok()) {
       QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
-      return absl::FailedPreconditionError(absl::StrCat(
-          "calibration method auto could not compare candidate ", c.method,
-          " with the float model (", report.status().message(),
-          "); name an observer instead"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " could not compare candidate ", c.method,
+                       " with the float model (", report.status().message(),
+                       "); ", instead));
     }
     quantd::v1::ObserverCandidate* out = choice.add_candidates();
     out->set_method(c.method);
+    out->set_headroom(options_.observers.headroom * c.headroom);
     out->set_output_sqnr_db(WorstOutputSqnr(*report));
     out->set_top1_agreement(WorstTop1Agreement(*report));
     out->set_clipped_tensors(c.clipped);
@@ -903,6 +1055,9 @@ absl::Status QuantizeJob::ChooseObserver() {
   ranges_ = std::move(auto_candidates_[best].ranges);
   kept_observed_ranges_ = auto_candidates_[best].kept;
   choice.set_chosen(auto_candidates_[best].method);
+  choice.set_chosen_headroom(options_.observers.headroom *
+                             auto_candidates_[best].headroom);
+  choice.set_folds(headroom_folds_);
   *result_.summary.mutable_observer_choice() = std::move(choice);
   std::vector<AutoCandidate>().swap(auto_candidates_);
   return cancel_.Check("calibrate");
@@ -979,7 +1134,8 @@ absl::Status QuantizeJob::Quantize() {
   return cancel_.Check("quantize");
 }
 
-void QuantizeJob::KeepForFidelity(quantd::v1::TensorBatch batch) {
+void QuantizeJob::KeepForFidelity(quantd::v1::TensorBatch batch,
+                                  int64_t ordinal) {
   ++batches_received_;
   if (fidelity_ == nullptr) return;
   if (!fidelity_->FeedsGraphInputs(batch)) {
@@ -994,6 +1150,7 @@ void QuantizeJob::KeepForFidelity(quantd::v1::TensorBatch batch) {
   }
   fidelity_bytes_ += bytes;
   fidelity_batches_.push_back(std::move(batch));
+  fidelity_ordinals_.push_back(ordinal);
 }
 
 void QuantizeJob::SkipFidelity(std::string reason) {
@@ -1058,14 +1215,15 @@ absl::Status QuantizeJob::Fidelity() {
 }
 
 absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
-    FidelityEvaluator* evaluator, bool free_batches) {
+    FidelityEvaluator* evaluator, bool free_batches, int64_t begin,
+    int64_t end) {
   absl::Status s = evaluator->SetQuantizedModel(model_);
   if (!s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the executor cannot run the quantized model: ", s.message()));
   }
-  const int64_t total = static_cast<int64_t>(fidelity_batches_.size());
-  for (int64_t i = 0; i < total; ++i) {
+  if (end < 0) end = static_cast<int64_t>(fidelity_batches_.size());
+  for (int64_t i = begin; i < end; ++i) {
     QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
     s = evaluator->AddBatch(fidelity_batches_[i], pool_, cancel_);
     if (!s.ok()) {
@@ -1074,7 +1232,7 @@ absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
     }
     // Done with it: free its data now rather than at the end.
     if (free_batches) quantd::v1::TensorBatch().Swap(&fidelity_batches_[i]);
-    Progress(i + 1, total, "");
+    Progress(i + 1 - begin, end - begin, "");
   }
   return evaluator->Report();
 }

@@ -138,6 +138,54 @@ absl::Status CheckAutoObserver(const quantd::v1::QuantizeConfig& config,
   return absl::OkStatus();
 }
 
+// calibration_config.headroom widens the ranges the call's own observers
+// report; anywhere else it would be silently unused.
+absl::Status CheckHeadroom(const quantd::v1::QuantizeConfig& config,
+                           Method method, bool batch_stream) {
+  const quantd::v1::CalibrateConfig& c = config.calibration_config();
+  if (c.auto_headroom()) {
+    if (method != Method::kStaticRange) {
+      return absl::InvalidArgumentError(
+          "calibration_config.auto_headroom widens activation ranges, which "
+          "only quantization_method STATIC_RANGE uses");
+    }
+    if (config.calibration().ranges_size() > 0 || !batch_stream) {
+      return absl::InvalidArgumentError(
+          "calibration_config.auto_headroom calibrates in this call and "
+          "judges each factor on its batches: send calibration batches of "
+          "graph inputs after the model (and no config.calibration ranges)");
+    }
+    if (c.method() == "auto") {
+      return absl::UnimplementedError(
+          "calibration_config.auto_headroom with method auto: auto already "
+          "tries min_max widened when holdout_batches is set; use one or "
+          "the other");
+    }
+    if (config.has_smoothquant() || IsAwq(config)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "calibration_config.auto_headroom with ",
+          config.has_smoothquant() ? "smoothquant"
+                                   : WeightAlgorithmWords(config),
+          ": the rescaled values' ranges are derived after calibration, "
+          "outside the folds; set a headroom factor instead"));
+    }
+  }
+  if (!c.has_headroom() || c.headroom() == 0.0) return absl::OkStatus();
+  if (method != Method::kStaticRange) {
+    return absl::InvalidArgumentError(
+        "calibration_config.headroom widens activation ranges, which only "
+        "quantization_method STATIC_RANGE uses (DYNAMIC_RANGE measures them "
+        "at run time)");
+  }
+  if (config.calibration().ranges_size() > 0) {
+    return absl::InvalidArgumentError(
+        "calibration_config.headroom widens the ranges this call calibrates, "
+        "but config.calibration ranges are used as given: widen them before "
+        "sending, or send calibration batches instead");
+  }
+  return absl::OkStatus();
+}
+
 // The observers of in-call calibration: calibration_config, with the
 // request's activation_params when it has none, on the pass's grid.
 absl::StatusOr<calibration::ObserverConfig> InCallObservers(
@@ -166,6 +214,7 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
   QUANTD_RETURN_IF_ERROR(CheckSupported(config.options()));
   QUANTD_RETURN_IF_ERROR(CheckSearchFields(config, out.resolved));
   QUANTD_RETURN_IF_ERROR(CheckAutoObserver(config, method, batch_stream));
+  QUANTD_RETURN_IF_ERROR(CheckHeadroom(config, method, batch_stream));
   QUANTD_RETURN_IF_ERROR(CheckChannelScaling(config, method));
   if (config.has_smoothquant()) {
     out.smoothquant_alpha =
@@ -196,6 +245,14 @@ absl::StatusOr<QuantizeRequestOptions> ResolveQuantizeRequest(
       QUANTD_ASSIGN_OR_RETURN(
           out.observers, InCallObservers(config, out.static_range.activations));
       const bool awq = IsAwq(config);
+      if (config.calibration_config().auto_headroom() &&
+          out.observers.method != "min_max") {
+        return absl::UnimplementedError(absl::StrCat(
+            "calibration_config.auto_headroom is implemented for the min_max "
+            "observer only (its folds' ranges come from each batch's "
+            "extremes), not for calibration method '",
+            out.observers.method, "'"));
+      }
       if ((out.smoothquant_alpha || awq) && out.observers.method != "min_max") {
         return absl::UnimplementedError(absl::StrCat(
             awq ? WeightAlgorithmWords(config) : "smoothquant",
@@ -234,6 +291,12 @@ absl::StatusOr<calibration::ObserverConfig> ResolveCalibrateRequest(
         "to the float one, which only a Quantize call measures (send the "
         "batches with calibration_config.method auto there); Calibrate "
         "returns one observer's ranges: name it");
+  }
+  if (config.auto_headroom()) {
+    return absl::InvalidArgumentError(
+        "auto_headroom keeps the headroom whose quantized model comes "
+        "closest to the float one, which only a Quantize call measures; "
+        "Calibrate returns ranges: set headroom to a factor");
   }
   QUANTD_RETURN_IF_ERROR(calibration::ValidateObserverConfig(observers));
   return observers;

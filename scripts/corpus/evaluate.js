@@ -131,6 +131,11 @@ const CONFIGS = {
   // The observer chosen per model by the outputs (calibration_method auto),
   // on held-out batches or on the calibration batches themselves.
   static_tf_w8a8_auto: { label: 'STATIC TF W8A8 auto observer', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=auto'] },
+  // auto judged on one held-out batch, which also tries min_max widened
+  // (headroom 1.1..2); and a fixed widening for comparison.
+  static_tf_w8a8_auto_ho: { label: 'STATIC TF W8A8 auto observer, 1 batch held out', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=auto', '--holdout_batches=1'] },
+  static_tf_w8a8_ahr: { label: 'STATIC TF W8A8 auto_headroom', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--auto_headroom'] },
+  static_tf_w8a8_h15: { label: 'STATIC TF W8A8 headroom 1.5', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--headroom=1.5'] },
   static_tf_w8a8_entropy_t25: { label: 'STATIC TF W8A8 entropy target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy', '--target_sqnr_db=25'] },
 };
 const configNames = opt.configs !== undefined ? opt.configs.split(',').filter(Boolean)
@@ -448,7 +453,11 @@ function markdown(rows, started) {
       if (f.evaluated && f.outputs && f.outputs.length) note = (note ? note + '; ' : '') + `quantd fidelity ${fmt(Number(f.outputs[0].sqnrDb))} dB`;
       else if (f.skippedReason) note = (note ? note + '; ' : '') + `quantd fidelity skipped: ${firstLine(f.skippedReason)}`;
       const choice = r.quant.summary.observerChoice;
-      if (choice && choice.chosen) note = (note ? note + '; ' : '') + `auto kept ${choice.chosen}`;
+      if (choice && choice.chosen) {
+        const h = Number(choice.chosenHeadroom || 1);
+        const what = choice.folds ? 'auto_headroom kept' : 'auto kept';
+        note = (note ? note + '; ' : '') + `${what} ${choice.chosen}${h !== 1 ? ` x${h}` : ''}`;
+      }
     }
     if (r.config !== 'float' && r.quant.ok) {
       const e = Object.values(r.levels).find((c) => c.ok && c.extra && c.extra.step_argmax_agreement !== undefined);

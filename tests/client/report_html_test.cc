@@ -304,5 +304,34 @@ TEST(RenderQuantizeReportHtmlTest, ObserverChoiceIsTabled) {
   EXPECT_THAT(html, HasSubstr("<td>min_max</td>"));
 }
 
+// A widened candidate is named by its factor and kept only with it: the
+// plain min_max row is not marked when min_max x1.5 is the kept one.
+TEST(RenderQuantizeReportHtmlTest, WidenedCandidatesAreNamedByTheirFactor) {
+  QuantizeReportInput in = Input();
+  quantd::v1::ObserverChoice* c = in.summary.mutable_observer_choice();
+  c->set_chosen("min_max");
+  c->set_chosen_headroom(1.5);
+  for (double h : {1.0, 1.25, 1.5}) {
+    quantd::v1::ObserverCandidate* k = c->add_candidates();
+    k->set_method("min_max");
+    k->set_headroom(h);
+  }
+  EXPECT_EQ(ObserverChoiceKept(*c), "min_max x1.5");
+  EXPECT_FALSE(IsKeptCandidate(*c, c->candidates(0)));
+  EXPECT_FALSE(IsKeptCandidate(*c, c->candidates(1)));
+  EXPECT_TRUE(IsKeptCandidate(*c, c->candidates(2)));
+  const std::string html = RenderQuantizeReportHtml(in);
+  EXPECT_THAT(html, HasSubstr("kept <b>min_max x1.5</b>"));
+  EXPECT_THAT(html, HasSubstr("<td>min_max x1.25</td>"));
+  EXPECT_EQ(Count(html, "<td class=\"tag\">kept</td>"), 1);
+  // An older server sets no headroom: 0 reads as 1.
+  quantd::v1::ObserverChoice old;
+  old.set_chosen("mse");
+  quantd::v1::ObserverCandidate k;
+  k.set_method("mse");
+  EXPECT_TRUE(IsKeptCandidate(old, k));
+  EXPECT_EQ(ObserverCandidateName("mse", 0), "mse");
+}
+
 }  // namespace
 }  // namespace quantd::client

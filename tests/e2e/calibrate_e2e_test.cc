@@ -152,6 +152,67 @@ TEST_F(CalibrateE2eTest, AutoObserverPrintsItsCandidatesAndKeepsOne) {
   EXPECT_FALSE(std::filesystem::exists(tmp.File("r.pb")));
 }
 
+// --headroom through quantctl and the real server: calibrate's ranges are
+// the plain ones times the factor; quantize with held-out batches and auto
+// also tries widened min_max and prints it by its factor; out of [1, 16] the
+// server refuses it by name and writes nothing.
+TEST_F(CalibrateE2eTest, HeadroomWidensRangesAndAutoTriesIt) {
+  TempDir tmp;
+  auto ranges = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"calibrate", "--model=" + kModel,
+                                     "--data=" + kCalibX,
+                                     "--output=" + tmp.File("r.pb")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult c = Quantctl(args);
+    EXPECT_EQ(c.exit_code, 0) << c.err;
+    quantd::v1::CalibrationResult r;
+    EXPECT_TRUE(r.ParseFromString(ReadFileOrDie(tmp.File("r.pb"))));
+    return r;
+  };
+  const quantd::v1::CalibrationResult plain = ranges({});
+  const quantd::v1::CalibrationResult wide = ranges({"--headroom=1.5"});
+  ASSERT_EQ(plain.ranges_size(), wide.ranges_size());
+  ASSERT_GT(plain.ranges_size(), 0);
+  for (int i = 0; i < plain.ranges_size(); ++i) {
+    EXPECT_EQ(wide.ranges(i).min(), plain.ranges(i).min() * 1.5f);
+    EXPECT_EQ(wide.ranges(i).max(), plain.ranges(i).max() * 1.5f);
+  }
+
+  const std::string out = tmp.File("auto_headroom.onnx");
+  CommandResult q = Quantctl(
+      {"quantize", "--model=" + kModel, "--output=" + out,
+       "--method=static_range", "--calibration_data=" + kCalibX,
+       "--calibration_method=auto", "--batch_size=16", "--holdout_batches=1"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_THAT(q.out, HasSubstr("held-out batches"));
+  for (const char* m : {"\nmin_max x1.1 ", "\nmin_max x1.25 ",
+                        "\nmin_max x1.5 ", "\nmin_max x2 "}) {
+    EXPECT_THAT(q.out, HasSubstr(m));
+  }
+  ExpectGoodStaticModel(out, "--calibration_method=auto --holdout_batches=1");
+
+  const std::string folded = tmp.File("auto_headroom_folds.onnx");
+  CommandResult f =
+      Quantctl({"quantize", "--model=" + kModel, "--output=" + folded,
+                "--method=static_range", "--calibration_data=" + kCalibX,
+                "--auto_headroom", "--batch_size=16"});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_THAT(f.out, HasSubstr("auto_headroom: kept min_max"));
+  EXPECT_THAT(f.out, HasSubstr("4 batches in 4 folds"));
+  EXPECT_THAT(f.out, HasSubstr("\nmin_max x1.5 "));
+  ExpectGoodStaticModel(folded, "--auto_headroom");
+
+  CommandResult bad =
+      Quantctl({"quantize", "--model=" + kModel,
+                "--output=" + tmp.File("bad.onnx"), "--method=static_range",
+                "--calibration_data=" + kCalibX, "--headroom=20"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(bad.err, HasSubstr("headroom: must be in [1, 16]"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.File("bad.onnx")));
+  ExpectServing();
+}
+
 TEST_F(CalibrateE2eTest, MismatchedSampleCountsFailBeforeCalling) {
   TempDir tmp;
   CommandResult r =

@@ -410,7 +410,10 @@ class QuantdClient:
             ({"method": "auto"} tries min_max, percentile, mse, entropy and
             entropy_unguarded and keeps the one whose quantized model is
             closest to float at the outputs; summary.observer_choice lists
-            them).
+            them; with holdout_batches it also tries min_max widened by 1.1
+            to 2. {"headroom": 1.5} widens every calibrated range by 1.5;
+            {"auto_headroom": True} chooses that factor by cross-validation
+            over the batches).
         block_size: weight_params.block_size (quantctl --block_size): one
             weight scale per block of this many values along the input axis
             of MatMul / Gemm weights; 0 or None: per output channel.

@@ -700,6 +700,79 @@ TEST(MseTest, ClipsOutliersWhenFewBitsMakeThemExpensive) {
 // ---------------------------------------------------------------------------
 // StreamingHistogram.
 
+// headroom multiplies every observed range, per tensor and per channel, for
+// any observer (and on top of it, ResultAs's own factor); the range before
+// any batch is tf.contrib's initialiser and stays as configured.
+TEST(HeadroomTest, WidensEveryObservedRange) {
+  for (const char* method :
+       {"min_max", "moving_average", "percentile", "entropy", "auto"}) {
+    for (bool symmetric : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(method, symmetric ? " symmetric" : ""));
+      ObserverConfig plain_config = Config(method);
+      plain_config.symmetric = symmetric;
+      plain_config.per_channel = true;
+      ObserverConfig wide_config = plain_config;
+      wide_config.headroom = 1.5;
+      std::unique_ptr<Observer> plain = Make(plain_config);
+      std::unique_ptr<Observer> wide = Make(wide_config);
+      EXPECT_EQ(wide->Result().min, plain->Result().min);
+      EXPECT_EQ(wide->Result().max, plain->Result().max);
+      for (int b = 0; b < 3; ++b) {
+        std::vector<float> x(2 * 3 * 50);
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = static_cast<float>((i * 37 + b * 5) % 101) / 25.0f - 1.5f +
+                 static_cast<float>((i / 50) % 3);
+        }
+        ASSERT_TRUE(plain->Observe(x, {2, 3, 50}).ok());
+        ASSERT_TRUE(wide->Observe(x, {2, 3, 50}).ok());
+      }
+      const ObserverResult p = plain->Result();
+      const ObserverResult w = wide->Result();
+      EXPECT_LT(p.min, 0.0f);
+      EXPECT_GT(p.max, 0.0f);
+      EXPECT_EQ(w.min, p.min * 1.5f);
+      EXPECT_EQ(w.max, p.max * 1.5f);
+      ASSERT_EQ(w.channel_max.size(), 3u);
+      for (size_t c = 0; c < 3; ++c) {
+        EXPECT_EQ(w.channel_min[c], p.channel_min[c] * 1.5f);
+        EXPECT_EQ(w.channel_max[c], p.channel_max[c] * 1.5f);
+      }
+      // ResultAs widens again, by its own factor.
+      const ObserverResult twice = wide->ResultAs("min_max", 2.0);
+      const ObserverResult once = plain->ResultAs("min_max");
+      EXPECT_EQ(twice.max, once.max * 3.0f);
+      EXPECT_EQ(twice.min, once.min * 3.0f);
+    }
+  }
+}
+
+TEST(HeadroomTest, OutsideOneToSixteenIsRefusedByName) {
+  for (double h :
+       {0.0, 0.5, 0.999, 16.5, 1e9, std::numeric_limits<double>::quiet_NaN(),
+        std::numeric_limits<double>::infinity()}) {
+    ObserverConfig c = Config("min_max");
+    c.headroom = h;
+    const absl::Status s = ValidateObserverConfig(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << h;
+    EXPECT_THAT(s.message(), HasSubstr("headroom: must be in [1, 16]")) << h;
+  }
+  for (double h : {1.0, 1.25, 16.0}) {
+    ObserverConfig c = Config("min_max");
+    c.headroom = h;
+    EXPECT_TRUE(ValidateObserverConfig(c).ok()) << h;
+  }
+  // On the wire 0 (unset) means 1.
+  quantd::v1::CalibrateConfig proto;
+  EXPECT_EQ(ObserverConfigFromProto(proto).headroom, 1.0);
+  proto.set_headroom(0.0);
+  EXPECT_EQ(ObserverConfigFromProto(proto).headroom, 1.0);
+  proto.set_headroom(2.5);
+  EXPECT_EQ(ObserverConfigFromProto(proto).headroom, 2.5);
+  proto.set_headroom(-1.0);
+  EXPECT_EQ(ValidateObserverConfig(ObserverConfigFromProto(proto)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // "auto" reads every candidate from one magnitude histogram: each must be
 // bit-identical to the observer of that name where that observer bins the
 // same way (min_max and both entropies always; percentile and mse when

@@ -174,19 +174,46 @@ void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
   queue->Close();
 }
 
-absl::StatusOr<QuantizeResult> RunStaticWithMethod(const std::string& method,
-                                                   int holdout = 0,
-                                                   float outlier = 6.0f,
-                                                   Recorded* recorded = nullptr,
-                                                   int batches = 6) {
+// Batches for ConvModel's input x whose spread shrinks along the stream:
+// the first `wide` batches (the held-out ones) reach +-1.6, the others +-1,
+// as when a few dozen calibration samples miss the extremes of new data.
+void PushShrinkingBatches(BatchQueue* queue, int count, int wide) {
+  for (int b = 0; b < count; ++b) {
+    std::vector<float> x(512);
+    const float spread = b < wide ? 1.6f : 1.0f;
+    for (int i = 0; i < 512; ++i) {
+      x[i] = spread *
+             (static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f);
+    }
+    quantd::v1::TensorBatch batch;
+    quantd::v1::NamedTensor* t = batch.add_tensors();
+    t->set_name("x");
+    t->set_data_type(1);
+    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
+    t->set_data(x.data(), x.size() * sizeof(float));
+    queue->Push(std::move(batch));
+  }
+  queue->Close();
+}
+
+absl::StatusOr<QuantizeResult> RunStaticWithMethod(
+    const std::string& method, int holdout = 0, float outlier = 6.0f,
+    Recorded* recorded = nullptr, int batches = 6, double headroom = 0,
+    bool shrinking = false) {
   quantd::v1::QuantizeConfig config;
   config.mutable_options()
       ->mutable_quantization_method()
       ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
   config.mutable_calibration_config()->set_method(method);
+  if (headroom != 0)
+    config.mutable_calibration_config()->set_headroom(headroom);
   config.set_holdout_batches(holdout);
   BatchQueue queue(8);
-  PushOutlierBatches(&queue, batches, outlier);
+  if (shrinking) {
+    PushShrinkingBatches(&queue, batches, holdout);
+  } else {
+    PushOutlierBatches(&queue, batches, outlier);
+  }
   CancellationToken cancel;
   Recorded unused;
   return RunQuantize(config, testing::ConvModel().Bytes(),
@@ -238,6 +265,9 @@ TEST(RunQuantizeTest, AutoObserverKeepsTheCandidateClosestToFloat) {
   }
   EXPECT_THAT(methods, ElementsAre("min_max", "percentile", "mse", "entropy",
                                    "entropy_unguarded"));
+  // Judged on the batches the ranges were fitted to, no widening is tried.
+  for (const auto& k : c.candidates()) EXPECT_EQ(k.headroom(), 1.0);
+  EXPECT_EQ(c.chosen_headroom(), 1.0);
   EXPECT_EQ(c.chosen(), c.candidates(best).method());
   EXPECT_EQ(c.batches(), 6);
   EXPECT_FALSE(c.held_out());
@@ -272,6 +302,165 @@ TEST(RunQuantizeTest, AutoObserverJudgesOnHeldOutBatches) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->summary.observer_choice().batches(), 2);
   EXPECT_TRUE(r->summary.observer_choice().held_out());
+}
+
+// On held-out batches wider than the calibration ones, auto also tries
+// min_max widened, keeps a widened candidate (every narrower one clips the
+// held-out data), and replaying with that method and headroom gives the
+// same model. A request headroom multiplies every candidate's.
+TEST(RunQuantizeTest, AutoObserverTriesHeadroomOnHeldOutBatches) {
+  absl::StatusOr<QuantizeResult> r = RunStaticWithMethod(
+      "auto", 2, 0, nullptr, 6, /*headroom=*/0, /*shrinking=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quantd::v1::ObserverChoice& c = r->summary.observer_choice();
+  EXPECT_TRUE(c.held_out());
+  std::vector<std::pair<std::string, double>> tried;
+  int best = 0;
+  for (int i = 0; i < c.candidates_size(); ++i) {
+    tried.emplace_back(c.candidates(i).method(), c.candidates(i).headroom());
+    if (c.candidates(i).output_sqnr_db() >
+        c.candidates(best).output_sqnr_db()) {
+      best = i;
+    }
+  }
+  using P = std::pair<std::string, double>;
+  EXPECT_THAT(
+      tried,
+      ElementsAre(P{"min_max", 1}, P{"percentile", 1}, P{"mse", 1},
+                  P{"entropy", 1}, P{"entropy_unguarded", 1}, P{"min_max", 1.1},
+                  P{"min_max", 1.25}, P{"min_max", 1.5}, P{"min_max", 2}));
+  EXPECT_EQ(c.chosen(), "min_max");
+  EXPECT_EQ(c.chosen_headroom(), c.candidates(best).headroom());
+  EXPECT_GT(c.chosen_headroom(), 1.25);
+  EXPECT_GT(c.candidates(best).output_sqnr_db(),
+            c.candidates(0).output_sqnr_db() + 6);
+  EXPECT_NEAR(WorstOutputSqnr(r->summary.fidelity()),
+              c.candidates(best).output_sqnr_db(), 1e-9);
+
+  absl::StatusOr<QuantizeResult> replay =
+      RunStaticWithMethod("min_max", 2, 0, nullptr, 6, c.chosen_headroom(),
+                          /*shrinking=*/true);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->model, r->model);
+  EXPECT_NEAR(WorstOutputSqnr(replay->summary.fidelity()),
+              c.candidates(best).output_sqnr_db(), 1e-9);
+
+  absl::StatusOr<QuantizeResult> scaled = RunStaticWithMethod(
+      "auto", 2, 0, nullptr, 6, /*headroom=*/1.2, /*shrinking=*/true);
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  const quantd::v1::ObserverChoice& s = scaled->summary.observer_choice();
+  ASSERT_EQ(s.candidates_size(), 9);
+  EXPECT_DOUBLE_EQ(s.candidates(0).headroom(), 1.2);
+  EXPECT_DOUBLE_EQ(s.candidates(8).headroom(), 2.4);
+}
+
+// STATIC_RANGE min_max on batches for ConvModel's input x with the given
+// spreads (one batch each): auto_headroom, or a fixed headroom.
+absl::StatusOr<QuantizeResult> RunSpreads(const std::vector<float>& spreads,
+                                          bool auto_headroom,
+                                          double headroom = 0) {
+  quantd::v1::QuantizeConfig config;
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  config.mutable_calibration_config()->set_auto_headroom(auto_headroom);
+  if (headroom != 0)
+    config.mutable_calibration_config()->set_headroom(headroom);
+  BatchQueue queue(16);
+  for (size_t b = 0; b < spreads.size(); ++b) {
+    std::vector<float> x(512);
+    for (int i = 0; i < 512; ++i) {
+      x[i] = spreads[b] *
+             (static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f);
+    }
+    quantd::v1::TensorBatch batch;
+    quantd::v1::NamedTensor* t = batch.add_tensors();
+    t->set_name("x");
+    t->set_data_type(1);
+    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
+    t->set_data(x.data(), x.size() * sizeof(float));
+    queue.Push(std::move(batch));
+  }
+  queue.Close();
+  CancellationToken cancel;
+  return RunQuantize(config, testing::ConvModel().Bytes(), {}, cancel, nullptr,
+                     &queue);
+}
+
+// auto_headroom: 8 batches in 4 folds; the fold holding the widest batch
+// is judged with ranges that clip it, so a widened min_max wins; the
+// returned model is min_max at the kept factor over all batches, as a
+// request with that headroom gives it.
+TEST(RunQuantizeTest, AutoHeadroomChoosesTheFactorByCrossValidation) {
+  const std::vector<float> spreads = {1.0f, 1.8f, 1.0f, 1.0f,
+                                      2.6f, 1.0f, 1.0f, 1.3f};
+  absl::StatusOr<QuantizeResult> r = RunSpreads(spreads, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quantd::v1::ObserverChoice& c = r->summary.observer_choice();
+  EXPECT_EQ(c.folds(), 4);
+  EXPECT_EQ(c.batches(), 8);
+  EXPECT_FALSE(c.held_out());
+  std::vector<double> factors;
+  int best = 0;
+  for (int i = 0; i < c.candidates_size(); ++i) {
+    EXPECT_EQ(c.candidates(i).method(), "min_max");
+    factors.push_back(c.candidates(i).headroom());
+    if (c.candidates(i).output_sqnr_db() >
+        c.candidates(best).output_sqnr_db()) {
+      best = i;
+    }
+  }
+  EXPECT_THAT(factors, ElementsAre(1, 1.1, 1.25, 1.5, 2));
+  EXPECT_EQ(c.chosen(), "min_max");
+  EXPECT_EQ(c.chosen_headroom(), c.candidates(best).headroom());
+  EXPECT_GT(c.chosen_headroom(), 1.1);
+  EXPECT_GT(c.candidates(best).output_sqnr_db(),
+            c.candidates(0).output_sqnr_db() + 3);
+  // One fidelity stage per factor and fold, and the final one.
+  int fidelity_stages = 0;
+  for (const auto& d : r->summary.stage_durations()) {
+    fidelity_stages += d.stage() == quantd::v1::STAGE_FIDELITY;
+  }
+  EXPECT_EQ(fidelity_stages, 5 * 4 + 1);
+
+  absl::StatusOr<QuantizeResult> direct =
+      RunSpreads(spreads, false, c.chosen_headroom());
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->model, r->model);
+}
+
+TEST(RunQuantizeTest, AutoHeadroomNeedsTwoBatchesToFold) {
+  absl::StatusOr<QuantizeResult> r = RunSpreads({1.0f}, true);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Message(r.status()), HasSubstr("at least 2"));
+  EXPECT_THAT(Message(r.status()), HasSubstr("holdout_batches"));
+}
+
+TEST(RunQuantizeTest, HeadroomIsRefusedWhereNothingWouldBeWidened) {
+  quantd::v1::QuantizeConfig dynamic = DynamicRange();
+  dynamic.mutable_calibration_config()->set_headroom(1.5);
+  absl::Status s = RunJob(dynamic, testing::ConvModel().Bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("headroom"));
+  EXPECT_THAT(Message(s), HasSubstr("STATIC_RANGE"));
+
+  quantd::v1::QuantizeConfig ranges;
+  ranges.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  ranges.mutable_calibration_config()->set_headroom(1.5);
+  quantd::v1::TensorRange* t = ranges.mutable_calibration()->add_ranges();
+  t->set_tensor_name("x");
+  t->set_max(1);
+  s = RunJob(ranges, testing::ConvModel().Bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), HasSubstr("used as given"));
+
+  absl::StatusOr<QuantizeResult> below =
+      RunStaticWithMethod("min_max", 0, 6.0f, nullptr, 2, /*headroom=*/0.5);
+  EXPECT_EQ(below.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(below.status()),
+              HasSubstr("headroom: must be in [1, 16]"));
 }
 
 TEST(RunQuantizeTest, AutoObserverIsRefusedWhereItCannotJudge) {

@@ -260,5 +260,61 @@ TEST(ResolveCalibrateRequestTest, AutoIsForQuantizeCalls) {
   EXPECT_THAT(o.status().message(), HasSubstr("only a Quantize call"));
 }
 
+// auto_headroom is judged by quantizing the model: every request it could
+// not apply to is refused by name, with the code that says why.
+TEST(ResolveQuantizeRequestTest, AutoHeadroomIsRefusedWhereItCannotApply) {
+  auto refused = [](quantd::v1::QuantizeConfig c, bool batch_stream,
+                    absl::StatusCode code, const char* words) {
+    c.mutable_calibration_config()->set_auto_headroom(true);
+    absl::StatusOr<QuantizeRequestOptions> o =
+        ResolveQuantizeRequest(c, batch_stream);
+    ASSERT_FALSE(o.ok()) << words;
+    EXPECT_EQ(o.status().code(), code) << o.status();
+    EXPECT_THAT(o.status().message(), HasSubstr("auto_headroom"));
+    EXPECT_THAT(o.status().message(), HasSubstr(words));
+  };
+  const quantd::v1::QuantizeConfig stat =
+      WithMethod(tfq::QuantizationMethod::STATIC_RANGE);
+  refused(WithMethod(tfq::QuantizationMethod::DYNAMIC_RANGE), true,
+          absl::StatusCode::kInvalidArgument, "STATIC_RANGE");
+  refused(stat, false, absl::StatusCode::kInvalidArgument,
+          "send calibration batches");
+  quantd::v1::QuantizeConfig ranges = stat;
+  ranges.mutable_calibration()->add_ranges()->set_tensor_name("x");
+  refused(ranges, true, absl::StatusCode::kInvalidArgument,
+          "no config.calibration ranges");
+  quantd::v1::QuantizeConfig automatic = stat;
+  automatic.mutable_calibration_config()->set_method("auto");
+  refused(automatic, true, absl::StatusCode::kUnimplemented, "method auto");
+  quantd::v1::QuantizeConfig percentile = stat;
+  percentile.mutable_calibration_config()->set_method("percentile");
+  refused(percentile, true, absl::StatusCode::kUnimplemented, "'percentile'");
+  quantd::v1::QuantizeConfig smooth = stat;
+  smooth.mutable_smoothquant()->set_alpha(0.5);
+  refused(smooth, true, absl::StatusCode::kUnimplemented, "smoothquant");
+
+  quantd::v1::QuantizeConfig ok = stat;
+  ok.mutable_calibration_config()->set_auto_headroom(true);
+  ok.mutable_calibration_config()->set_headroom(1.2);
+  absl::StatusOr<QuantizeRequestOptions> o = ResolveQuantizeRequest(ok, true);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->observers.method, "min_max");
+  EXPECT_EQ(o->observers.headroom, 1.2);
+}
+
+TEST(ResolveCalibrateRequestTest, AutoHeadroomIsForQuantizeCalls) {
+  quantd::v1::CalibrateConfig c;
+  c.set_auto_headroom(true);
+  absl::StatusOr<calibration::ObserverConfig> o = ResolveCalibrateRequest(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("only a Quantize call"));
+  c.set_auto_headroom(false);
+  c.set_headroom(2);
+  o = ResolveCalibrateRequest(c);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->headroom, 2.0);
+}
+
 }  // namespace
 }  // namespace quantd
