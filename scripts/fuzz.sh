@@ -97,8 +97,13 @@ BUILD_DIR=${BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-1}
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  # ccache when installed (rebuilds after a header change), not required.
+  launcher=()
+  if command -v ccache > /dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DQUANTD_FUZZ=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}"
 fi
 ninja -C "$BUILD_DIR" -j"$JOBS" "${TARGET}_fuzzer"
 
