@@ -302,6 +302,21 @@ TEST(RunQuantizeTest, AutoObserverJudgesOnHeldOutBatches) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->summary.observer_choice().batches(), 2);
   EXPECT_TRUE(r->summary.observer_choice().held_out());
+  EXPECT_THAT(r->summary.fidelity().note(), HasSubstr("held out"));
+  EXPECT_THAT(r->summary.fidelity().note(),
+              ::testing::Not(HasSubstr("fitted to")));
+}
+
+// In-sample fidelity says it is in-sample: on unseen inputs the ranges can
+// clip where they did not on the batches they were fitted to.
+TEST(RunQuantizeTest, InSampleFidelitySaysSo) {
+  absl::StatusOr<QuantizeResult> r = RunStaticWithMethod("min_max");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->summary.fidelity().evaluated());
+  EXPECT_THAT(r->summary.fidelity().note(),
+              HasSubstr("measured on the batches the activation ranges were "
+                        "fitted to"));
+  EXPECT_THAT(r->summary.fidelity().note(), HasSubstr("holdout_batches"));
 }
 
 // On held-out batches wider than the calibration ones, auto also tries
