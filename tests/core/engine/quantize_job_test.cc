@@ -154,23 +154,28 @@ TEST(RunQuantizeTest, AnAlreadyQuantizedModelSaysSo) {
           HasSubstr("left as they are"))));
 }
 
+// Batch b for ConvModel's input x [1, 8, 8, 8]: 512 values spread evenly
+// over [-spread, spread), a different phase per batch.
+quantd::v1::TensorBatch SpreadBatch(int b, float spread, float outlier = 0.0f) {
+  std::vector<float> x(512);
+  for (int i = 0; i < 512; ++i) {
+    x[i] =
+        spread * (static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f);
+  }
+  if (outlier != 0.0f) x[(b * 97) % 512] = outlier;
+  quantd::v1::TensorBatch batch;
+  quantd::v1::NamedTensor* t = batch.add_tensors();
+  t->set_name("x");
+  t->set_data_type(1);
+  for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
+  t->set_data(x.data(), x.size() * sizeof(float));
+  return batch;
+}
+
 // Batches for ConvModel's input x: 511 values in [-1, 1) and one outlier
 // per batch (the observers disagree on whether to clip it).
 void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
-  for (int b = 0; b < count; ++b) {
-    std::vector<float> x(512);
-    for (int i = 0; i < 512; ++i) {
-      x[i] = static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f;
-    }
-    x[(b * 97) % 512] = outlier;
-    quantd::v1::TensorBatch batch;
-    quantd::v1::NamedTensor* t = batch.add_tensors();
-    t->set_name("x");
-    t->set_data_type(1);
-    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
-    t->set_data(x.data(), x.size() * sizeof(float));
-    queue->Push(std::move(batch));
-  }
+  for (int b = 0; b < count; ++b) queue->Push(SpreadBatch(b, 1.0f, outlier));
   queue->Close();
 }
 
@@ -179,19 +184,7 @@ void PushOutlierBatches(BatchQueue* queue, int count, float outlier) {
 // as when a few dozen calibration samples miss the extremes of new data.
 void PushShrinkingBatches(BatchQueue* queue, int count, int wide) {
   for (int b = 0; b < count; ++b) {
-    std::vector<float> x(512);
-    const float spread = b < wide ? 1.6f : 1.0f;
-    for (int i = 0; i < 512; ++i) {
-      x[i] = spread *
-             (static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f);
-    }
-    quantd::v1::TensorBatch batch;
-    quantd::v1::NamedTensor* t = batch.add_tensors();
-    t->set_name("x");
-    t->set_data_type(1);
-    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
-    t->set_data(x.data(), x.size() * sizeof(float));
-    queue->Push(std::move(batch));
+    queue->Push(SpreadBatch(b, b < wide ? 1.6f : 1.0f));
   }
   queue->Close();
 }
@@ -383,18 +376,7 @@ absl::StatusOr<QuantizeResult> RunSpreads(const std::vector<float>& spreads,
     config.mutable_calibration_config()->set_headroom(headroom);
   BatchQueue queue(16);
   for (size_t b = 0; b < spreads.size(); ++b) {
-    std::vector<float> x(512);
-    for (int i = 0; i < 512; ++i) {
-      x[i] = spreads[b] *
-             (static_cast<float>((i * 37 + b * 11) % 200) / 100.0f - 1.0f);
-    }
-    quantd::v1::TensorBatch batch;
-    quantd::v1::NamedTensor* t = batch.add_tensors();
-    t->set_name("x");
-    t->set_data_type(1);
-    for (int64_t d : {1, 8, 8, 8}) t->add_shape(d);
-    t->set_data(x.data(), x.size() * sizeof(float));
-    queue.Push(std::move(batch));
+    queue.Push(SpreadBatch(static_cast<int>(b), spreads[b]));
   }
   queue.Close();
   CancellationToken cancel;
