@@ -42,13 +42,6 @@ class ThreadPool {
   // any other thread, which adds itself to the workers.
   int parallelism() const;
 
-  // While one is alive, the thread that made it counts as one of `pool`'s
-  // workers (see parallelism()): a thread that is not a worker but computes
-  // for the pool's owner, like an engine job on a thread of its own. With the
-  // pool sized to the cores, such a thread beside every worker would be one
-  // compute thread more than there are cores, and each parallel region would
-  // be split in size() + 1 pieces that run in two rounds. Nests; a null pool
-  // changes nothing.
   // While one is alive, idle workers of `pool` (and ParallelFor callers
   // waiting for helpers) spin for a moment before they sleep. For runs of
   // many short parallel regions back to back (a model run: one region per
@@ -66,6 +59,13 @@ class ThreadPool {
     ThreadPool* pool_;
   };
 
+  // While one is alive, the thread that made it counts as one of `pool`'s
+  // workers (see parallelism()): a thread that is not a worker but computes
+  // for the pool's owner, like an engine job on a thread of its own. With the
+  // pool sized to the cores, such a thread beside every worker would be one
+  // compute thread more than there are cores, and each parallel region would
+  // be split in size() + 1 pieces that run in two rounds. Nests; a null pool
+  // changes nothing.
   class Member {
    public:
     explicit Member(const ThreadPool* pool);

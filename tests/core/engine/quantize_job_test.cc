@@ -366,12 +366,14 @@ TEST(RunQuantizeTest, AutoObserverTriesHeadroomOnHeldOutBatches) {
 // spreads (one batch each): auto_headroom, or a fixed headroom.
 absl::StatusOr<QuantizeResult> RunSpreads(const std::vector<float>& spreads,
                                           bool auto_headroom,
-                                          double headroom = 0) {
+                                          double headroom = 0,
+                                          int holdout = 0) {
   quantd::v1::QuantizeConfig config;
   config.mutable_options()
       ->mutable_quantization_method()
       ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
   config.mutable_calibration_config()->set_auto_headroom(auto_headroom);
+  config.set_holdout_batches(holdout);
   if (headroom != 0)
     config.mutable_calibration_config()->set_headroom(headroom);
   BatchQueue queue(16);
@@ -424,6 +426,20 @@ TEST(RunQuantizeTest, AutoHeadroomChoosesTheFactorByCrossValidation) {
       RunSpreads(spreads, false, c.chosen_headroom());
   ASSERT_TRUE(direct.ok()) << direct.status();
   EXPECT_EQ(direct->model, r->model);
+}
+
+// With held-out batches there are no folds: the held-out batch judges
+// each factor on the ranges of all the others.
+TEST(RunQuantizeTest, AutoHeadroomJudgesOnHeldOutBatchesWithoutFolds) {
+  absl::StatusOr<QuantizeResult> r =
+      RunSpreads({2.6f, 1.0f, 1.0f, 1.0f}, true, 0, /*holdout=*/1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quantd::v1::ObserverChoice& c = r->summary.observer_choice();
+  EXPECT_EQ(c.folds(), 0);
+  EXPECT_TRUE(c.held_out());
+  EXPECT_EQ(c.batches(), 1);
+  EXPECT_EQ(c.candidates_size(), 5);
+  EXPECT_GE(c.chosen_headroom(), 2.0);
 }
 
 TEST(RunQuantizeTest, AutoHeadroomNeedsTwoBatchesToFold) {
