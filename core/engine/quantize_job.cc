@@ -2,6 +2,7 @@
 // options -> parse -> validate -> [calibrate] -> plan -> quantize ->
 // fidelity -> serialize (+ re-check).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -153,8 +154,9 @@ class QuantizeJob {
   // candidates, judged by folds of the kept batches (or held-out ones).
   absl::Status ReadHeadroomCandidates(const CalibrationSession& session);
   // The ranges min_max would give without the batches of fold `fold`
-  // (kept batches [begin, end)), from batch_extremes_.
-  passes::ActivationRanges FoldRanges(int64_t begin, int64_t end) const;
+  // (observed batches whose ordinal % kHeadroomFolds is `fold`), from
+  // batch_extremes_.
+  passes::ActivationRanges FoldRanges(int fold) const;
   absl::Status ChooseObserver();
   // config.equalize: cross-layer equalization of the prepared float model.
   absl::Status Equalize();
@@ -185,12 +187,13 @@ class QuantizeJob {
   absl::Status Fidelity();
   void SkipFidelity(std::string reason);
   // Runs `evaluator` (built on the float model) against model_ over the kept
-  // batches, freeing each batch after use when `free_batches`. An error
+  // batches (those at the indices in `only` when given), freeing each batch
+  // after use when `free_batches`. An error
   // message says why the comparison could not run (the caller checks
   // cancel_ first).
   absl::StatusOr<quantd::v1::FidelityReport> CompareWithFloat(
-      FidelityEvaluator* evaluator, bool free_batches, int64_t begin = 0,
-      int64_t end = -1);
+      FidelityEvaluator* evaluator, bool free_batches,
+      const std::vector<int64_t>* only = nullptr);
   // What the report's note says about batches that were not compared.
   std::string FidelityNote() const;
   // config.target_sqnr_db / target_agreement: Quantize and compare,
@@ -234,15 +237,20 @@ class QuantizeJob {
     int clipped = 0;  // Ranges narrower than the observed extremes.
   };
   std::vector<AutoCandidate> auto_candidates_;
-  // calibration_config.auto_headroom: each calibrated tensor's raw extremes
-  // per observed batch (by ordinal; +inf/-inf where a batch did not produce
-  // it), the ordinal of each kept fidelity batch, and the folds the kept
-  // batches are judged in (0: judged on held-out batches directly).
-  absl::flat_hash_map<std::string, std::vector<std::pair<float, float>>>
+  // calibration_config.auto_headroom: observed batch n belongs to fold
+  // n % kHeadroomFolds (interleaved, so the memory is fixed whatever the
+  // number of batches). Each calibrated tensor's raw extremes per fold
+  // (+inf/-inf where a fold did not produce it), the ordinal of each kept
+  // fidelity batch, and per fold that holds kept batches, their indices in
+  // fidelity_batches_ (empty: judged on held-out batches directly).
+  static constexpr int kHeadroomFolds = 4;
+  absl::flat_hash_map<std::string,
+                      std::array<std::pair<float, float>, kHeadroomFolds>>
       batch_extremes_;
   std::vector<int64_t> fidelity_ordinals_;
   int64_t observed_batches_ = 0;
-  int headroom_folds_ = 0;
+  std::vector<int> fold_ids_;
+  std::vector<std::vector<int64_t>> fold_batches_;
   // False while ChooseObserver quantizes its candidates: only the returned
   // model's tensors are reported to the client.
   bool stream_reports_ = true;
@@ -740,16 +748,17 @@ absl::Status QuantizeJob::Calibrate() {
                                     const executor::Tensor& t) {
       if (auto_headroom) {
         // The session observes one batch at a time, on this thread.
-        std::vector<std::pair<float, float>>& v = batch_extremes_[name];
-        const size_t ordinal = static_cast<size_t>(observed_batches_);
-        if (v.size() <= ordinal) {
-          v.resize(ordinal + 1, {std::numeric_limits<float>::infinity(),
-                                 -std::numeric_limits<float>::infinity()});
+        auto [it, added] = batch_extremes_.try_emplace(name);
+        if (added) {
+          it->second.fill({std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()});
         }
+        std::pair<float, float>& e =
+            it->second[observed_batches_ % kHeadroomFolds];
         const float* p = t.data<float>();
         for (int64_t i = 0; i < t.size(); ++i) {
-          v[ordinal].first = std::min(v[ordinal].first, p[i]);
-          v[ordinal].second = std::max(v[ordinal].second, p[i]);
+          e.first = std::min(e.first, p[i]);
+          e.second = std::max(e.second, p[i]);
         }
       }
       if (input_moments_ != nullptr) {
@@ -901,21 +910,29 @@ absl::Status QuantizeJob::ReadAutoCandidates(
 
 absl::Status QuantizeJob::ReadHeadroomCandidates(
     const CalibrationSession& session) {
-  // Up to this many folds: each costs one quantization per factor.
-  constexpr int kMaxHeadroomFolds = 4;
   const int64_t kept = static_cast<int64_t>(fidelity_batches_.size());
   // No batch to compare on at all: ChooseObserver says why.
   if (held_out_ == 0 && kept > 0) {
-    if (kept < 2) {
+    std::array<std::vector<int64_t>, kHeadroomFolds> by_fold;
+    for (int64_t i = 0; i < kept; ++i) {
+      by_fold[fidelity_ordinals_[i] % kHeadroomFolds].push_back(i);
+    }
+    for (int f = 0; f < kHeadroomFolds; ++f) {
+      if (by_fold[f].empty()) continue;
+      fold_ids_.push_back(f);
+      fold_batches_.push_back(std::move(by_fold[f]));
+    }
+    if (fold_batches_.size() < 2) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "calibration_config.auto_headroom holds each calibration batch out "
-          "in turn to judge the others' ranges, which needs at least 2 "
-          "batches of graph inputs to compare on; this call has ",
-          kept,
+          "calibration_config.auto_headroom holds each fold of the "
+          "calibration batches (batch n in fold n % ",
+          kHeadroomFolds,
+          ") out in turn to judge the others' ranges, which needs batches of "
+          "graph inputs in at least 2 folds (at least 2 batches) to compare "
+          "on; this call has ",
+          kept, " in ", fold_batches_.size(),
           ": send more batches, or set holdout_batches to judge on those"));
     }
-    headroom_folds_ =
-        static_cast<int>(std::min<int64_t>(kept, kMaxHeadroomFolds));
   }
   std::vector<double> factors = {1.0};
   for (double h : calibration::kAutoHeadroomCandidates) factors.push_back(h);
@@ -930,21 +947,18 @@ absl::Status QuantizeJob::ReadHeadroomCandidates(
   return absl::OkStatus();
 }
 
-passes::ActivationRanges QuantizeJob::FoldRanges(int64_t begin,
-                                                 int64_t end) const {
+passes::ActivationRanges QuantizeJob::FoldRanges(int fold) const {
   const calibration::ObserverConfig& o = options_.observers;
-  absl::flat_hash_set<int64_t> left_out;
-  for (int64_t i = begin; i < end; ++i) left_out.insert(fidelity_ordinals_[i]);
   passes::ActivationRanges ranges = auto_candidates_.front().ranges;
   for (auto& [name, range] : ranges) {
     auto it = batch_extremes_.find(name);
     if (it == batch_extremes_.end()) continue;
     float lo = std::numeric_limits<float>::infinity();
     float hi = -lo;
-    for (size_t b = 0; b < it->second.size(); ++b) {
-      if (left_out.contains(static_cast<int64_t>(b))) continue;
-      lo = std::min(lo, it->second[b].first);
-      hi = std::max(hi, it->second[b].second);
+    for (int f = 0; f < kHeadroomFolds; ++f) {
+      if (f == fold) continue;
+      lo = std::min(lo, it->second[f].first);
+      hi = std::max(hi, it->second[f].second);
     }
     if (lo > hi) continue;  // Seen only in the left-out batches.
     std::tie(range.min, range.max) =
@@ -983,14 +997,10 @@ absl::Status QuantizeJob::ChooseObserver() {
   stream_reports_ = false;
   // Without folds, every kept batch judges the candidate's own ranges;
   // with folds, each fold judges the other batches' ranges widened alike.
-  const int folds = std::max(headroom_folds_, 1);
+  const bool by_folds = !fold_batches_.empty();
+  const int folds = by_folds ? static_cast<int>(fold_batches_.size()) : 1;
   std::vector<passes::ActivationRanges> fold_ranges;
-  if (headroom_folds_ > 0) {
-    for (int k = 0; k < folds; ++k) {
-      fold_ranges.push_back(
-          FoldRanges(k * total / folds, (k + 1) * total / folds));
-    }
-  }
+  for (int f : fold_ids_) fold_ranges.push_back(FoldRanges(f));
   for (size_t i = 0; i < auto_candidates_.size(); ++i) {
     const AutoCandidate& c = auto_candidates_[i];
     QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<FidelityEvaluator> evaluator,
@@ -1000,7 +1010,7 @@ absl::Status QuantizeJob::ChooseObserver() {
       model_ = float_model;
       result_.summary = base;
       *result_.summary.mutable_stage_durations() = durations;
-      if (headroom_folds_ > 0) {
+      if (by_folds) {
         ranges_ = fold_ranges[k];
         for (auto& [name, r] : ranges_) {
           r.min *= static_cast<float>(c.headroom);
@@ -1010,22 +1020,21 @@ absl::Status QuantizeJob::ChooseObserver() {
         ranges_ = c.ranges;
       }
       QUANTD_RETURN_IF_ERROR(Quantize());
-      const int64_t begin = k * total / folds;
-      const int64_t end = (k + 1) * total / folds;
+      const std::vector<int64_t>* judges =
+          by_folds ? &fold_batches_[k] : nullptr;
       StartStage(
-          quantd::v1::STAGE_FIDELITY, end - begin,
-          absl::StrCat(
-              headroom_folds_ > 0 ? "auto_headroom" : "calibration method auto",
-              ": candidate ", i + 1, " of ", auto_candidates_.size(), " (",
-              c.method,
-              c.headroom != 1.0 ? absl::StrCat(" x", c.headroom)
-                                : std::string(),
-              ")",
-              headroom_folds_ > 0
-                  ? absl::StrCat(", fold ", k + 1, " of ", folds)
-                  : std::string()));
+          quantd::v1::STAGE_FIDELITY,
+          judges != nullptr ? static_cast<int64_t>(judges->size()) : total,
+          absl::StrCat(by_folds ? "auto_headroom" : "calibration method auto",
+                       ": candidate ", i + 1, " of ", auto_candidates_.size(),
+                       " (", c.method,
+                       c.headroom != 1.0 ? absl::StrCat(" x", c.headroom)
+                                         : std::string(),
+                       ")",
+                       by_folds ? absl::StrCat(", fold ", k + 1, " of ", folds)
+                                : std::string()));
       report =
-          CompareWithFloat(evaluator.get(), /*free_batches=*/false, begin, end);
+          CompareWithFloat(evaluator.get(), /*free_batches=*/false, judges);
       EndStage();
       durations = result_.summary.stage_durations();
       if (!report.ok()) break;
@@ -1057,7 +1066,7 @@ absl::Status QuantizeJob::ChooseObserver() {
   choice.set_chosen(auto_candidates_[best].method);
   choice.set_chosen_headroom(options_.observers.headroom *
                              auto_candidates_[best].headroom);
-  choice.set_folds(headroom_folds_);
+  choice.set_folds(static_cast<int>(fold_batches_.size()));
   *result_.summary.mutable_observer_choice() = std::move(choice);
   std::vector<AutoCandidate>().swap(auto_candidates_);
   return cancel_.Check("calibrate");
@@ -1215,15 +1224,18 @@ absl::Status QuantizeJob::Fidelity() {
 }
 
 absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
-    FidelityEvaluator* evaluator, bool free_batches, int64_t begin,
-    int64_t end) {
+    FidelityEvaluator* evaluator, bool free_batches,
+    const std::vector<int64_t>* only) {
   absl::Status s = evaluator->SetQuantizedModel(model_);
   if (!s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the executor cannot run the quantized model: ", s.message()));
   }
-  if (end < 0) end = static_cast<int64_t>(fidelity_batches_.size());
-  for (int64_t i = begin; i < end; ++i) {
+  const int64_t total = only != nullptr
+                            ? static_cast<int64_t>(only->size())
+                            : static_cast<int64_t>(fidelity_batches_.size());
+  for (int64_t n = 0; n < total; ++n) {
+    const int64_t i = only != nullptr ? (*only)[n] : n;
     QUANTD_RETURN_IF_ERROR(cancel_.Check("fidelity"));
     s = evaluator->AddBatch(fidelity_batches_[i], pool_, cancel_);
     if (!s.ok()) {
@@ -1232,7 +1244,7 @@ absl::StatusOr<quantd::v1::FidelityReport> QuantizeJob::CompareWithFloat(
     }
     // Done with it: free its data now rather than at the end.
     if (free_batches) quantd::v1::TensorBatch().Swap(&fidelity_batches_[i]);
-    Progress(i + 1 - begin, end - begin, "");
+    Progress(n + 1, total, "");
   }
   return evaluator->Report();
 }
