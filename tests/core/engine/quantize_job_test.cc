@@ -376,7 +376,7 @@ absl::StatusOr<QuantizeResult> RunSpreads(const std::vector<float>& spreads,
   config.set_holdout_batches(holdout);
   if (headroom != 0)
     config.mutable_calibration_config()->set_headroom(headroom);
-  BatchQueue queue(16);
+  BatchQueue queue(spreads.size() + 1);
   for (size_t b = 0; b < spreads.size(); ++b) {
     queue.Push(SpreadBatch(static_cast<int>(b), spreads[b]));
   }
@@ -440,6 +440,17 @@ TEST(RunQuantizeTest, AutoHeadroomJudgesOnHeldOutBatchesWithoutFolds) {
   EXPECT_EQ(c.batches(), 1);
   EXPECT_EQ(c.candidates_size(), 5);
   EXPECT_GE(c.chosen_headroom(), 2.0);
+}
+
+// Many small batches: still 4 folds (batch n in fold n % 4), whatever the
+// number of batches, so the state kept per tensor stays fixed.
+TEST(RunQuantizeTest, AutoHeadroomFoldsStayFourOverManyBatches) {
+  std::vector<float> spreads(60, 1.0f);
+  spreads[17] = 2.0f;
+  absl::StatusOr<QuantizeResult> r = RunSpreads(spreads, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.observer_choice().folds(), 4);
+  EXPECT_EQ(r->summary.observer_choice().batches(), 60);
 }
 
 TEST(RunQuantizeTest, AutoHeadroomNeedsTwoBatchesToFold) {
