@@ -36,6 +36,8 @@ typedef float FloatLanes __attribute__((vector_size(64)));
 typedef int32_t IntLanes __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
 
+}  // namespace
+
 QUANTD_VECTOR_CLONES void FoldMinMax(const float* p, int64_t n, float& mn,
                                      float& mx, bool& nan) {
   FloatLanes lanes_mn, lanes_mx;
@@ -69,6 +71,16 @@ QUANTD_VECTOR_CLONES void FoldMinMax(const float* p, int64_t n, float& mn,
   mx = m1;
   nan = nan || any_bad != 0;
 }
+
+std::pair<float, float> ReportedRange(const ObserverConfig& c, float mn,
+                                      float mx) {
+  const auto [lo, hi] =
+      numerics::AdjustRange(mn, mx, c.bits, c.symmetric, c.narrow_range);
+  const float widen = static_cast<float>(c.headroom);
+  return {lo * widen, hi * widen};
+}
+
+namespace {
 
 std::pair<float, float> Adjust(const ObserverConfig& c, float mn, float mx) {
   return numerics::AdjustRange(mn, mx, c.bits, c.symmetric, c.narrow_range);

@@ -98,6 +98,16 @@ struct ObserverConfig {
   double headroom = 1.0;
 };
 
+// Folds n values into [mn, mx] (vectorised); sets `nan` when one is NaN
+// and leaves it otherwise.
+void FoldMinMax(const float* p, int64_t n, float& mn, float& mx, bool& nan);
+
+// The range a min_max observer with config `c` reports for raw extremes
+// [mn, mx]: AdjustRange, then widened by c.headroom. For ranges derived
+// outside an observer (rescaled values, cross-validation folds).
+std::pair<float, float> ReportedRange(const ObserverConfig& c, float mn,
+                                      float mx);
+
 // What an observer reports; maps onto quantd.v1.TensorRange.
 struct ObserverResult {
   float min = 0.0f;

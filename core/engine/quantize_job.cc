@@ -155,8 +155,8 @@ class QuantizeJob {
   absl::Status ReadHeadroomCandidates(const CalibrationSession& session);
   // The ranges min_max would give without the batches of fold `fold`
   // (observed batches whose ordinal % kHeadroomFolds is `fold`), from
-  // batch_extremes_.
-  passes::ActivationRanges FoldRanges(int fold) const;
+  // batch_extremes_, widened by `factor` on top of the config's headroom.
+  passes::ActivationRanges FoldRanges(int fold, double factor) const;
   absl::Status ChooseObserver();
   // config.equalize: cross-layer equalization of the prepared float model.
   absl::Status Equalize();
@@ -241,16 +241,19 @@ class QuantizeJob {
   // n % kHeadroomFolds (interleaved, so the memory is fixed whatever the
   // number of batches). Each calibrated tensor's raw extremes per fold
   // (+inf/-inf where a fold did not produce it), the ordinal of each kept
-  // fidelity batch, and per fold that holds kept batches, their indices in
-  // fidelity_batches_ (empty: judged on held-out batches directly).
+  // fidelity batch, and the folds that hold kept batches (none: judged on
+  // held-out batches directly).
   static constexpr int kHeadroomFolds = 4;
   absl::flat_hash_map<std::string,
                       std::array<std::pair<float, float>, kHeadroomFolds>>
       batch_extremes_;
   std::vector<int64_t> fidelity_ordinals_;
   int64_t observed_batches_ = 0;
-  std::vector<int> fold_ids_;
-  std::vector<std::vector<int64_t>> fold_batches_;
+  struct Fold {
+    int id = 0;  // Observed batch n is in fold n % kHeadroomFolds.
+    std::vector<int64_t> batches;  // Its kept ones: fidelity_batches_ indices.
+  };
+  std::vector<Fold> folds_;
   // False while ChooseObserver quantizes its candidates: only the returned
   // model's tensors are reported to the client.
   bool stream_reports_ = true;
@@ -435,10 +438,7 @@ absl::StatusOr<quantd::v1::ChannelScaling*> QuantizeJob::Rescale(
       }
       if (lo > hi) lo = hi = 0;
       passes::ActivationRange& r = ranges_[v];
-      std::tie(r.min, r.max) = numerics::AdjustRange(
-          lo, hi, observers.bits, observers.symmetric, observers.narrow_range);
-      r.min *= static_cast<float>(observers.headroom);
-      r.max *= static_cast<float>(observers.headroom);
+      std::tie(r.min, r.max) = calibration::ReportedRange(observers, lo, hi);
       r.channels = 0;
     }
   }
@@ -755,11 +755,9 @@ absl::Status QuantizeJob::Calibrate() {
         }
         std::pair<float, float>& e =
             it->second[observed_batches_ % kHeadroomFolds];
-        const float* p = t.data<float>();
-        for (int64_t i = 0; i < t.size(); ++i) {
-          e.first = std::min(e.first, p[i]);
-          e.second = std::max(e.second, p[i]);
-        }
+        bool nan = false;  // The observer has refused NaN already.
+        calibration::FoldMinMax(t.data<float>(), t.size(), e.first, e.second,
+                                nan);
       }
       if (input_moments_ != nullptr) {
         QUANTD_RETURN_IF_ERROR(input_moments_->Observe(name, t));
@@ -918,11 +916,9 @@ absl::Status QuantizeJob::ReadHeadroomCandidates(
       by_fold[fidelity_ordinals_[i] % kHeadroomFolds].push_back(i);
     }
     for (int f = 0; f < kHeadroomFolds; ++f) {
-      if (by_fold[f].empty()) continue;
-      fold_ids_.push_back(f);
-      fold_batches_.push_back(std::move(by_fold[f]));
+      if (!by_fold[f].empty()) folds_.push_back({f, std::move(by_fold[f])});
     }
-    if (fold_batches_.size() < 2) {
+    if (folds_.size() < 2) {
       return absl::FailedPreconditionError(absl::StrCat(
           "calibration_config.auto_headroom holds each fold of the "
           "calibration batches (batch n in fold n % ",
@@ -930,7 +926,7 @@ absl::Status QuantizeJob::ReadHeadroomCandidates(
           ") out in turn to judge the others' ranges, which needs batches of "
           "graph inputs in at least 2 folds (at least 2 batches) to compare "
           "on; this call has ",
-          kept, " in ", fold_batches_.size(),
+          kept, " in ", folds_.size(),
           ": send more batches, or set holdout_batches to judge on those"));
     }
   }
@@ -947,24 +943,27 @@ absl::Status QuantizeJob::ReadHeadroomCandidates(
   return absl::OkStatus();
 }
 
-passes::ActivationRanges QuantizeJob::FoldRanges(int fold) const {
-  const calibration::ObserverConfig& o = options_.observers;
+passes::ActivationRanges QuantizeJob::FoldRanges(int fold,
+                                                 double factor) const {
   passes::ActivationRanges ranges = auto_candidates_.front().ranges;
   for (auto& [name, range] : ranges) {
     auto it = batch_extremes_.find(name);
-    if (it == batch_extremes_.end()) continue;
-    float lo = std::numeric_limits<float>::infinity();
-    float hi = -lo;
-    for (int f = 0; f < kHeadroomFolds; ++f) {
-      if (f == fold) continue;
-      lo = std::min(lo, it->second[f].first);
-      hi = std::max(hi, it->second[f].second);
+    if (it != batch_extremes_.end()) {
+      float lo = std::numeric_limits<float>::infinity();
+      float hi = -lo;
+      for (int f = 0; f < kHeadroomFolds; ++f) {
+        if (f == fold) continue;
+        lo = std::min(lo, it->second[f].first);
+        hi = std::max(hi, it->second[f].second);
+      }
+      // Else seen only in the left-out batches: all batches' range.
+      if (lo <= hi) {
+        std::tie(range.min, range.max) =
+            calibration::ReportedRange(options_.observers, lo, hi);
+      }
     }
-    if (lo > hi) continue;  // Seen only in the left-out batches.
-    std::tie(range.min, range.max) =
-        numerics::AdjustRange(lo, hi, o.bits, o.symmetric, o.narrow_range);
-    range.min *= static_cast<float>(o.headroom);
-    range.max *= static_cast<float>(o.headroom);
+    range.min *= static_cast<float>(factor);
+    range.max *= static_cast<float>(factor);
   }
   return ranges;
 }
@@ -997,10 +996,8 @@ absl::Status QuantizeJob::ChooseObserver() {
   stream_reports_ = false;
   // Without folds, every kept batch judges the candidate's own ranges;
   // with folds, each fold judges the other batches' ranges widened alike.
-  const bool by_folds = !fold_batches_.empty();
-  const int folds = by_folds ? static_cast<int>(fold_batches_.size()) : 1;
-  std::vector<passes::ActivationRanges> fold_ranges;
-  for (int f : fold_ids_) fold_ranges.push_back(FoldRanges(f));
+  const bool by_folds = !folds_.empty();
+  const int folds = by_folds ? static_cast<int>(folds_.size()) : 1;
   for (size_t i = 0; i < auto_candidates_.size(); ++i) {
     const AutoCandidate& c = auto_candidates_[i];
     QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<FidelityEvaluator> evaluator,
@@ -1010,18 +1007,10 @@ absl::Status QuantizeJob::ChooseObserver() {
       model_ = float_model;
       result_.summary = base;
       *result_.summary.mutable_stage_durations() = durations;
-      if (by_folds) {
-        ranges_ = fold_ranges[k];
-        for (auto& [name, r] : ranges_) {
-          r.min *= static_cast<float>(c.headroom);
-          r.max *= static_cast<float>(c.headroom);
-        }
-      } else {
-        ranges_ = c.ranges;
-      }
+      ranges_ = by_folds ? FoldRanges(folds_[k].id, c.headroom) : c.ranges;
       QUANTD_RETURN_IF_ERROR(Quantize());
       const std::vector<int64_t>* judges =
-          by_folds ? &fold_batches_[k] : nullptr;
+          by_folds ? &folds_[k].batches : nullptr;
       StartStage(
           quantd::v1::STAGE_FIDELITY,
           judges != nullptr ? static_cast<int64_t>(judges->size()) : total,
@@ -1066,7 +1055,7 @@ absl::Status QuantizeJob::ChooseObserver() {
   choice.set_chosen(auto_candidates_[best].method);
   choice.set_chosen_headroom(options_.observers.headroom *
                              auto_candidates_[best].headroom);
-  choice.set_folds(static_cast<int>(fold_batches_.size()));
+  choice.set_folds(static_cast<int>(folds_.size()));
   *result_.summary.mutable_observer_choice() = std::move(choice);
   std::vector<AutoCandidate>().swap(auto_candidates_);
   return cancel_.Check("calibrate");

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/base/status_macros.h"
 #include "core/engine/accuracy_search.h"
@@ -117,25 +118,36 @@ absl::Status CheckSearchFields(const quantd::v1::QuantizeConfig& config,
   return absl::OkStatus();
 }
 
-// calibration_config.method "auto" judges its candidates by quantizing with
-// each: only where this call calibrates a STATIC_RANGE model.
+// An option that judges candidate ranges by quantizing with each (`what`,
+// which `does` to activation ranges and judges `each` on the batches): only
+// where this call calibrates a STATIC_RANGE model.
+absl::Status CheckJudgedInCall(const quantd::v1::QuantizeConfig& config,
+                               Method method, bool batch_stream,
+                               absl::string_view what, absl::string_view does,
+                               absl::string_view each) {
+  if (method != Method::kStaticRange) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration_config.", what, " ", does,
+                     " activation ranges, which only quantization_method "
+                     "STATIC_RANGE uses"));
+  }
+  if (config.calibration().ranges_size() > 0 || !batch_stream) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration_config.", what, " calibrates in this call and judges ",
+        each,
+        " on its batches: send calibration batches of graph inputs after the "
+        "model (and no config.calibration ranges)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAutoObserver(const quantd::v1::QuantizeConfig& config,
                                Method method, bool batch_stream) {
   if (config.calibration_config().method() != "auto") {
     return absl::OkStatus();
   }
-  if (method != Method::kStaticRange) {
-    return absl::InvalidArgumentError(
-        "calibration_config.method auto chooses activation ranges, which "
-        "only quantization_method STATIC_RANGE uses");
-  }
-  if (config.calibration().ranges_size() > 0 || !batch_stream) {
-    return absl::InvalidArgumentError(
-        "calibration_config.method auto calibrates in this call and judges "
-        "each candidate on its batches: send calibration batches of graph "
-        "inputs after the model (and no config.calibration ranges)");
-  }
-  return absl::OkStatus();
+  return CheckJudgedInCall(config, method, batch_stream, "method auto",
+                           "chooses", "each candidate");
 }
 
 // calibration_config.headroom widens the ranges the call's own observers
@@ -144,17 +156,9 @@ absl::Status CheckHeadroom(const quantd::v1::QuantizeConfig& config,
                            Method method, bool batch_stream) {
   const quantd::v1::CalibrateConfig& c = config.calibration_config();
   if (c.auto_headroom()) {
-    if (method != Method::kStaticRange) {
-      return absl::InvalidArgumentError(
-          "calibration_config.auto_headroom widens activation ranges, which "
-          "only quantization_method STATIC_RANGE uses");
-    }
-    if (config.calibration().ranges_size() > 0 || !batch_stream) {
-      return absl::InvalidArgumentError(
-          "calibration_config.auto_headroom calibrates in this call and "
-          "judges each factor on its batches: send calibration batches of "
-          "graph inputs after the model (and no config.calibration ranges)");
-    }
+    QUANTD_RETURN_IF_ERROR(CheckJudgedInCall(config, method, batch_stream,
+                                             "auto_headroom", "widens",
+                                             "each factor"));
     if (c.method() == "auto") {
       return absl::UnimplementedError(
           "calibration_config.auto_headroom with method auto: auto already "
