@@ -6,7 +6,12 @@
 // and thread count (scripts/ort_time.js), and the ratio ours / ORT.
 //
 //   executor_bench [--threads=1,2] [--shapes=1x224,16x64] [--iters=10]
-//                  [--model_dir=DIR] [--profile]
+//                  [--model_dir=DIR] [--profile] [--observe=min_max]
+//
+// --observe adds a column: one calibration batch in process
+// (CalibrationSession::AddBatch with that observer: the batch copied in, the
+// model run, every float tensor observed), what `quantctl calibrate` pays
+// per batch before gRPC, and its ratio to ONNX Runtime.
 //
 // Models are exported into --model_dir with scripts/make_resnet18.py when
 // missing there (default: a temporary directory): NAME.onnx at 224x224,
@@ -26,8 +31,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/base/thread_pool.h"
+#include "core/engine/calibration_session.h"
+#include "core/engine/limits.h"
 #include "core/executor/executor.h"
 #include "core/graph/model_io.h"
 #include "tests/support/subprocess.h"
@@ -45,6 +53,9 @@ ABSL_FLAG(std::string, model_dir, "",
 ABSL_FLAG(bool, profile, false,
           "Also print ms per op type and the slowest nodes (single-threaded, "
           "from on_tensor times).");
+ABSL_FLAG(std::string, observe, "",
+          "Also time CalibrationSession::AddBatch with this observer "
+          "(min_max, percentile, mse, entropy, ...).");
 ABSL_FLAG(std::string, ort_dir, QUANTD_ORT_NODE_PATH,
           "node_modules folder holding onnxruntime-node.");
 
@@ -88,6 +99,47 @@ Times TimeOurs(const Executor& exec, const Tensor& x, int threads) {
     const auto t1 = std::chrono::steady_clock::now();
     if (!out.ok()) {
       std::fprintf(stderr, "run failed: %s\n", out.status().ToString().c_str());
+      return {};
+    }
+    if (i >= absl::GetFlag(FLAGS_warmup)) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms[0]};
+}
+
+// ms per CalibrationSession::AddBatch of `x` with observer `method`, on the
+// same threads as TimeOurs (the caller a member of the pool, as an engine
+// job is).
+Times TimeCalibration(const onnx::ModelProto& model, const std::string& input,
+                      const Tensor& x, int threads, const std::string& method) {
+  std::unique_ptr<quantd::ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<quantd::ThreadPool>(threads - 1);
+  quantd::calibration::ObserverConfig config;
+  config.method = method;
+  auto session =
+      quantd::CalibrationSession::Create(model, config, quantd::JobLimits{});
+  if (!session.ok()) {
+    std::fprintf(stderr, "calibration session: %s\n",
+                 session.status().ToString().c_str());
+    return {};
+  }
+  quantd::v1::TensorBatch batch;
+  quantd::v1::NamedTensor* named = batch.add_tensors();
+  named->set_name(input);
+  named->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : x.shape()) named->add_shape(d);
+  named->set_data(x.data<float>(), x.size() * sizeof(float));
+  quantd::CancellationToken cancel;
+  std::vector<double> ms;
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_iters);
+       ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = (*session)->AddBatch(batch, pool.get(), cancel);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      std::fprintf(stderr, "calibration batch: %s\n", s.ToString().c_str());
       return {};
     }
     if (i >= absl::GetFlag(FLAGS_warmup)) {
@@ -214,10 +266,17 @@ int main(int argc, char** argv) {
     shapes.push_back({b, hw});
   }
   // Medians, and minima (less disturbed by other load on a shared machine).
+  const std::string observe = absl::GetFlag(FLAGS_observe);
   std::printf(
       "| model | batch | size | threads | quantd ms (median/min) | ORT ms "
-      "(median/min) | quantd/ORT (median/min) |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+      "(median/min) | quantd/ORT (median/min) |%s\n",
+      observe.empty()
+          ? ""
+          : absl::StrCat(" calibration batch, ", observe,
+                         " ms (median/min) | calibration/ORT (median/min) |")
+                .c_str());
+  std::printf("|---|---|---|---|---|---|---|%s\n",
+              observe.empty() ? "" : "---|---|");
   int failures = 0;
   for (const auto& [batch, size] : shapes) {
     for (const auto& [name, mobilenet] :
@@ -257,13 +316,23 @@ int main(int argc, char** argv) {
       for (int t : threads) {
         const Times ours = TimeOurs(**exec, x, t);
         const Times ort = TimeOrt(path, batch, t);
+        std::string calibration;
+        if (!observe.empty()) {
+          const Times c =
+              TimeCalibration(*model, (*exec)->input_names()[0], x, t, observe);
+          if (c.median < 0) ++failures;
+          calibration =
+              absl::StrFormat(" %.2f / %.2f | %.2f / %.2f |", c.median, c.min,
+                              ort.median > 0 ? c.median / ort.median : -1.0,
+                              ort.min > 0 ? c.min / ort.min : -1.0);
+        }
         std::printf(
             "| %s | %d | %dx%d | %d | %.2f / %.2f | %.2f / %.2f | %.2f / "
-            "%.2f |\n",
+            "%.2f |%s\n",
             name.c_str(), batch, size, size, t, ours.median, ours.min,
             ort.median, ort.min,
             ort.median > 0 ? ours.median / ort.median : -1.0,
-            ort.min > 0 ? ours.min / ort.min : -1.0);
+            ort.min > 0 ? ours.min / ort.min : -1.0, calibration.c_str());
         std::fflush(stdout);
         if (ours.median < 0 || ort.median < 0) ++failures;
       }

@@ -40,7 +40,7 @@ SUITES=(
 if [[ "$MODE" == thread ]]; then
   # Where core's threads meet: the pool, the parallel executor, the jobs;
   # and the check that TSan sees absl::Mutex at all (core/base/tsan_absl_mutex.cc).
-  SUITES+=(tsan_absl_mutex_test thread_pool_test executor_test)
+  SUITES+=(tsan_absl_mutex_test thread_pool_test serial_queue_test executor_test)
 fi
 launcher=()
 if command -v ccache >/dev/null; then

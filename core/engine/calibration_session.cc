@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/serial_queue.h"
 #include "core/base/status_macros.h"
 #include "core/graph/prepare.h"
 #include "onnx/defs/schema.h"
@@ -16,6 +17,10 @@
 
 namespace quantd {
 namespace {
+
+// Values a model run may keep alive for observation beyond what the run
+// itself holds.
+constexpr int64_t kObserveBacklogBytes = int64_t{64} << 20;
 
 // Initializers up to this many elements keep their data for shape
 // inference: shapes, axes, scales and pads are small, weights are not.
@@ -264,31 +269,46 @@ absl::StatusOr<const executor::Executor*> CalibrationSession::GetExecutor() {
   return executor_.get();
 }
 
-absl::Status CalibrationSession::Observe(const std::string& name,
-                                         const executor::Tensor& t) {
+absl::StatusOr<calibration::Observer*> CalibrationSession::ObserverFor(
+    const std::string& name, const executor::Tensor& t, bool* made_now) {
+  *made_now = false;
   // Ranges are for float activations; shapes, indices and masks are not
   // quantized.
-  if (t.dtype() != onnx::TensorProto::FLOAT || t.size() == 0) {
-    return absl::OkStatus();
-  }
+  if (t.dtype() != onnx::TensorProto::FLOAT || t.size() == 0) return nullptr;
   auto it = observers_.find(name);
-  const bool made_now = it == observers_.end();
-  if (made_now) {
+  if (it == observers_.end()) {
     QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<calibration::Observer> made,
                             calibration::MakeObserver(config_, &budget_));
     it = observers_.emplace(name, std::move(made)).first;
+    *made_now = true;
   }
-  absl::Status s = it->second->Observe(
+  return it->second.get();
+}
+
+absl::Status CalibrationSession::ObserveWith(calibration::Observer* observer,
+                                             const std::string& name,
+                                             const executor::Tensor& t) const {
+  absl::Status s = observer->Observe(
       absl::MakeConstSpan(t.data<float>(), t.size()), t.shape());
   if (!s.ok()) {
-    // An observer whose first batch was refused has seen nothing: it must
-    // not report its initial range as if it had.
-    if (made_now) observers_.erase(it);
     return absl::Status(s.code(),
                         absl::StrCat("tensor '", name, "': ", s.message()));
   }
   if (sink_) return sink_(name, t);
   return absl::OkStatus();
+}
+
+absl::Status CalibrationSession::Observe(const std::string& name,
+                                         const executor::Tensor& t) {
+  bool made_now = false;
+  QUANTD_ASSIGN_OR_RETURN(calibration::Observer * observer,
+                          ObserverFor(name, t, &made_now));
+  if (observer == nullptr) return absl::OkStatus();
+  absl::Status s = ObserveWith(observer, name, t);
+  // An observer whose first batch was refused has seen nothing: it must not
+  // report its initial range as if it had.
+  if (!s.ok() && made_now) observers_.erase(name);
+  return s;
 }
 
 absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
@@ -364,11 +384,46 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
+  // Each value is observed on an idle worker while the next node runs, in
+  // the order the values came (an observer may see a value more than once
+  // per batch, in loop bodies). Queued values stay alive until observed:
+  // kObserveBacklogBytes bounds that.
+  SerialQueue observing(pool, kObserveBacklogBytes);
   absl::Status observed = absl::OkStatus();
+  // Observers made during this run, each with whether a value reached it
+  // (written by its observation, read after Finish()).
+  std::vector<std::pair<std::string, std::shared_ptr<bool>>> made;
   options.on_tensor = [&](const std::string& name, const executor::Tensor& t) {
-    if (observed.ok()) observed = Observe(name, t);
+    if (!observed.ok()) return;
+    bool made_now = false;
+    absl::StatusOr<calibration::Observer*> observer =
+        ObserverFor(name, t, &made_now);
+    if (!observer.ok()) {
+      observed = observer.status();
+      return;
+    }
+    if (*observer == nullptr) return;
+    std::shared_ptr<bool> seen;
+    if (made_now) {
+      seen = std::make_shared<bool>(false);
+      made.emplace_back(name, seen);
+    }
+    observing.Add(t.bytes(), [this, observer = *observer, seen, name, t] {
+      absl::Status s = ObserveWith(observer, name, t);
+      if (s.ok() && seen != nullptr) *seen = true;
+      return s;
+    });
   };
-  QUANTD_RETURN_IF_ERROR(executor->Run(feeds, options));
+  absl::Status ran = executor->Run(feeds, options).status();
+  absl::Status queued = observing.Finish();
+  // An observer that has seen nothing (its first value refused, or dropped
+  // after an earlier failure) must not report its initial range as if it
+  // had.
+  for (const auto& [name, seen] : made) {
+    if (!*seen) observers_.erase(name);
+  }
+  QUANTD_RETURN_IF_ERROR(ran);
+  QUANTD_RETURN_IF_ERROR(queued);
   return observed;
 }
 

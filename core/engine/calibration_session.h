@@ -119,6 +119,15 @@ class CalibrationSession {
   quantd::v1::CalibrationResult ResultOf(const std::string* candidate,
                                          double headroom) const;
   absl::Status Observe(const std::string& name, const executor::Tensor& t);
+  // The observer of float tensor `name`, made on first sight (*made_now
+  // then true); null for values that are not observed (not FLOAT, empty).
+  absl::StatusOr<calibration::Observer*> ObserverFor(const std::string& name,
+                                                     const executor::Tensor& t,
+                                                     bool* made_now);
+  // Feeds `t` to `observer`, then to the sink; errors name the tensor.
+  absl::Status ObserveWith(calibration::Observer* observer,
+                           const std::string& name,
+                           const executor::Tensor& t) const;
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();
   absl::Status RunModel(const quantd::v1::TensorBatch& batch, ThreadPool* pool,
@@ -139,7 +148,8 @@ class CalibrationSession {
   // Charged by every observer before it allocates; outlives them.
   calibration::MemoryBudget budget_;
   // Created on first sight of each float tensor; only the batch thread
-  // touches the map.
+  // touches the map (observations of a model run go to the pool in order,
+  // SerialQueue, each holding its observer's pointer).
   absl::flat_hash_map<std::string, std::unique_ptr<calibration::Observer>>
       observers_;
   int64_t batch_count_ = 0;

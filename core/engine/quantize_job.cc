@@ -747,7 +747,8 @@ absl::Status QuantizeJob::Calibrate() {
                                     const std::string& name,
                                     const executor::Tensor& t) {
       if (auto_headroom) {
-        // The session observes one batch at a time, on this thread.
+        // The session hands over one value at a time, in order, and a batch
+        // ends (observed_batches_ moves on) only after all of them.
         auto [it, added] = batch_extremes_.try_emplace(name);
         if (added) {
           it->second.fill({std::numeric_limits<float>::infinity(),

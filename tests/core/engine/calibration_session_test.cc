@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
 #include "gmock/gmock.h"
@@ -266,6 +268,76 @@ TEST(CalibrationSessionTest, GraphInputsRunTheModelOnce) {
   quantd::v1::CalibrationResult result = session->Result();
   EXPECT_EQ(result.batch_count(), 2);
   EXPECT_EQ(result.ranges_size(), 3);  // x, r, y.
+}
+
+// Batch `b` of `rows` x 4 values that differ from batch to batch, so that
+// an order-sensitive observer would notice values observed out of order.
+quantd::v1::TensorBatch VaryingBatch(int b, int rows) {
+  quantd::v1::TensorBatch batch;
+  auto* t = batch.add_tensors();
+  t->set_name("x");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_shape(rows);
+  t->add_shape(4);
+  std::vector<float> data(rows * 4);
+  for (int i = 0; i < rows * 4; ++i) {
+    data[i] = static_cast<float>((i * 37 + b * 11) % 23) * (1.0f + 0.3f * b) -
+              7.0f - static_cast<float>(b);
+  }
+  t->set_data(reinterpret_cast<const char*>(data.data()),
+              data.size() * sizeof(float));
+  return batch;
+}
+
+TEST(CalibrationSessionTest,
+     ObservingOnThePoolGivesTheRangesOfObservingInline) {
+  // The observations of a model run go to the pool's workers in order; with
+  // the EMA observer (order-sensitive) and the histogram one the ranges must
+  // be those of observing each value as it is produced.
+  for (const char* method : {"moving_average", "percentile", "min_max"}) {
+    calibration::ObserverConfig config;
+    config.method = method;
+    auto inline_session = Session(Model({-1, 4}), config);
+    auto pooled_session = Session(Model({-1, 4}), config);
+    ThreadPool pool(2);
+    CancellationToken cancel;
+    for (int b = 0; b < 12; ++b) {
+      const int rows = 1 + (b * 5) % 9;
+      ASSERT_TRUE(Add(inline_session.get(), VaryingBatch(b, rows)).ok());
+      ASSERT_TRUE(
+          pooled_session->AddBatch(VaryingBatch(b, rows), &pool, cancel).ok());
+    }
+    const quantd::v1::CalibrationResult a = inline_session->Result();
+    const quantd::v1::CalibrationResult b = pooled_session->Result();
+    ASSERT_EQ(a.ranges_size(), 3) << method;
+    ASSERT_EQ(b.ranges_size(), 3) << method;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(a.ranges(i).tensor_name(), b.ranges(i).tensor_name());
+      EXPECT_EQ(a.ranges(i).min(), b.ranges(i).min()) << method << " " << i;
+      EXPECT_EQ(a.ranges(i).max(), b.ranges(i).max()) << method << " " << i;
+    }
+  }
+}
+
+TEST(CalibrationSessionTest,
+     ARefusedFirstObservationOnThePoolLeavesNoObserver) {
+  // NaN reaches r's observer on a worker; the batch fails and r, seen for the
+  // first time, keeps no observer (an unobserved range would be reported).
+  auto session = Session(Model({-1, 4}));
+  ThreadPool pool(2);
+  CancellationToken cancel;
+  quantd::v1::TensorBatch batch = Batch("x", {2, 4});
+  std::string data = batch.tensors(0).data();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&data[0], &nan, sizeof(nan));
+  batch.mutable_tensors(0)->set_data(data);
+  absl::Status s = session->AddBatch(batch, &pool, cancel);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("'x'"), HasSubstr("NaN")));
+  EXPECT_TRUE(session->Result().ranges().empty());
+  EXPECT_EQ(session->Result().batch_count(), 0);
+  ASSERT_TRUE(session->AddBatch(Batch("x", {2, 4}), &pool, cancel).ok());
+  EXPECT_EQ(session->Result().ranges_size(), 3);
 }
 
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateOn(
