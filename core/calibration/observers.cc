@@ -425,6 +425,70 @@ absl::Status Observer::Observe(absl::Span<const float> data,
   if (data.empty()) return absl::OkStatus();
 
   absl::MutexLock lock(&mu_);
+  QUANTD_RETURN_IF_ERROR(BeginBatchLocked(layout));
+  const size_t slots = slot_min_.size();
+  bool nan = false;
+  if (slots == 1) {
+    slot_min_[0] = kInf;
+    slot_max_[0] = -kInf;
+    FoldMinMax(data.data(), size, slot_min_[0], slot_max_[0], nan);
+  } else {
+    std::fill(slot_min_.begin(), slot_min_.end(), kInf);
+    std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
+    const float* p = data.data();
+    for (int64_t o = 0; o < layout.outer; ++o) {
+      for (int64_t c = 0; c < layout.channels; ++c) {
+        FoldMinMax(p, layout.inner, slot_min_[1 + c], slot_max_[1 + c], nan);
+        p += layout.inner;
+      }
+    }
+    for (size_t s = 1; s < slots; ++s) {
+      slot_min_[0] = std::min(slot_min_[0], slot_min_[s]);
+      slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);
+    }
+  }
+  if (nan) return absl::InvalidArgumentError("batch holds NaN or infinity");
+  return CommitBatchLocked(data, layout, axis);
+}
+
+absl::Status Observer::ObserveClamped(const Observer& source, float lo,
+                                      float hi) {
+  if (IsHistogramMethod(config_.method)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", config_.method, " observer reads the values themselves"));
+  }
+  if (!(lo <= hi)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("clamp bounds [", lo, ", ", hi, "] are not a range"));
+  }
+  std::vector<float> src_min, src_max;
+  numerics::ChannelLayout layout;
+  int axis;
+  {
+    absl::MutexLock lock(&source.mu_);
+    if (source.batch_count_ == 0) {
+      return absl::FailedPreconditionError("the source has seen no batch");
+    }
+    src_min = source.slot_min_;
+    src_max = source.slot_max_;
+    layout = source.last_layout_;
+    axis = source.axis_;
+  }
+  absl::MutexLock lock(&mu_);
+  if (config_.per_channel != source.config_.per_channel ||
+      (config_.per_channel && config_.axis != source.config_.axis)) {
+    return absl::FailedPreconditionError(
+        "the source observes other slots (per-channel axis)");
+  }
+  QUANTD_RETURN_IF_ERROR(BeginBatchLocked(layout));
+  for (size_t s = 0; s < slot_min_.size(); ++s) {
+    slot_min_[s] = std::min(std::max(src_min[s], lo), hi);
+    slot_max_[s] = std::min(std::max(src_max[s], lo), hi);
+  }
+  return CommitBatchLocked({}, layout, axis);
+}
+
+absl::Status Observer::BeginBatchLocked(const numerics::ChannelLayout& layout) {
   if (config_.per_channel && channels_ >= 0 && layout.channels != channels_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "per-channel axis ", config_.axis, " has ", layout.channels,
@@ -463,34 +527,22 @@ absl::Status Observer::Observe(absl::Span<const float> data,
     slot_min_.resize(slots);
     slot_max_.resize(slots);
   }
-  bool nan = false;
-  if (slots == 1) {
-    slot_min_[0] = kInf;
-    slot_max_[0] = -kInf;
-    FoldMinMax(data.data(), size, slot_min_[0], slot_max_[0], nan);
-  } else {
-    std::fill(slot_min_.begin(), slot_min_.end(), kInf);
-    std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
-    const float* p = data.data();
-    for (int64_t o = 0; o < layout.outer; ++o) {
-      for (int64_t c = 0; c < layout.channels; ++c) {
-        FoldMinMax(p, layout.inner, slot_min_[1 + c], slot_max_[1 + c], nan);
-        p += layout.inner;
-      }
-    }
-    for (size_t s = 1; s < slots; ++s) {
-      slot_min_[0] = std::min(slot_min_[0], slot_min_[s]);
-      slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);
-    }
-  }
-  if (nan || !std::isfinite(slot_min_[0]) || !std::isfinite(slot_max_[0])) {
+  return absl::OkStatus();
+}
+
+absl::Status Observer::CommitBatchLocked(absl::Span<const float> data,
+                                         const numerics::ChannelLayout& layout,
+                                         int axis) {
+  if (!std::isfinite(slot_min_[0]) || !std::isfinite(slot_max_[0])) {
     return absl::InvalidArgumentError("batch holds NaN or infinity");
   }
+  const size_t slots = slot_min_.size();
   if (channels_ < 0) {
     channels_ = layout.channels;
     axis_ = axis;
     Init(static_cast<int>(slots));
   }
+  last_layout_ = layout;
   Update(Batch{data, layout, slot_min_, slot_max_});
   ++batch_count_;
   return absl::OkStatus();

@@ -150,6 +150,17 @@ class Observer {
                        absl::Span<const int64_t> shape)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Takes one batch that is `source`'s last batch clamped to [lo, hi]
+  // (y = min(max(x, lo), hi): Relu, Clip), of the same shape. Extremes map
+  // through a clamp, so for observers that keep only each slot's extremes
+  // (not IsHistogramMethod) the values need not be read again: a value seen
+  // just after the model wrote it is a pass over memory, and Relu/Clip
+  // outputs are among a CNN's largest. FAILED_PRECONDITION for histogram
+  // observers, a source that has seen no batch, lo > hi or a NaN bound;
+  // otherwise as Observe.
+  absl::Status ObserveClamped(const Observer& source, float lo, float hi)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // The range(s) so far. Before any batch: [init_min, init_max], no channels.
   ObserverResult Result() const ABSL_LOCKS_EXCLUDED(mu_);
   // An "auto" observer: the range(s) `candidate` (one of kAutoCandidates)
@@ -202,6 +213,16 @@ class Observer {
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(
       const ObserverConfig& config, MemoryBudget* budget);
 
+  // Checks a batch of `layout` against earlier ones, charges the first
+  // batch's state, sizes the per-batch scratch.
+  absl::Status BeginBatchLocked(const numerics::ChannelLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With slot_min_/slot_max_ filled: refuses NaN or infinite extremes,
+  // then updates the state.
+  absl::Status CommitBatchLocked(absl::Span<const float> data,
+                                 const numerics::ChannelLayout& layout,
+                                 int axis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Result() (candidate null) or ResultAs(*candidate), under mu_, widened
   // by config_.headroom * headroom.
   ObserverResult ResultLocked(const std::string* candidate,
@@ -214,9 +235,11 @@ class Observer {
   int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t channels_ ABSL_GUARDED_BY(mu_) = -1;  // -1 until the first batch.
   int axis_ ABSL_GUARDED_BY(mu_) = -1;
-  // Per-batch scratch, reused (sized on the first batch).
+  // Per-batch scratch, reused (sized on the first batch): after a batch,
+  // its raw extremes per slot (what ObserveClamped reads from a source).
   std::vector<float> slot_min_ ABSL_GUARDED_BY(mu_);
   std::vector<float> slot_max_ ABSL_GUARDED_BY(mu_);
+  numerics::ChannelLayout last_layout_ ABSL_GUARDED_BY(mu_);
 };
 
 // INVALID_ARGUMENT naming the field and value when the config is bad (an

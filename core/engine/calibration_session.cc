@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -248,7 +249,81 @@ absl::StatusOr<std::unique_ptr<CalibrationSession>> CalibrationSession::Create(
     }
   }
   session->types_ = ModelTensorTypes::FromModel(session->model_);
+  if (!calibration::IsHistogramMethod(observer_config.method)) {
+    session->clamps_ = FindClamps(session->model_);
+  }
   return session;
+}
+
+absl::flat_hash_map<std::string, CalibrationSession::Clamp>
+CalibrationSession::FindClamps(const onnx::ModelProto& model) {
+  const onnx::GraphProto& g = model.graph();
+  int64_t opset = 0;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  }
+  // Scalar float constants a Clip bound may name; not graph inputs, which a
+  // batch may override.
+  absl::flat_hash_set<std::string> inputs;
+  for (const auto& i : g.input()) inputs.insert(i.name());
+  absl::flat_hash_map<std::string, const onnx::TensorProto*> constants;
+  for (const auto& t : g.initializer()) {
+    if (!inputs.contains(t.name())) constants[t.name()] = &t;
+  }
+  for (const auto& n : g.node()) {
+    if (n.op_type() != "Constant" || !n.domain().empty() ||
+        n.output_size() != 1 || n.attribute_size() != 1 ||
+        n.attribute(0).name() != "value") {
+      continue;
+    }
+    constants[n.output(0)] = &n.attribute(0).t();
+  }
+  auto scalar = [&](const std::string& name) -> std::optional<float> {
+    auto it = constants.find(name);
+    if (it == constants.end() ||
+        it->second->data_type() != onnx::TensorProto::FLOAT) {
+      return std::nullopt;
+    }
+    absl::StatusOr<executor::Tensor> t =
+        executor::Tensor::FromProto(*it->second);
+    if (!t.ok() || t->size() != 1) return std::nullopt;
+    return t->data<float>()[0];
+  };
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  absl::flat_hash_map<std::string, Clamp> clamps;
+  for (const auto& n : g.node()) {
+    if (!(n.domain().empty() || n.domain() == "ai.onnx") ||
+        n.input_size() < 1 || n.input(0).empty() || n.output_size() != 1 ||
+        n.output(0).empty()) {
+      continue;
+    }
+    Clamp c{n.input(0), -kInf, kInf};
+    if (n.op_type() == "Relu") {
+      c.lo = 0.0f;
+    } else if (n.op_type() == "Clip" && opset < 11) {
+      for (const auto& a : n.attribute()) {
+        if (a.name() == "min") c.lo = a.f();
+        if (a.name() == "max") c.hi = a.f();
+      }
+    } else if (n.op_type() == "Clip") {
+      bool constant = true;
+      for (int i = 1; i < n.input_size() && i < 3; ++i) {
+        if (n.input(i).empty()) continue;
+        std::optional<float> v = scalar(n.input(i));
+        if (!v.has_value()) {
+          constant = false;
+          break;
+        }
+        (i == 1 ? c.lo : c.hi) = *v;
+      }
+      if (!constant) continue;
+    } else {
+      continue;
+    }
+    if (!(c.lo <= c.hi)) continue;  // NaN or crossed bounds: observe.
+    clamps.emplace(n.output(0), std::move(c));
+  }
+  return clamps;
 }
 
 absl::StatusOr<const executor::Executor*> CalibrationSession::GetExecutor() {
@@ -407,6 +482,34 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
     if (made_now) {
       seen = std::make_shared<bool>(false);
       made.emplace_back(name, seen);
+    }
+    // A Relu/Clip output whose input was observed earlier in this run: its
+    // extremes are the input's clamped, and its values need not be read
+    // (nor kept alive, unless the sink reads them).
+    const Clamp* clamp = nullptr;
+    const calibration::Observer* source = nullptr;
+    if (auto c = clamps_.find(name); c != clamps_.end()) {
+      if (auto o = observers_.find(c->second.input); o != observers_.end()) {
+        clamp = &c->second;
+        source = o->second.get();
+      }
+    }
+    if (clamp != nullptr) {
+      executor::Tensor kept = sink_ ? t : executor::Tensor();
+      observing.Add(
+          kept.bytes(),
+          [this, observer = *observer, seen, name, kept, clamp,
+           source]() -> absl::Status {
+            absl::Status s =
+                observer->ObserveClamped(*source, clamp->lo, clamp->hi);
+            if (!s.ok()) {
+              return absl::Status(
+                  s.code(), absl::StrCat("tensor '", name, "': ", s.message()));
+            }
+            if (seen != nullptr) *seen = true;
+            return sink_ ? sink_(name, kept) : absl::OkStatus();
+          });
+      return;
     }
     observing.Add(t.bytes(), [this, observer = *observer, seen, name, t] {
       absl::Status s = ObserveWith(observer, name, t);

@@ -109,6 +109,19 @@ class CalibrationSession {
       std::function<absl::Status(const std::string&, const executor::Tensor&)>;
   void set_tensor_sink(TensorSink sink) { sink_ = std::move(sink); }
 
+  // A Relu or Clip output of the main graph: its value is `input`'s clamped
+  // to [lo, hi], and so are its extremes (Observer::ObserveClamped).
+  struct Clamp {
+    std::string input;
+    float lo;
+    float hi;
+  };
+  // Output name -> its clamp, for the Relu nodes and the Clip nodes with
+  // constant bounds of the main graph. Sessions whose observers keep only
+  // extremes observe those outputs through their input's extremes.
+  static absl::flat_hash_map<std::string, Clamp> FindClamps(
+      const onnx::ModelProto& model);
+
   // Whether the executor has been built (a batch of graph inputs came).
   bool has_executor() const { return executor_ != nullptr; }
 
@@ -128,6 +141,8 @@ class CalibrationSession {
   absl::Status ObserveWith(calibration::Observer* observer,
                            const std::string& name,
                            const executor::Tensor& t) const;
+
+
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();
   absl::Status RunModel(const quantd::v1::TensorBatch& batch, ThreadPool* pool,
@@ -144,6 +159,7 @@ class CalibrationSession {
   std::vector<std::string> input_names_;
   // Every value name of the main graph (inputs, initializers, node outputs).
   absl::flat_hash_set<std::string> tensor_names_;
+  absl::flat_hash_map<std::string, Clamp> clamps_;
   ModelTensorTypes types_;
   // Charged by every observer before it allocates; outlives them.
   calibration::MemoryBudget budget_;

@@ -431,6 +431,77 @@ TEST(PerChannelTest, NchwAxisOne) {
   EXPECT_EQ(r.max, 16.0f);
 }
 
+TEST(ObserveClampedTest, EqualsObservingTheClampedValues) {
+  // Relu and Clip outputs: every observer that keeps only extremes, per
+  // tensor and per channel, over batches whose ranges move, must end where
+  // observing the clamped values themselves ends, bit for bit.
+  const std::vector<std::pair<float, float>> clamps = {
+      {0.0f, kInf}, {0.0f, 6.0f}, {-1.5f, 2.25f}, {-kInf, kInf}, {1.0f, 1.0f}};
+  for (const char* method : {"min_max", "last_value", "moving_average"}) {
+    for (bool per_channel : {false, true}) {
+      for (const auto& [lo, hi] : clamps) {
+        ObserverConfig c = Config(method);
+        c.per_channel = per_channel;
+        std::unique_ptr<Observer> source = Make(c);
+        std::unique_ptr<Observer> derived = Make(c);
+        std::unique_ptr<Observer> direct = Make(c);
+        for (int b = 0; b < 5; ++b) {
+          // Shape [2, 3, 4]; channel ch shifted so channels differ.
+          std::vector<float> x(24), y(24);
+          for (int i = 0; i < 24; ++i) {
+            const int ch = (i / 4) % 3;
+            x[i] = static_cast<float>((i * 7 + b * 5) % 11) * (0.5f + b) -
+                   4.0f + 3.0f * ch - static_cast<float>(b);
+            y[i] = std::min(std::max(x[i], lo), hi);
+          }
+          ASSERT_TRUE(source->Observe(x, {2, 3, 4}).ok());
+          ASSERT_TRUE(derived->ObserveClamped(*source, lo, hi).ok());
+          ASSERT_TRUE(direct->Observe(y, {2, 3, 4}).ok());
+        }
+        const ObserverResult a = derived->Result(), e = direct->Result();
+        const std::string where = absl::StrCat(
+            method, per_channel ? " per channel" : "", " [", lo, ", ", hi, "]");
+        EXPECT_EQ(a.min, e.min) << where;
+        EXPECT_EQ(a.max, e.max) << where;
+        EXPECT_EQ(a.axis, e.axis) << where;
+        EXPECT_EQ(a.channel_min, e.channel_min) << where;
+        EXPECT_EQ(a.channel_max, e.channel_max) << where;
+        EXPECT_EQ(a.batch_count, e.batch_count) << where;
+      }
+    }
+  }
+}
+
+TEST(ObserveClampedTest, RefusedWhereExtremesDoNotSuffice) {
+  std::unique_ptr<Observer> source = Make(Config("min_max"));
+  std::unique_ptr<Observer> derived = Make(Config("min_max"));
+  // The source has seen nothing yet.
+  EXPECT_EQ(derived->ObserveClamped(*source, 0.0f, kInf).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(source->Observe({-1.0f, 2.0f}, {2}).ok());
+  EXPECT_EQ(derived->ObserveClamped(*source, 2.0f, 1.0f).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(derived->ObserveClamped(*source, kNaN, 1.0f).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(derived->batch_count(), 0);
+  // Histograms need the values.
+  for (const char* method : {"percentile", "mse", "entropy", "auto"}) {
+    std::unique_ptr<Observer> h = Make(Config(method));
+    absl::Status s = h->ObserveClamped(*source, 0.0f, kInf);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << method;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("reads the values"));
+  }
+  // Per-channel against per-tensor slots.
+  ObserverConfig pc = Config("min_max");
+  pc.per_channel = true;
+  std::unique_ptr<Observer> channels = Make(pc);
+  EXPECT_EQ(channels->ObserveClamped(*source, 0.0f, kInf).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(derived->ObserveClamped(*source, 0.0f, kInf).ok());
+  EXPECT_EQ(derived->Result().min, 0.0f);
+  EXPECT_EQ(derived->Result().max, 2.0f);
+}
+
 TEST(PerChannelTest, ChannelsLastAsTfContrib) {
   ObserverConfig c = Config("last_value");
   c.per_channel = true;

@@ -4,6 +4,7 @@
 // and observed activations need no executor.
 #include "core/engine/calibration_session.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -338,6 +339,136 @@ TEST(CalibrationSessionTest,
   EXPECT_EQ(session->Result().batch_count(), 0);
   ASSERT_TRUE(session->AddBatch(Batch("x", {2, 4}), &pool, cancel).ok());
   EXPECT_EQ(session->Result().ranges_size(), 3);
+}
+
+// x [-1, 4] -> Clip(lo, hi) -> y, x -> Relu -> r, x -> Clip(lo, -lo) -> z
+// (a bound computed by a node). Opset 13: lo an initializer, hi a Constant
+// node; opset 6: attributes.
+onnx::ModelProto ClipModel(int opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(opset >= 13 ? 8 : 3);
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("clips");
+  SetType(g->add_input(), "x", {-1, 4});
+  auto add = [&](const std::string& op, std::vector<std::string> in,
+                 const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_name(out + "_node");
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  if (opset >= 11) {
+    onnx::TensorProto* lo = g->add_initializer();
+    lo->set_name("lo");
+    lo->set_data_type(onnx::TensorProto::FLOAT);
+    lo->add_float_data(-1.0f);
+    onnx::NodeProto* hi = add("Constant", {}, "hi");
+    onnx::AttributeProto* v = hi->add_attribute();
+    v->set_name("value");
+    v->set_type(onnx::AttributeProto::TENSOR);
+    v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    v->mutable_t()->add_float_data(2.5f);
+    add("Clip", {"x", "lo", "hi"}, "y");
+    add("Neg", {"lo"}, "neg_lo");  // 1, but computed.
+    add("Clip", {"x", "lo", "neg_lo"}, "z");
+  } else {
+    onnx::NodeProto* clip = add("Clip", {"x"}, "y");
+    onnx::AttributeProto* mn = clip->add_attribute();
+    mn->set_name("min");
+    mn->set_type(onnx::AttributeProto::FLOAT);
+    mn->set_f(-1.0f);
+    onnx::AttributeProto* mx = clip->add_attribute();
+    mx->set_name("max");
+    mx->set_type(onnx::AttributeProto::FLOAT);
+    mx->set_f(2.5f);
+  }
+  add("Relu", {"x"}, "r");
+  for (const char* out : {"y", "r", "z"}) {
+    if (opset < 11 && std::string(out) == "z") continue;
+    SetType(g->add_output(), out, {-1, 4});
+  }
+  return m;
+}
+
+TEST(CalibrationSessionTest, ReluAndConstantClipOutputsAreFoundAsClamps) {
+  for (int opset : {6, 13}) {
+    const auto clamps = CalibrationSession::FindClamps(ClipModel(opset));
+    ASSERT_TRUE(clamps.contains("y")) << opset;
+    EXPECT_EQ(clamps.at("y").input, "x");
+    EXPECT_EQ(clamps.at("y").lo, -1.0f);
+    EXPECT_EQ(clamps.at("y").hi, 2.5f);
+    ASSERT_TRUE(clamps.contains("r")) << opset;
+    EXPECT_EQ(clamps.at("r").lo, 0.0f);
+    EXPECT_EQ(clamps.at("r").hi, std::numeric_limits<float>::infinity());
+    // A bound computed at run time is observed from the values.
+    EXPECT_FALSE(clamps.contains("z")) << opset;
+  }
+}
+
+TEST(CalibrationSessionTest, ClampedOutputsGetTheRangesOfTheirValues) {
+  // Whichever way an observer takes a Relu or Clip output (its input's
+  // extremes clamped, or the values), the ranges are those of the values.
+  for (int opset : {6, 13}) {
+    for (const char* method : {"min_max", "moving_average", "percentile"}) {
+      for (bool pooled : {false, true}) {
+        calibration::ObserverConfig config;
+        config.method = method;
+        auto session = Session(ClipModel(opset), config);
+        auto reference = Session(ClipModel(opset), config);
+        ThreadPool pool(2);
+        CancellationToken cancel;
+        for (int b = 0; b < 6; ++b) {
+          quantd::v1::TensorBatch batch = VaryingBatch(b, 3 + b);
+          absl::Status added =
+              session->AddBatch(batch, pooled ? &pool : nullptr, cancel);
+          ASSERT_TRUE(added.ok()) << added;
+          // The reference is sent the clamped values as observed activations
+          // (a batch of them cannot hold the graph input).
+          const std::string raw = batch.tensors(0).data();
+          std::vector<float> x(raw.size() / sizeof(float));
+          std::memcpy(x.data(), raw.data(), raw.size());
+          quantd::v1::TensorBatch values;
+          auto put = [&](const std::string& name, float lo, float hi) {
+            std::vector<float> v(x.size());
+            for (size_t i = 0; i < x.size(); ++i) {
+              v[i] = std::min(std::max(x[i], lo), hi);
+            }
+            auto* t = values.add_tensors();
+            *t = batch.tensors(0);
+            t->set_name(name);
+            t->set_data(reinterpret_cast<const char*>(v.data()),
+                        v.size() * sizeof(float));
+          };
+          constexpr float kInf = std::numeric_limits<float>::infinity();
+          put("y", -1.0f, 2.5f);
+          put("r", 0.0f, kInf);
+          ASSERT_TRUE(Add(reference.get(), values).ok());
+        }
+        const quantd::v1::CalibrationResult a = session->Result();
+        const quantd::v1::CalibrationResult e = reference->Result();
+        const std::string where =
+            absl::StrCat("opset ", opset, " ", method, pooled ? " pooled" : "");
+        ASSERT_EQ(e.ranges_size(), 2) << where;  // r, y.
+        for (const auto& range : e.ranges()) {
+          bool found = false;
+          for (const auto& got : a.ranges()) {
+            if (got.tensor_name() != range.tensor_name()) continue;
+            found = true;
+            EXPECT_EQ(got.min(), range.min())
+                << where << " " << got.tensor_name();
+            EXPECT_EQ(got.max(), range.max())
+                << where << " " << got.tensor_name();
+          }
+          EXPECT_TRUE(found) << where << " " << range.tensor_name();
+        }
+      }
+    }
+  }
 }
 
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateOn(
