@@ -587,7 +587,7 @@ void PrintObserverChoice(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_observer_choice()) return;
   const quantd::v1::ObserverChoice& c = s.observer_choice();
   absl::PrintF("%s: kept %s (each candidate compared with float on %s)\n",
-               c.folds() > 0 ? "auto_headroom" : "calibration method auto",
+               quantd::client::ObserverChoiceSearch(c),
                quantd::client::ObserverChoiceKept(c),
                quantd::client::ObserverChoiceJudgedOn(c));
   std::vector<std::vector<std::string>> rows = {

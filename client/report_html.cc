@@ -141,6 +141,15 @@ std::string ObserverChoiceJudgedOn(const quantd::v1::ObserverChoice& c) {
   return text;
 }
 
+std::string ObserverChoiceSearch(const quantd::v1::ObserverChoice& c) {
+  bool one_method = c.candidates_size() > 0;
+  for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
+    one_method = one_method && k.method() == c.candidates(0).method();
+  }
+  return c.folds() > 0 || one_method ? "auto_headroom"
+                                     : "calibration method auto";
+}
+
 bool IsKeptCandidate(const quantd::v1::ObserverChoice& c,
                      const quantd::v1::ObserverCandidate& k) {
   auto factor = [](double h) { return h == 0.0 ? 1.0 : h; };
@@ -335,18 +344,18 @@ std::string AccuracySearchChart(const quantd::v1::AccuracySearch& a) {
   return svg + "</svg>\n";
 }
 
-// What calibration_method auto tried and kept.
+// What calibration_method auto or auto_headroom tried and kept.
 std::string ObserverChoiceSection(const quantd::v1::QuantizeSummary& s) {
   if (!s.has_observer_choice()) return "";
   const quantd::v1::ObserverChoice& c = s.observer_choice();
-  std::string html =
-      absl::StrCat("<h2>Calibration observer (auto)</h2>\n<p>kept <b>",
-                   HtmlEscape(ObserverChoiceKept(c)),
-                   "</b>; each candidate quantized the model and "
-                   "was compared with float on ",
-                   HtmlEscape(ObserverChoiceJudgedOn(c)), ".</p>\n<table>\n",
-                   Header({"candidate", "worst output SQNR (dB)",
-                           "worst top-1 agreement", "tensors clipped", ""}));
+  std::string html = absl::StrCat(
+      "<h2>Calibration observer (", HtmlEscape(ObserverChoiceSearch(c)),
+      ")</h2>\n<p>kept <b>", HtmlEscape(ObserverChoiceKept(c)),
+      "</b>; each candidate quantized the model and "
+      "was compared with float on ",
+      HtmlEscape(ObserverChoiceJudgedOn(c)), ".</p>\n<table>\n",
+      Header({"candidate", "worst output SQNR (dB)", "worst top-1 agreement",
+              "tensors clipped", ""}));
   for (const quantd::v1::ObserverCandidate& k : c.candidates()) {
     const bool kept = IsKeptCandidate(c, k);
     absl::StrAppend(&html, kept ? "<tr class=\"chosen\">" : "<tr>",

@@ -68,6 +68,10 @@ std::string ObserverChoiceKept(const quantd::v1::ObserverChoice& c);
 std::string ObserverChoiceJudgedOn(const quantd::v1::ObserverChoice& c);
 bool IsKeptCandidate(const quantd::v1::ObserverChoice& c,
                      const quantd::v1::ObserverCandidate& k);
+// Which search made the choice: "auto_headroom" (one observer at several
+// headrooms, in folds or on held-out batches) or "calibration method auto"
+// (several observers).
+std::string ObserverChoiceSearch(const quantd::v1::ObserverChoice& c);
 
 // Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string HtmlEscape(absl::string_view text);

@@ -297,7 +297,9 @@ TEST(RenderQuantizeReportHtmlTest, ObserverChoiceIsTabled) {
     k->set_clipped_tensors(std::string(m) == "entropy" ? 4 : 0);
   }
   const std::string html = RenderQuantizeReportHtml(in);
-  EXPECT_THAT(html, HasSubstr("<h2>Calibration observer (auto)</h2>"));
+  EXPECT_THAT(
+      html,
+      HasSubstr("<h2>Calibration observer (calibration method auto)</h2>"));
   EXPECT_THAT(html, HasSubstr("kept <b>entropy</b>"));
   EXPECT_THAT(html, HasSubstr("on 3 held-out batches"));
   EXPECT_EQ(Count(html, "<td class=\"tag\">kept</td>"), 1);
@@ -317,11 +319,15 @@ TEST(RenderQuantizeReportHtmlTest, WidenedCandidatesAreNamedByTheirFactor) {
     k->set_headroom(h);
   }
   EXPECT_EQ(ObserverChoiceKept(*c), "min_max x1.5");
+  // One observer at several factors, judged on held-out batches (no folds):
+  // auto_headroom's search, not auto's.
+  EXPECT_EQ(ObserverChoiceSearch(*c), "auto_headroom");
   EXPECT_FALSE(IsKeptCandidate(*c, c->candidates(0)));
   EXPECT_FALSE(IsKeptCandidate(*c, c->candidates(1)));
   EXPECT_TRUE(IsKeptCandidate(*c, c->candidates(2)));
   const std::string html = RenderQuantizeReportHtml(in);
   EXPECT_THAT(html, HasSubstr("kept <b>min_max x1.5</b>"));
+  EXPECT_THAT(html, HasSubstr("<h2>Calibration observer (auto_headroom)</h2>"));
   EXPECT_THAT(html, HasSubstr("<td>min_max x1.25</td>"));
   EXPECT_EQ(Count(html, "<td class=\"tag\">kept</td>"), 1);
   // An older server sets no headroom: 0 reads as 1.
