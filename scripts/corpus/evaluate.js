@@ -125,6 +125,10 @@ const CONFIGS = {
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w4a8_a99: { label: 'STATIC TF W4A8 top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99'] },
   static_tf_w4a8_a99_int: { label: 'STATIC TF W4A8 top-1 target 0.99, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99', '--allowed_precisions=w4a8,w8a8'] },
+  // The 4-bit floor (20 dB) as a target, no layer left float: the
+  // search moves the costliest layers to 8 bits.
+  static_tf_w4a8_gptq_t20_int: { label: 'STATIC TF W4A8 GPTQ target 20 dB, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_sqnr_db=20', '--allowed_precisions=w4a8,w8a8'] },
+  static_tf_w4a8_gptq_t20_int_ho: { label: 'STATIC TF W4A8 GPTQ target 20 dB on a held-out batch, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_sqnr_db=20', '--allowed_precisions=w4a8,w8a8', '--holdout_batches=1'] },
   static_tf_w4a8_gptq_a99: { label: 'STATIC TF W4A8 GPTQ top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_agreement=0.99'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_unguarded: { label: 'STATIC TF W8A8 entropy unguarded', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy_unguarded'] },
