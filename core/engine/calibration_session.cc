@@ -468,6 +468,10 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   // Observers made during this run, each with whether a value reached it
   // (written by its observation, read after Finish()).
   std::vector<std::pair<std::string, std::shared_ptr<bool>>> made;
+  // Values observed in this run: a clamp's input must be one of them (an
+  // initializer or a folded constant is never produced, and an observer of
+  // that name, from a batch of observed activations, holds other extremes).
+  absl::flat_hash_set<std::string> observed_now;
   options.on_tensor = [&](const std::string& name, const executor::Tensor& t) {
     if (!observed.ok()) return;
     bool made_now = false;
@@ -478,6 +482,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
       return;
     }
     if (*observer == nullptr) return;
+    observed_now.insert(name);
     std::shared_ptr<bool> seen;
     if (made_now) {
       seen = std::make_shared<bool>(false);
@@ -488,7 +493,8 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
     // (nor kept alive, unless the sink reads them).
     const Clamp* clamp = nullptr;
     const calibration::Observer* source = nullptr;
-    if (auto c = clamps_.find(name); c != clamps_.end()) {
+    if (auto c = clamps_.find(name);
+        c != clamps_.end() && observed_now.contains(c->second.input)) {
       if (auto o = observers_.find(c->second.input); o != observers_.end()) {
         clamp = &c->second;
         source = o->second.get();

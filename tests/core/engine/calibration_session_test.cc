@@ -471,6 +471,57 @@ TEST(CalibrationSessionTest, ClampedOutputsGetTheRangesOfTheirValues) {
   }
 }
 
+TEST(CalibrationSessionTest, AClampOfAValueTheRunNeverProducedReadsItsValues) {
+  // r = Relu(w), w an initializer: no run produces w, so an observer named w
+  // (made by a batch of observed activations) holds other extremes than
+  // this run's; r must be observed from its own values.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(13);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("relu_of_weight");
+  SetType(g->add_input(), "x", {-1, 2});
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_float_data(-1.0f);
+  w->add_float_data(5.0f);
+  onnx::NodeProto* relu = g->add_node();
+  relu->set_op_type("Relu");
+  relu->add_input("w");
+  relu->add_output("r");
+  onnx::NodeProto* add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("x");
+  add->add_input("r");
+  add->add_output("y");
+  SetType(g->add_output(), "y", {-1, 2});
+  ASSERT_TRUE(CalibrationSession::FindClamps(m).contains("r"));
+  auto session = Session(m);
+  quantd::v1::TensorBatch activations;
+  auto* t = activations.add_tensors();
+  t->set_name("w");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_shape(2);
+  const float wide[2] = {-100.0f, 100.0f};
+  t->set_data(reinterpret_cast<const char*>(wide), sizeof(wide));
+  ASSERT_TRUE(Add(session.get(), activations).ok());
+  ThreadPool pool(2);
+  CancellationToken cancel;
+  ASSERT_TRUE(session->AddBatch(Batch("x", {3, 2}), &pool, cancel).ok());
+  const quantd::v1::CalibrationResult result = session->Result();
+  for (const auto& range : result.ranges()) {
+    if (range.tensor_name() != "r") continue;
+    EXPECT_EQ(range.min(), 0.0f);
+    EXPECT_EQ(range.max(), 5.0f);
+    return;
+  }
+  ADD_FAILURE() << "no range for r";
+}
+
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateOn(
     const onnx::ModelProto& model, quantd::v1::TensorBatch batch) {
   auto q = std::make_shared<BatchQueue>(2);
