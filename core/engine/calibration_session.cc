@@ -10,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/checked_count.h"
+#include "core/base/onnx_names.h"
 #include "core/base/serial_queue.h"
 #include "core/base/status_macros.h"
+#include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
 #include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
@@ -258,54 +260,50 @@ absl::StatusOr<std::unique_ptr<CalibrationSession>> CalibrationSession::Create(
 absl::flat_hash_map<std::string, CalibrationSession::Clamp>
 CalibrationSession::FindClamps(const onnx::ModelProto& model) {
   const onnx::GraphProto& g = model.graph();
-  int64_t opset = 0;
-  for (const auto& o : model.opset_import()) {
-    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
-  }
-  // Scalar float constants a Clip bound may name; not graph inputs, which a
-  // batch may override.
+  const int64_t opset = graph::DefaultOpset(model);
+  // One-element constants a Clip bound may name (copied: they are tiny);
+  // not graph inputs, which a batch may override.
   absl::flat_hash_set<std::string> inputs;
   for (const auto& i : g.input()) inputs.insert(i.name());
-  absl::flat_hash_map<std::string, const onnx::TensorProto*> constants;
+  absl::flat_hash_map<std::string, onnx::TensorProto> constants;
   for (const auto& t : g.initializer()) {
-    if (!inputs.contains(t.name())) constants[t.name()] = &t;
+    const bool one = std::all_of(t.dims().begin(), t.dims().end(),
+                                 [](int64_t d) { return d == 1; });
+    if (one && !inputs.contains(t.name())) constants[t.name()] = t;
   }
   for (const auto& n : g.node()) {
-    if (n.op_type() != "Constant" || !n.domain().empty() ||
-        n.output_size() != 1 || n.attribute_size() != 1 ||
-        n.attribute(0).name() != "value") {
-      continue;
+    onnx::TensorProto t;
+    if (IsOp(n, "Constant") && graph::ConstantTensor(n, &t)) {
+      constants[n.output(0)] = std::move(t);
     }
-    constants[n.output(0)] = &n.attribute(0).t();
   }
   auto scalar = [&](const std::string& name) -> std::optional<float> {
     auto it = constants.find(name);
     if (it == constants.end() ||
-        it->second->data_type() != onnx::TensorProto::FLOAT) {
+        it->second.data_type() != onnx::TensorProto::FLOAT) {
       return std::nullopt;
     }
     absl::StatusOr<executor::Tensor> t =
-        executor::Tensor::FromProto(*it->second);
+        executor::Tensor::FromProto(it->second);
     if (!t.ok() || t->size() != 1) return std::nullopt;
     return t->data<float>()[0];
   };
   constexpr float kInf = std::numeric_limits<float>::infinity();
   absl::flat_hash_map<std::string, Clamp> clamps;
   for (const auto& n : g.node()) {
-    if (!(n.domain().empty() || n.domain() == "ai.onnx") ||
-        n.input_size() < 1 || n.input(0).empty() || n.output_size() != 1 ||
+    if (n.input_size() < 1 || n.input(0).empty() || n.output_size() != 1 ||
         n.output(0).empty()) {
       continue;
     }
     Clamp c{n.input(0), -kInf, kInf};
-    if (n.op_type() == "Relu") {
+    if (IsOp(n, "Relu")) {
       c.lo = 0.0f;
-    } else if (n.op_type() == "Clip" && opset < 11) {
+    } else if (IsOp(n, "Clip") && opset < 11) {
       for (const auto& a : n.attribute()) {
         if (a.name() == "min") c.lo = a.f();
         if (a.name() == "max") c.hi = a.f();
       }
-    } else if (n.op_type() == "Clip") {
+    } else if (IsOp(n, "Clip")) {
       bool constant = true;
       for (int i = 1; i < n.input_size() && i < 3; ++i) {
         if (n.input(i).empty()) continue;
@@ -362,9 +360,14 @@ absl::StatusOr<calibration::Observer*> CalibrationSession::ObserverFor(
 
 absl::Status CalibrationSession::ObserveWith(calibration::Observer* observer,
                                              const std::string& name,
-                                             const executor::Tensor& t) const {
-  absl::Status s = observer->Observe(
-      absl::MakeConstSpan(t.data<float>(), t.size()), t.shape());
+                                             const executor::Tensor& t,
+                                             const ClampOf* clamp) const {
+  absl::Status s =
+      clamp != nullptr
+          ? observer->ObserveClamped(*clamp->source, clamp->clamp->lo,
+                                     clamp->clamp->hi)
+          : observer->Observe(absl::MakeConstSpan(t.data<float>(), t.size()),
+                              t.shape());
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("tensor '", name, "': ", s.message()));
@@ -468,10 +471,11 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   // Observers made during this run, each with whether a value reached it
   // (written by its observation, read after Finish()).
   std::vector<std::pair<std::string, std::shared_ptr<bool>>> made;
-  // Values observed in this run: a clamp's input must be one of them (an
-  // initializer or a folded constant is never produced, and an observer of
-  // that name, from a batch of observed activations, holds other extremes).
-  absl::flat_hash_set<std::string> observed_now;
+  // Values observed in this run and their observers: a clamp's input must
+  // be one of them (an initializer or a folded constant is never produced,
+  // and an observer of that name, from a batch of observed activations,
+  // holds other extremes).
+  absl::flat_hash_map<std::string, const calibration::Observer*> observed_now;
   options.on_tensor = [&](const std::string& name, const executor::Tensor& t) {
     if (!observed.ok()) return;
     bool made_now = false;
@@ -482,7 +486,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
       return;
     }
     if (*observer == nullptr) return;
-    observed_now.insert(name);
+    observed_now[name] = *observer;
     std::shared_ptr<bool> seen;
     if (made_now) {
       seen = std::make_shared<bool>(false);
@@ -491,37 +495,22 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
     // A Relu/Clip output whose input was observed earlier in this run: its
     // extremes are the input's clamped, and its values need not be read
     // (nor kept alive, unless the sink reads them).
-    const Clamp* clamp = nullptr;
-    const calibration::Observer* source = nullptr;
-    if (auto c = clamps_.find(name);
-        c != clamps_.end() && observed_now.contains(c->second.input)) {
-      if (auto o = observers_.find(c->second.input); o != observers_.end()) {
-        clamp = &c->second;
-        source = o->second.get();
+    std::optional<ClampOf> clamp;
+    if (auto c = clamps_.find(name); c != clamps_.end()) {
+      if (auto o = observed_now.find(c->second.input);
+          o != observed_now.end()) {
+        clamp = ClampOf{&c->second, o->second};
       }
     }
-    if (clamp != nullptr) {
-      executor::Tensor kept = sink_ ? t : executor::Tensor();
-      observing.Add(
-          kept.bytes(),
-          [this, observer = *observer, seen, name, kept, clamp,
-           source]() -> absl::Status {
-            absl::Status s =
-                observer->ObserveClamped(*source, clamp->lo, clamp->hi);
-            if (!s.ok()) {
-              return absl::Status(
-                  s.code(), absl::StrCat("tensor '", name, "': ", s.message()));
-            }
-            if (seen != nullptr) *seen = true;
-            return sink_ ? sink_(name, kept) : absl::OkStatus();
-          });
-      return;
-    }
-    observing.Add(t.bytes(), [this, observer = *observer, seen, name, t] {
-      absl::Status s = ObserveWith(observer, name, t);
-      if (s.ok() && seen != nullptr) *seen = true;
-      return s;
-    });
+    executor::Tensor kept =
+        !clamp.has_value() || sink_ ? t : executor::Tensor();
+    observing.Add(
+        kept.bytes(), [this, observer = *observer, seen, name, kept, clamp] {
+          absl::Status s =
+              ObserveWith(observer, name, kept, clamp ? &*clamp : nullptr);
+          if (s.ok() && seen != nullptr) *seen = true;
+          return s;
+        });
   };
   absl::Status ran = executor->Run(feeds, options).status();
   absl::Status queued = observing.Finish();

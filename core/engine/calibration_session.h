@@ -137,11 +137,16 @@ class CalibrationSession {
   absl::StatusOr<calibration::Observer*> ObserverFor(const std::string& name,
                                                      const executor::Tensor& t,
                                                      bool* made_now);
-  // Feeds `t` to `observer`, then to the sink; errors name the tensor.
+  // A clamp whose input `source` observed in the current run.
+  struct ClampOf {
+    const Clamp* clamp;
+    const calibration::Observer* source;
+  };
+  // Feeds `t` (or, given `clamp`, the source's extremes clamped) to
+  // `observer`, then `t` to the sink; errors name the tensor.
   absl::Status ObserveWith(calibration::Observer* observer,
-                           const std::string& name,
-                           const executor::Tensor& t) const;
-
+                           const std::string& name, const executor::Tensor& t,
+                           const ClampOf* clamp = nullptr) const;
 
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();

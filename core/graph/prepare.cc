@@ -152,8 +152,8 @@ absl::Status SortOne(GraphProto* graph, int64_t* moved) {
 
 // ---------------------------------------------------------- Constant lift
 
-// The tensor a Constant node holds, or nullopt-like false when it is not
-// one we lift.
+}  // namespace
+
 bool ConstantTensor(const NodeProto& node, TensorProto* out) {
   if (node.attribute_size() != 1 || node.output_size() != 1 ||
       node.output(0).empty()) {
@@ -188,6 +188,8 @@ bool ConstantTensor(const NodeProto& node, TensorProto* out) {
   *out = std::move(t);
   return true;
 }
+
+namespace {
 
 int64_t LiftIn(GraphProto* graph, bool main, int64_t ir_version) {
   int64_t lifted = 0;

@@ -106,6 +106,12 @@ void RestoreHalfInterface(const HalfInterface& half, onnx::ModelProto* model);
 // changed.
 absl::Status SortTopologically(onnx::GraphProto* graph, int64_t* moved);
 
+// The tensor a Constant node holds (value, value_float(s), value_int(s)),
+// named as its output; false for sparse_value, value_string(s), STRING or
+// UNDEFINED tensors and nodes without exactly one attribute and one output.
+// The caller checks the op type.
+bool ConstantTensor(const onnx::NodeProto& node, onnx::TensorProto* out);
+
 // Replaces each Constant node of `graph` (value, value_float(s),
 // value_int(s); not sparse_value, value_string(s) or STRING tensors, and not
 // when the output is a graph output) by an initializer of the same name, in
