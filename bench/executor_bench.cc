@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -82,6 +83,27 @@ struct Times {
   double median = -1, min = -1;
 };
 
+// ms per call of `call` over --iters calls after --warmup; median -1 on
+// the first error, which is printed after `what`.
+Times TimeCalls(const char* what, const std::function<absl::Status()>& call) {
+  std::vector<double> ms;
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_iters);
+       ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status s = call();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s failed: %s\n", what, s.ToString().c_str());
+      return {};
+    }
+    if (i >= absl::GetFlag(FLAGS_warmup)) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms[0]};
+}
+
 // ms per Run; median -1 on error.
 Times TimeOurs(const Executor& exec, const Tensor& x, int threads) {
   // The caller takes part in ParallelFor, so N threads = N - 1 workers.
@@ -91,22 +113,7 @@ Times TimeOurs(const Executor& exec, const Tensor& x, int threads) {
   ro.pool = pool.get();
   const absl::flat_hash_map<std::string, Tensor> feeds = {
       {exec.input_names()[0], x}};
-  std::vector<double> ms;
-  for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_iters);
-       ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = exec.Run(feeds, ro);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (!out.ok()) {
-      std::fprintf(stderr, "run failed: %s\n", out.status().ToString().c_str());
-      return {};
-    }
-    if (i >= absl::GetFlag(FLAGS_warmup)) {
-      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    }
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms[0]};
+  return TimeCalls("run", [&] { return exec.Run(feeds, ro).status(); });
 }
 
 // ms per CalibrationSession::AddBatch of `x` with observer `method`, on the
@@ -132,22 +139,9 @@ Times TimeCalibration(const onnx::ModelProto& model, const std::string& input,
   for (int64_t d : x.shape()) named->add_shape(d);
   named->set_data(x.data<float>(), x.size() * sizeof(float));
   quantd::CancellationToken cancel;
-  std::vector<double> ms;
-  for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_iters);
-       ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = (*session)->AddBatch(batch, pool.get(), cancel);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (!s.ok()) {
-      std::fprintf(stderr, "calibration batch: %s\n", s.ToString().c_str());
-      return {};
-    }
-    if (i >= absl::GetFlag(FLAGS_warmup)) {
-      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    }
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms[0]};
+  return TimeCalls("calibration batch", [&] {
+    return (*session)->AddBatch(batch, pool.get(), cancel);
+  });
 }
 
 // Time between consecutive on_tensor calls, charged to the producing op.

@@ -341,27 +341,39 @@ TEST(CalibrationSessionTest,
   EXPECT_EQ(session->Result().ranges_size(), 3);
 }
 
-// x [-1, 4] -> Clip(lo, hi) -> y, x -> Relu -> r, x -> Clip(lo, -lo) -> z
-// (a bound computed by a node). Opset 13: lo an initializer, hi a Constant
-// node; opset 6: attributes.
-onnx::ModelProto ClipModel(int opset) {
+// A model importing the default domain at `opset` (IR 8, or 3 before opset
+// 13), its graph named `name` and empty.
+onnx::ModelProto EmptyModel(int opset, const std::string& name) {
   onnx::ModelProto m;
   m.set_ir_version(opset >= 13 ? 8 : 3);
   auto* o = m.add_opset_import();
   o->set_domain("");
   o->set_version(opset);
+  m.mutable_graph()->set_name(name);
+  return m;
+}
+
+// Appends node `out`_node: op(in...) -> out.
+onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
+                         const std::vector<std::string>& in,
+                         const std::string& out) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_name(out + "_node");
+  n->set_op_type(op);
+  for (const auto& i : in) n->add_input(i);
+  n->add_output(out);
+  return n;
+}
+
+// x [-1, 4] -> Clip(lo, hi) -> y, x -> Relu -> r, x -> Clip(lo, -lo) -> z
+// (a bound computed by a node). Opset 13: lo an initializer, hi a Constant
+// node; opset 6: attributes.
+onnx::ModelProto ClipModel(int opset) {
+  onnx::ModelProto m = EmptyModel(opset, "clips");
   onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("clips");
   SetType(g->add_input(), "x", {-1, 4});
   auto add = [&](const std::string& op, std::vector<std::string> in,
-                 const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_name(out + "_node");
-    n->set_op_type(op);
-    for (auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
+                 const std::string& out) { return AddNode(g, op, in, out); };
   if (opset >= 11) {
     onnx::TensorProto* lo = g->add_initializer();
     lo->set_name("lo");
@@ -475,13 +487,8 @@ TEST(CalibrationSessionTest, AClampOfAValueTheRunNeverProducedReadsItsValues) {
   // r = Relu(w), w an initializer: no run produces w, so an observer named w
   // (made by a batch of observed activations) holds other extremes than
   // this run's; r must be observed from its own values.
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(13);
+  onnx::ModelProto m = EmptyModel(13, "relu_of_weight");
   onnx::GraphProto* g = m.mutable_graph();
-  g->set_name("relu_of_weight");
   SetType(g->add_input(), "x", {-1, 2});
   onnx::TensorProto* w = g->add_initializer();
   w->set_name("w");
@@ -489,15 +496,8 @@ TEST(CalibrationSessionTest, AClampOfAValueTheRunNeverProducedReadsItsValues) {
   w->add_dims(2);
   w->add_float_data(-1.0f);
   w->add_float_data(5.0f);
-  onnx::NodeProto* relu = g->add_node();
-  relu->set_op_type("Relu");
-  relu->add_input("w");
-  relu->add_output("r");
-  onnx::NodeProto* add = g->add_node();
-  add->set_op_type("Add");
-  add->add_input("x");
-  add->add_input("r");
-  add->add_output("y");
+  AddNode(g, "Relu", {"w"}, "r");
+  AddNode(g, "Add", {"x", "r"}, "y");
   SetType(g->add_output(), "y", {-1, 2});
   ASSERT_TRUE(CalibrationSession::FindClamps(m).contains("r"));
   auto session = Session(m);
