@@ -130,7 +130,9 @@ int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 // graphs' too, for bodies, which are walked as well) and carried through
 // Cast, QuantizeLinear, DequantizeLinear and Identity; a weight computed
 // otherwise counts as unknown. Inference then simply knows nothing of those
-// nodes' outputs. Returns how many nodes were removed.
+// nodes' outputs. EyeLike goes too, always: its inference dereferences its
+// input's type, which is null when inference could not type that input.
+// Returns how many nodes were removed.
 int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
 
 // Element types of the main graph's values from ONNX shape inference (with

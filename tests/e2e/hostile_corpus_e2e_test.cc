@@ -483,6 +483,43 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
                  const std::string chain = ReluChain(100000);
                  return Calibrate({InputBatch(kDim)}, {}, &chain);
                }});
+  // ONNX 1.12's EyeLike inference dereferenced the null type of a value
+  // inference could not type (a Trilu of a vector): this model passes
+  // onnx.checker and crashed the server in Calibrate (fuzzer, 2026-12-04).
+  c.push_back({"EyeLike of an untyped value, calibrated",
+               Code::INVALID_ARGUMENT, "Trilu", [this] {
+                 const std::string model = Edited([](onnx::ModelProto* m) {
+                   m->mutable_opset_import(0)->set_version(14);
+                   onnx::GraphProto* g = m->mutable_graph();
+                   auto add = [g](const char* op, const char* in,
+                                  const char* out) {
+                     onnx::NodeProto* n = g->add_node();
+                     n->set_op_type(op);
+                     n->set_name(out);
+                     n->add_input(in);
+                     n->add_output(out);
+                     return n;
+                   };
+                   auto int_attr = [](onnx::NodeProto* n, const char* name,
+                                      int64_t value) {
+                     onnx::AttributeProto* a = n->add_attribute();
+                     a->set_name(name);
+                     a->set_type(onnx::AttributeProto::INT);
+                     a->set_i(value);
+                   };
+                   int_attr(add("Flatten", "y", "flat"), "axis", 0);
+                   add("Squeeze", "flat", "vec");
+                   add("Trilu", "vec", "tri");
+                   int_attr(add("EyeLike", "tri", "eye"), "dtype",
+                            onnx::TensorProto::FLOAT);
+                   onnx::ValueInfoProto* out = g->add_output();
+                   out->set_name("eye");
+                   auto* type = out->mutable_type()->mutable_tensor_type();
+                   type->set_elem_type(onnx::TensorProto::FLOAT);
+                   type->mutable_shape()->add_dim()->set_dim_param("n");
+                 });
+                 return Calibrate({InputBatch(kDim)}, {}, &model);
+               }});
 
   // --- Versions.
   model_case("IR version 999", Code::INVALID_ARGUMENT, "IR version 999",

@@ -686,5 +686,27 @@ TEST(InferValueTypes, SkipsConvWhoseWeightDoesNotFitItsInput) {
   }
 }
 
+// EyeLike's inference dereferences its input's type: after a Trilu of a
+// vector (whose inference fails, leaving its output untyped) a 120-byte
+// model that passes onnx.checker crashed the server in Calibrate (the
+// executor fuzzer's mutations, 2026-12-04).
+TEST(InferValueTypes, SkipsEyeLike) {
+  ModelBuilder b;
+  b.Input("x", {4}).Output("y");
+  b.Node("Trilu", {"x"}, {"t"}, "trilu");
+  b.Node("EyeLike", {"t"}, {"y"}, "eye")
+      .Attr("dtype", int64_t{onnx::TensorProto::FLOAT});
+  onnx::ModelProto m = b.Build();
+  for (int64_t opset : {14, 18}) {
+    m.mutable_opset_import(0)->set_version(opset);
+    SCOPED_TRACE(opset);
+    graph::InferValueTypes(m);  // must not crash
+    onnx::GraphProto copy = m.graph();
+    EXPECT_EQ(graph::DropNodesUnsafeForInference(&copy), 1);
+    ASSERT_EQ(copy.node_size(), 1);
+    EXPECT_EQ(copy.node(0).op_type(), "Trilu");
+  }
+}
+
 }  // namespace
 }  // namespace quantd
