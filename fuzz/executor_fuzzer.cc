@@ -4,7 +4,9 @@
 // some of the time), fuzzed small shapes (rank <= 4, dims <= 8, so at most
 // 4096 elements per tensor), initializers and graph inputs whose values come
 // from the input (NaN, infinities, denormals, extremes of each type), each
-// node's inputs wired to earlier values or to fresh tensors.
+// node's inputs wired to earlier values or to fresh tensors. If, Loop and
+// Scan get small bodies (one or two nodes over their own inputs and outer
+// values, sometimes with wrong types or counts).
 //
 // The model goes through what a Calibrate job does before it runs the
 // executor (core/engine/calibrate_job.cc): serialized and read back with
@@ -26,6 +28,9 @@
 //    allowed: the jobs turn it into RESOURCE_EXHAUSTED);
 //  - a successful run returns one tensor per graph output, each holding
 //    exactly the number of elements its shape says;
+//  - each run is cancelled after 2 s, as a call's deadline would cancel it
+//    (a Loop may run 2^63 trips): CANCELLED is then an answer, and the two
+//    runs are not compared;
 //  - the same executor run on a 1-thread and on a 2-thread pool gives the
 //    same status and bit-identical outputs. The executor splits work into
 //    thread-count chunks (core/base/parallel.h) but every output element is
@@ -44,16 +49,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/base/cancellation.h"
 #include "core/base/thread_pool.h"
 #include "core/engine/limits.h"
 #include "core/executor/executor.h"
@@ -494,6 +504,42 @@ std::vector<OpSpec> MakeOps() {
   ops.push_back({"CastLike", {X, X}, {}, 1, false, true});
   // Control flow: the branches are built by the decoder (AddIf).
   ops.push_back({"If", {B}, {}});
+  // Appended after If: a seed's op index (a u16 modulo the table's size)
+  // keeps naming the same op for every index below the old size.
+  ops.push_back({"Einsum",
+                 {D},
+                 {{"equation",
+                   Gen::kStr,
+                   {"ij,jk->ik", "ij->ji", "ii->i", "i,i->", "...ij->...ji",
+                    "bij,bjk->bik", "...,...->...", "ij,ij->ij", "i,j->ij",
+                    "ij", "ij,jk", "abc->", "a...a->a", "ij->jj", "->",
+                    "ij,jk->ik,", "i j->j i", "\xff->", "a,b,c->abc"}}},
+                 1,
+                 true});
+  ops.push_back(
+      {"GridSample",
+       {D, W},
+       {{"mode",
+         Gen::kStr,
+         {"bilinear", "nearest", "bicubic", "linear", "cubic", "area"}},
+        {"padding_mode", Gen::kStr, {"zeros", "border", "reflection", "wrap"}},
+        {"align_corners", Gen::kBool}}});
+  ops.push_back({"RoiAlign",
+                 {D, W, W},
+                 {{"mode", Gen::kStr, {"avg", "max", "min"}},
+                  {"output_height", Gen::kSmall},
+                  {"output_width", Gen::kSmall},
+                  {"sampling_ratio", Gen::kAxis},
+                  {"spatial_scale", Gen::kFloat},
+                  {"coordinate_transformation_mode",
+                   Gen::kStr,
+                   {"half_pixel", "output_half_pixel", "align_corners"}}}});
+  ops.push_back({"NonMaxSuppression",
+                 {W, W, OK_, OF, OF},
+                 {{"center_point_box", Gen::kBool}}});
+  // Bodies built by the decoder (AddLoop, AddScan).
+  ops.push_back({"Loop", {OK_, OB, D}, {}, 2});
+  ops.push_back({"Scan", {D, D}, {}, 2});
   return ops;
 }
 
@@ -701,6 +747,13 @@ class GraphDecoder {
                                    const Value* in0);
   void AddAttr(const AttrSpec& spec, const Value* in0, onnx::NodeProto* node);
   void AddIf(onnx::NodeProto* node);
+  void AddLoop(onnx::NodeProto* node);
+  void AddScan(onnx::NodeProto* node);
+  void AddBodies(const std::string& op, onnx::NodeProto* node) {
+    if (op == "If") AddIf(node);
+    if (op == "Loop") AddLoop(node);
+    if (op == "Scan") AddScan(node);
+  }
   std::string NewName(const char* prefix) {
     return absl::StrCat(prefix, next_name_++);
   }
@@ -768,6 +821,12 @@ int GraphDecoder::FreshData(const std::vector<int64_t>* hint, bool any_type) {
 // the node's attributes; random when input 0's shape is not known.
 std::vector<int64_t> GraphDecoder::WeightShape(const OpSpec& op, int slot,
                                                const Value* in0) {
+  // NonMaxSuppression's boxes [batch, boxes, 4] come first.
+  if (std::string(op.op) == "NonMaxSuppression" && slot == 0 &&
+      r_.Pick(8) != 0) {
+    return {static_cast<int64_t>(1 + r_.Pick(2)),
+            static_cast<int64_t>(1 + r_.Pick(6)), 4};
+  }
   if (in0 == nullptr || !in0->known || r_.Pick(8) == 0) return RandomShape(4);
   const std::vector<int64_t>& s = in0->shape;
   const int rank = static_cast<int>(s.size());
@@ -835,6 +894,20 @@ std::vector<int64_t> GraphDecoder::WeightShape(const OpSpec& op, int slot,
     }
   }
   if (name == "Resize") return {2 * static_cast<int64_t>(rank)};  // roi
+  if (name == "GridSample") {  // grid [N, out spatial..., spatial rank]
+    std::vector<int64_t> grid = {at(0)};
+    for (int i = 2; i < rank; ++i) grid.push_back(1 + r_.Pick(3));
+    grid.push_back(std::max(0, rank - 2));
+    return grid;
+  }
+  if (name == "RoiAlign") {  // rois [R, 4], batch_indices [R]
+    const int64_t rois = 1 + r_.Pick(3);
+    return slot == 1 ? std::vector<int64_t>{rois, 4}
+                     : std::vector<int64_t>{rois};
+  }
+  if (name == "NonMaxSuppression") {  // scores [batch, classes, boxes]
+    return {at(0), static_cast<int64_t>(1 + r_.Pick(3)), at(1)};
+  }
   if (name == "OneHot") return {2};
   return RandomShape(2);
 }
@@ -977,6 +1050,118 @@ void GraphDecoder::AddIf(onnx::NodeProto* node) {
   }
 }
 
+namespace {
+
+onnx::ValueInfoProto* AddTyped(
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
+    const std::string& name, int32_t type, bool scalar) {
+  onnx::ValueInfoProto* vi = list->Add();
+  vi->set_name(name);
+  auto* t = vi->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(type);
+  if (scalar) t->mutable_shape();
+  return vi;
+}
+
+onnx::NodeProto* AddBodyNode(onnx::GraphProto* body, const char* op,
+                             std::vector<std::string> inputs,
+                             const std::string& output) {
+  onnx::NodeProto* n = body->add_node();
+  n->set_op_type(op);
+  for (std::string& in : inputs) n->add_input(std::move(in));
+  n->add_output(output);
+  return n;
+}
+
+// Body ops on float values: unary, or binary over (value, value).
+constexpr const char* kLoopBodyOps[] = {"Identity", "Neg",  "Relu", "Add",
+                                        "Sigmoid",  "Mul",  "Max",  "Abs",
+                                        "Sqrt",     "Tanh", "Sub",  "Exp"};
+
+bool IsBinaryBodyOp(const std::string& op) {
+  return op == "Add" || op == "Mul" || op == "Max" || op == "Sub";
+}
+
+}  // namespace
+
+// Loop (M, cond, v) with a body: v' = op(v [, v or an outer value]), the
+// condition passed on (or negated when there is no trip count, so that the
+// loop ends), sometimes a scan output of v' and sometimes wrong types.
+void GraphDecoder::AddLoop(onnx::NodeProto* node) {
+  AP* a = node->add_attribute();
+  a->set_name("body");
+  a->set_type(AP::GRAPH);
+  onnx::GraphProto* body = a->mutable_g();
+  body->set_name(NewName("loop"));
+  const std::string iter = NewName("i"), cond_in = NewName("c"),
+                    v_in = NewName("v"), cond_out = NewName("co"),
+                    v_out = NewName("vo"), scan = NewName("so");
+  const bool wild = r_.Pick(16) == 0;
+  AddTyped(body->mutable_input(), iter, wild ? TP::FLOAT : TP::INT64, true);
+  AddTyped(body->mutable_input(), cond_in, TP::BOOL, true);
+  AddTyped(body->mutable_input(), v_in, TP::FLOAT, false);
+  const std::string op = kLoopBodyOps[r_.Pick(std::size(kLoopBodyOps))];
+  std::vector<std::string> args = {v_in};
+  if (IsBinaryBodyOp(op)) {
+    args.push_back(r_.Bool() || values_.empty()
+                       ? v_in
+                       : values_[r_.Pick(values_.size())].name);
+  }
+  AddBodyNode(body, op.c_str(), args, v_out);
+  // The trip count is the first input (optional): without it only the
+  // condition ends the loop.
+  const bool has_trip = node->input_size() > 0 && !node->input(0).empty();
+  AddBodyNode(body, has_trip && r_.Bool() ? "Identity" : "Not", {cond_in},
+              cond_out);
+  AddTyped(body->mutable_output(), cond_out, TP::BOOL, true);
+  AddTyped(body->mutable_output(), v_out, TP::FLOAT, false);
+  if (r_.Bool()) {
+    AddBodyNode(body, r_.Bool() ? "Identity" : "Neg", {v_out}, scan);
+    AddTyped(body->mutable_output(), scan, TP::FLOAT, false);
+  }
+}
+
+// Scan (state, x) over axis 0 of x (or a fuzzed axis): state' = op(state,
+// x_t), and a scan output of state' or of x_t.
+void GraphDecoder::AddScan(onnx::NodeProto* node) {
+  AP* m = node->add_attribute();
+  m->set_name("num_scan_inputs");
+  m->set_type(AP::INT);
+  m->set_i(r_.Pick(16) == 0 ? PickSmallInt(&r_) : 1);
+  if (r_.Pick(4) == 0) {
+    for (const char* name : {"scan_input_axes", "scan_output_axes"}) {
+      AP* axes = node->add_attribute();
+      axes->set_name(name);
+      axes->set_type(AP::INTS);
+      axes->add_ints(r_.Pick(4) == 0 ? PickSmallInt(&r_)
+                                     : static_cast<int64_t>(r_.Pick(2)));
+    }
+  }
+  if (r_.Pick(8) == 0) {
+    AP* dirs = node->add_attribute();
+    dirs->set_name("scan_input_directions");
+    dirs->set_type(AP::INTS);
+    dirs->add_ints(r_.Pick(2));
+  }
+  AP* a = node->add_attribute();
+  a->set_name("body");
+  a->set_type(AP::GRAPH);
+  onnx::GraphProto* body = a->mutable_g();
+  body->set_name(NewName("scan"));
+  const std::string s_in = NewName("s"), x_t = NewName("x"),
+                    s_out = NewName("so"), y = NewName("y");
+  AddTyped(body->mutable_input(), s_in, TP::FLOAT, false);
+  AddTyped(body->mutable_input(), x_t, TP::FLOAT, false);
+  const std::string op = kLoopBodyOps[r_.Pick(std::size(kLoopBodyOps))];
+  std::vector<std::string> args = {s_in};
+  if (IsBinaryBodyOp(op)) args.push_back(x_t);
+  AddBodyNode(body, op.c_str(), args, s_out);
+  AddBodyNode(body, r_.Bool() ? "Identity" : "Neg", {r_.Bool() ? s_out : x_t},
+              y);
+  AddTyped(body->mutable_output(), s_out, TP::FLOAT, false);
+  AddTyped(body->mutable_output(), y, TP::FLOAT, false);
+}
+
 void GraphDecoder::Decode(onnx::ModelProto* model,
                           absl::flat_hash_map<std::string, Tensor>* feeds) {
   static constexpr int64_t kOpsets[] = {13, 17, 18, 21, 11, 19, 7, 15};
@@ -1011,7 +1196,7 @@ void GraphDecoder::Decode(onnx::ModelProto* model,
     for (size_t i = 0; i < n_in; ++i) {
       if (i == 1) {
         for (const AttrSpec& a : spec.attrs) AddAttr(a, in0, node);
-        if (std::string(spec.op) == "If") AddIf(node);
+        AddBodies(spec.op, node);
       }
       const InSpec& in = spec.inputs[std::min(i, spec.inputs.size() - 1)];
       const uint8_t src = r_.U8();
@@ -1040,6 +1225,15 @@ void GraphDecoder::Decode(onnx::ModelProto* model,
           // sequence_lens of the recurrent ops is int32.
           const bool lens =
               i == 4 && (name == "LSTM" || name == "GRU" || name == "RNN");
+          if (i == 2 && name == "RoiAlign") {
+            std::vector<int64_t> idx(Elements(shape));
+            for (int64_t& x : idx) x = r_.Pick(8) == 0 ? PickSmallInt(&r_) : 0;
+            v = Fresh(TP::INT64, std::move(shape), false,
+                      std::string(reinterpret_cast<const char*>(idx.data()),
+                                  idx.size() * sizeof(int64_t)),
+                      true);
+            break;
+          }
           const bool integer_w = name == "MatMulInteger" ||
                                  name == "ConvInteger" ||
                                  name == "QLinearMatMul";
@@ -1112,7 +1306,21 @@ void GraphDecoder::Decode(onnx::ModelProto* model,
     }
     if (n_in == 1) {
       for (const AttrSpec& a : spec.attrs) AddAttr(a, in0, node);
-      if (std::string(spec.op) == "If") AddIf(node);
+      AddBodies(spec.op, node);
+    }
+    // Scan's state mostly gets the shape of one slice of the scanned input,
+    // so that the body's Add runs.
+    if (std::string(spec.op) == "Scan" && inputs.size() == 2 &&
+        r_.Pick(4) != 0) {
+      for (const Value& x : values_) {
+        if (x.name != inputs[1] || !x.known || x.shape.empty()) continue;
+        inputs[0] = values_[Fresh(TP::FLOAT,
+                                  std::vector<int64_t>(x.shape.begin() + 1,
+                                                       x.shape.end()),
+                                  true)]
+                        .name;
+        break;
+      }
     }
     for (const std::string& in : inputs) node->add_input(in);
     // Optional trailing inputs left out stay as "" only before a present
@@ -1230,12 +1438,46 @@ void CheckOutputs(const Executor& ex, const std::vector<Tensor>& outputs,
   }
 }
 
+// Runs `ex` as a job would, cancelled after kRunDeadline as a call's
+// deadline would cancel it: a Loop may legitimately run for 2^63 trips.
+constexpr absl::Duration kRunDeadline = absl::Seconds(2);
+
+absl::StatusOr<std::vector<Tensor>> RunWithDeadline(
+    const Executor& ex, const absl::flat_hash_map<std::string, Tensor>& feeds,
+    quantd::ThreadPool* pool) {
+  // Stops the watchdog however Run ends (std::bad_alloc included).
+  struct Watchdog {
+    quantd::CancellationToken token;
+    absl::Notification done;
+    std::thread thread{[this] {
+      if (!done.WaitForNotificationWithTimeout(kRunDeadline)) token.Cancel();
+    }};
+    ~Watchdog() {
+      done.Notify();
+      thread.join();
+    }
+  } watchdog;
+  Executor::RunOptions options;
+  options.pool = pool;
+  options.cancel = &watchdog.token;
+  return ex.Run(feeds, options);
+}
+
 void Fuzz(const std::string& input) {
   if (Trace()) std::fprintf(stderr, "input: %s\n", Hex(input).c_str());
   ByteReader r(reinterpret_cast<const uint8_t*>(input.data()), input.size());
   onnx::ModelProto built;
   absl::flat_hash_map<std::string, Tensor> feeds;
   GraphDecoder(&r, input).Decode(&built, &feeds);
+  // EXECUTOR_FUZZER_DUMP=FILE: the decoded model, for reading a finding in
+  // ONNX's tools.
+  if (const char* dump = std::getenv("EXECUTOR_FUZZER_DUMP")) {
+    if (FILE* f = std::fopen(dump, "wb")) {
+      const std::string bytes = built.SerializeAsString();
+      std::fwrite(bytes.data(), 1, bytes.size(), f);
+      std::fclose(f);
+    }
+  }
 
   absl::StatusOr<onnx::ModelProto> model = Prepare(built, input);
   if (!model.ok()) return;
@@ -1257,14 +1499,15 @@ void Fuzz(const std::string& input) {
 
   static quantd::ThreadPool* const pool1 = new quantd::ThreadPool(1);
   static quantd::ThreadPool* const pool2 = new quantd::ThreadPool(2);
-  Executor::RunOptions one;
-  one.pool = pool1;
-  Executor::RunOptions two;
-  two.pool = pool2;
-  absl::StatusOr<std::vector<Tensor>> a = (*ex)->Run(run_feeds, one);
+  absl::StatusOr<std::vector<Tensor>> a =
+      RunWithDeadline(**ex, run_feeds, pool1);
   CheckRefusal(a.status(), "Run", input);
-  absl::StatusOr<std::vector<Tensor>> b = (*ex)->Run(run_feeds, two);
+  absl::StatusOr<std::vector<Tensor>> b =
+      RunWithDeadline(**ex, run_feeds, pool2);
   CheckRefusal(b.status(), "Run", input);
+  // A run stopped by its deadline (a Loop with a huge trip count) proves
+  // only that cancellation reaches it; the other run may have finished.
+  if (absl::IsCancelled(a.status()) || absl::IsCancelled(b.status())) return;
   if (a.status() != b.status()) {
     Fail(absl::StrCat("1 thread: ", a.status().ToString(),
                       "; 2 threads: ", b.status().ToString()),
