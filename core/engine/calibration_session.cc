@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -15,8 +14,6 @@
 #include "core/base/status_macros.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
-#include "onnx/defs/schema.h"
-#include "onnx/shape_inference/implementation.h"
 
 namespace quantd {
 namespace {
@@ -97,14 +94,7 @@ std::optional<onnx::GraphProto> InferredGraph(const onnx::ModelProto& model) {
     t->set_data_type(init.data_type());
     *t->mutable_dims() = init.dims();
   }
-  graph::DropNodesUnsafeForInference(g);
-  try {
-    onnx::shape_inference::InferShapes(
-        copy, onnx::OpSchemaRegistry::Instance(),
-        onnx::ShapeInferenceOptions(/*check_type_val=*/false,
-                                    /*strict_mode_val=*/0,
-                                    /*data_prop_val=*/false));
-  } catch (const std::exception&) {
+  if (!graph::InferShapesGuarded(&copy, /*data_propagation=*/false)) {
     return std::nullopt;
   }
   return std::move(*copy.mutable_graph());

@@ -1,16 +1,20 @@
 // PrepareGraph and its graph-only steps (see prepare.h).
 #include "core/graph/prepare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <queue>
 #include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
@@ -19,6 +23,7 @@
 #include "core/graph/tensor_util.h"
 #include "core/graph/unique_names.h"
 #include "core/numerics/float16.h"
+#include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
 
 namespace quantd::graph {
@@ -753,14 +758,6 @@ int64_t DropUnsafeIn(GraphProto* g,
     return it == ranks.end() ? -1 : it->second;
   };
   for (NodeProto& n : *g->mutable_node()) {
-    // EyeLike's inference (ONNX 1.12) copies its input's shape through a
-    // null type when inference could not type that input (a Trilu of a
-    // vector, say): a segfault. Its output's type is its dtype or its
-    // input's, which the executor works out itself.
-    if (IsDefaultDomain(n.domain()) && n.op_type() == "EyeLike") {
-      ++dropped;
-      continue;
-    }
     if (const int slot = weight_slot(n); slot >= 0) {
       const int w = rank_of(n, slot), x = rank_of(n, 0);
       if (w < 3 || (x >= 0 && x != w)) {
@@ -794,6 +791,95 @@ int64_t DropNodesUnsafeForInference(GraphProto* graph) {
   return DropUnsafeIn(graph, {});
 }
 
+namespace {
+
+// Whether every input `schema` requires (a Single or Variadic formal
+// parameter) has a type. ONNX passes a null type both for an omitted
+// optional input and for a value earlier inference could not type; the
+// inference and data-propagation functions of ONNX 1.12 test optional
+// inputs for null but dereference required ones (EyeLike's shape, Shape's
+// data propagation: segfaults on a request's model).
+template <typename Context>
+bool RequiredInputsTyped(const onnx::OpSchema& schema, const Context& ctx) {
+  const auto& formal = schema.inputs();
+  for (size_t i = 0; i < ctx.getNumInputs(); ++i) {
+    if (ctx.getInputType(i) != nullptr) continue;
+    if (formal.empty()) return false;
+    const auto& param = formal[std::min(i, formal.size() - 1)];
+    if (i >= formal.size() &&
+        param.GetOption() != onnx::OpSchema::FormalParameterOption::Variadic) {
+      return false;  // More inputs than the schema takes.
+    }
+    if (param.GetOption() != onnx::OpSchema::FormalParameterOption::Optional) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The ONNX registry's schemas with their inference and data-propagation
+// functions skipped (the outputs left untyped, as when inference fails)
+// for a node whose required input has no type. Copies are made once per
+// schema and kept for the process.
+class GuardedSchemaRegistry final : public onnx::ISchemaRegistry {
+ public:
+  const onnx::OpSchema* GetSchema(const std::string& key,
+                                  const int max_inclusive_version,
+                                  const std::string& domain) const override {
+    const onnx::OpSchema* schema =
+        onnx::OpSchemaRegistry::Instance()->GetSchema(
+            key, max_inclusive_version, domain);
+    if (schema == nullptr) return nullptr;
+    absl::MutexLock lock(&mu_);
+    std::unique_ptr<onnx::OpSchema>& guarded = guarded_[schema];
+    if (guarded == nullptr) guarded = Guard(*schema);
+    return guarded.get();
+  }
+
+ private:
+  static std::unique_ptr<onnx::OpSchema> Guard(const onnx::OpSchema& schema) {
+    auto copy = std::make_unique<onnx::OpSchema>(schema);
+    const onnx::OpSchema* self = copy.get();
+    if (schema.has_type_and_shape_inference_function()) {
+      copy->TypeAndShapeInferenceFunction(
+          [self, infer = schema.GetTypeAndShapeInferenceFunction()](
+              onnx::InferenceContext& ctx) {
+            if (RequiredInputsTyped(*self, ctx)) infer(ctx);
+          });
+    }
+    if (schema.has_data_propagation_function()) {
+      copy->PartialDataPropagationFunction(
+          [self, propagate = schema.GetDataPropagationFunction()](
+              onnx::DataPropagationContext& ctx) {
+            if (RequiredInputsTyped(*self, ctx)) propagate(ctx);
+          });
+    }
+    return copy;
+  }
+
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<const onnx::OpSchema*,
+                              std::unique_ptr<onnx::OpSchema>>
+      guarded_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+bool InferShapesGuarded(onnx::ModelProto* model, bool data_propagation) {
+  static const GuardedSchemaRegistry* const registry =
+      new GuardedSchemaRegistry();
+  DropNodesUnsafeForInference(model->mutable_graph());
+  try {
+    onnx::shape_inference::InferShapes(
+        *model, registry,
+        onnx::ShapeInferenceOptions(/*check_type_val=*/false,
+                                    /*strict_mode_val=*/0, data_propagation));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
 absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
     const onnx::ModelProto& model) {
   // Inference reads small constants (Reshape shapes); big weights only cost
@@ -819,15 +905,9 @@ absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
       *c->mutable_dims() = t.dims();
     }
   }
-  DropNodesUnsafeForInference(cg);
+  // On failure, partial results are still in the copy's value_info.
+  InferShapesGuarded(&copy, /*data_propagation=*/true);
   absl::flat_hash_map<std::string, onnx::TypeProto> types;
-  try {
-    onnx::shape_inference::InferShapes(
-        copy, onnx::OpSchemaRegistry::Instance(),
-        onnx::ShapeInferenceOptions(false, 0, true));
-  } catch (const std::exception&) {
-    // Partial results are still in the copy's value_info when any.
-  }
   for (const auto& v : cg->input()) types[v.name()] = v.type();
   for (const auto& v : cg->value_info()) types[v.name()] = v.type();
   for (const auto& v : cg->output()) types[v.name()] = v.type();

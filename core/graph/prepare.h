@@ -130,10 +130,18 @@ int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 // graphs' too, for bodies, which are walked as well) and carried through
 // Cast, QuantizeLinear, DequantizeLinear and Identity; a weight computed
 // otherwise counts as unknown. Inference then simply knows nothing of those
-// nodes' outputs. EyeLike goes too, always: its inference dereferences its
-// input's type, which is null when inference could not type that input.
-// Returns how many nodes were removed.
+// nodes' outputs. Returns how many nodes were removed.
 int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
+
+// ONNX shape inference on `model` in place (its value_info grows), safe on a
+// request's model: without the nodes DropNodesUnsafeForInference removes,
+// and through schemas whose inference and data propagation skip a node
+// whose required input has no type (ONNX 1.12 dereferences that null type
+// in some ops; the node's outputs are then left untyped, as when its
+// inference fails). Not strict: a failing node leaves its outputs untyped
+// and inference goes on. False when inference threw all the same (declared
+// shapes that contradict it); what it inferred before stays.
+bool InferShapesGuarded(onnx::ModelProto* model, bool data_propagation);
 
 // Element types of the main graph's values from ONNX shape inference (with
 // the declared inputs, outputs and value_info), by name. Large initializers'
