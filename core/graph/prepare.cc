@@ -817,9 +817,29 @@ bool RequiredInputsTyped(const onnx::OpSchema& schema, const Context& ctx) {
   return true;
 }
 
+// Whether an "axis" attribute is not below minus the rank of input 0 (minus
+// the rank + 1 for OneHot, whose axis counts its output's dims) where that
+// rank is known. LayerNormalization's inference (ONNX 1.12) adds the rank
+// once and indexes dims with what is still negative. Other bounds are the
+// inference functions' own to check (they refuse with an error).
+template <typename Context>
+bool AxisNotBelowRank(const onnx::OpSchema& schema, const Context& ctx) {
+  const onnx::AttributeProto* axis = ctx.getAttribute("axis");
+  if (axis == nullptr || axis->type() != onnx::AttributeProto::INT ||
+      ctx.getNumInputs() == 0 || ctx.getInputType(0) == nullptr) {
+    return true;
+  }
+  const onnx::TypeProto& type = *ctx.getInputType(0);
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return true;
+  const int64_t rank = type.tensor_type().shape().dim_size() +
+                       (schema.Name() == "OneHot" ? 1 : 0);
+  return axis->i() >= -rank;
+}
+
 // The ONNX registry's schemas with their inference and data-propagation
 // functions skipped (the outputs left untyped, as when inference fails)
-// for a node whose required input has no type. Copies are made once per
+// for a node whose required input has no type or whose axis is below minus
+// its rank. Copies are made once per
 // schema and kept for the process.
 class GuardedSchemaRegistry final : public onnx::ISchemaRegistry {
  public:
@@ -844,14 +864,20 @@ class GuardedSchemaRegistry final : public onnx::ISchemaRegistry {
       copy->TypeAndShapeInferenceFunction(
           [self, infer = schema.GetTypeAndShapeInferenceFunction()](
               onnx::InferenceContext& ctx) {
-            if (RequiredInputsTyped(*self, ctx)) infer(ctx);
+            if (RequiredInputsTyped(*self, ctx) &&
+                AxisNotBelowRank(*self, ctx)) {
+              infer(ctx);
+            }
           });
     }
     if (schema.has_data_propagation_function()) {
       copy->PartialDataPropagationFunction(
           [self, propagate = schema.GetDataPropagationFunction()](
               onnx::DataPropagationContext& ctx) {
-            if (RequiredInputsTyped(*self, ctx)) propagate(ctx);
+            if (RequiredInputsTyped(*self, ctx) &&
+                AxisNotBelowRank(*self, ctx)) {
+              propagate(ctx);
+            }
           });
     }
     return copy;

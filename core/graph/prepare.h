@@ -136,9 +136,10 @@ int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
 // ONNX shape inference on `model` in place (its value_info grows), safe on a
 // request's model: without the nodes DropNodesUnsafeForInference removes,
 // and through schemas whose inference and data propagation skip a node
-// whose required input has no type (ONNX 1.12 dereferences that null type
-// in some ops; the node's outputs are then left untyped, as when its
-// inference fails). Not strict: a failing node leaves its outputs untyped
+// whose required input has no type or whose "axis" is below minus its
+// input's rank (ONNX 1.12 dereferences that null type, or indexes dims
+// with that axis, in some ops; the node's outputs are then left untyped, as
+// when its inference fails). Not strict: a failing node leaves its outputs untyped
 // and inference goes on. False when inference threw all the same (declared
 // shapes that contradict it); what it inferred before stays.
 bool InferShapesGuarded(onnx::ModelProto* model, bool data_propagation);

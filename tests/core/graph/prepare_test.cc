@@ -722,5 +722,27 @@ TEST(InferValueTypes, SkipsNodesWhoseRequiredInputHasNoType) {
   }
 }
 
+// LayerNormalization's inference (ONNX 1.12) indexed dims with an axis
+// still negative after adding the rank once: axis -2 on a vector crashed it
+// (the executor fuzzer's replay, 2026-12-04). A probe of every ONNX op with
+// an axis/axes attribute at ranks 1 and 3 and axes r, -r-1, +-100 found no
+// other.
+TEST(InferValueTypes, SkipsAnAxisBelowMinusTheRank) {
+  for (int64_t axis : {-2, -1}) {
+    ModelBuilder b(17);
+    b.Input("x", {4}).Output("y");
+    b.Weight("scale", {4});
+    b.Node("Neg", {"x"}, {"n"}, "neg");
+    b.Node("LayerNormalization", {"n", "scale"}, {"normalized", "mean"}, "ln")
+        .Attr("axis", axis);
+    b.Node("Relu", {"normalized"}, {"y"}, "relu");
+    SCOPED_TRACE(axis);
+    const auto types = graph::InferValueTypes(b.Build());  // must not crash
+    ASSERT_TRUE(types.contains("n"));
+    // A valid axis is still inferred.
+    EXPECT_EQ(types.contains("normalized"), axis == -1);
+  }
+}
+
 }  // namespace
 }  // namespace quantd
