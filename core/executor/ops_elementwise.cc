@@ -49,13 +49,38 @@ Tensor ClampFloatTensor(const Tensor& x, float lo, float hi, ThreadPool* pool) {
 
 // ------------------------------------------------------------------ binary
 
+// Integer +, - and * wrap around (two's complement, numpy's answer). In
+// C++ a signed overflow is undefined, and so is a small unsigned type's
+// product once promoted to int: computed in the unsigned type of the
+// promoted operands instead.
+template <typename T, typename F>
+T Wrapping(T x, T y, F op) {
+  using U = std::make_unsigned_t<decltype(x + y)>;
+  return static_cast<T>(op(static_cast<U>(x), static_cast<U>(y)));
+}
+
+constexpr auto kAdd = [](auto x, auto y) { return x + y; };
+constexpr auto kSub = [](auto x, auto y) { return x - y; };
+constexpr auto kMul = [](auto x, auto y) { return x * y; };
+
+// `op` on integer arrays, element by element, wrapping.
+template <typename A, typename B, typename F>
+auto WrappingBinary(const A& a, const B& b, F op) {
+  using T = typename A::Scalar;
+  return a.binaryExpr(b, [op](T x, T y) { return Wrapping(x, y, op); });
+}
+
 struct AddOp {
   using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
-    return a + b;
+    if constexpr (std::is_integral_v<typename A::Scalar>) {
+      return WrappingBinary(a, b, kAdd);
+    } else {
+      return a + b;
+    }
   }
 };
 struct SubOp {
@@ -64,7 +89,11 @@ struct SubOp {
   using Out = T;
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
-    return a - b;
+    if constexpr (std::is_integral_v<typename A::Scalar>) {
+      return WrappingBinary(a, b, kSub);
+    } else {
+      return a - b;
+    }
   }
 };
 struct MulOp {
@@ -73,7 +102,11 @@ struct MulOp {
   using Out = T;
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
-    return a * b;
+    if constexpr (std::is_integral_v<typename A::Scalar>) {
+      return WrappingBinary(a, b, kMul);
+    } else {
+      return a * b;
+    }
   }
 };
 
@@ -654,9 +687,22 @@ class UnaryKernel : public Kernel {
     } else {
       switch (kind_) {
         case Unary::kNeg:
-          return UnaryMap<T>(x, pool, [](const auto& a) { return -a; });
+          if constexpr (std::is_integral_v<T>) {  // -MIN wraps to MIN.
+            return UnaryMap<T>(x, pool, [](const auto& a) {
+              return a.unaryExpr([](T v) { return Wrapping(T{0}, v, kSub); });
+            });
+          } else {
+            return UnaryMap<T>(x, pool, [](const auto& a) { return -a; });
+          }
         case Unary::kAbs:
-          return UnaryMap<T>(x, pool, [](const auto& a) { return a.abs(); });
+          if constexpr (std::is_integral_v<T>) {  // |MIN| wraps to MIN.
+            return UnaryMap<T>(x, pool, [](const auto& a) {
+              return a.unaryExpr(
+                  [](T v) { return v < 0 ? Wrapping(T{0}, v, kSub) : v; });
+            });
+          } else {
+            return UnaryMap<T>(x, pool, [](const auto& a) { return a.abs(); });
+          }
         case Unary::kSign:
           // Zero (and NaN) map to themselves.
           return UnaryMap<T>(x, pool, [](const auto& a) {

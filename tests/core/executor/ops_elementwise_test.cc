@@ -199,6 +199,42 @@ TEST(ModTest, DivisionByZeroAndMinByMinusOneDoNotTrap) {
   EXPECT_TRUE(std::isnan(Values<float>(RunNode(f))[0]));
 }
 
+// Integer Add, Sub, Mul, Neg and Abs wrap around as numpy's do; in C++ a
+// signed overflow (and a uint16 product promoted to int) is undefined
+// (UBSan on the executor fuzzer: Add of INT64_MIN and itself).
+TEST(IntegerArithmeticTest, OverflowWrapsAround) {
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto binary = [](const char* op, Tensor a, Tensor b) {
+    OneNode n(op, 14);
+    n.inputs = {std::move(a), std::move(b)};
+    return RunNode(n);
+  };
+  EXPECT_THAT(Values<int64_t>(binary("Add", T1<int64_t>({2}, {kMin, kMax}),
+                                     T1<int64_t>({2}, {kMin, 1}))),
+              ElementsAre(0, kMin));
+  EXPECT_THAT(Values<int64_t>(binary("Sub", T1<int64_t>({2}, {kMin, kMax}),
+                                     T1<int64_t>({2}, {1, -1}))),
+              ElementsAre(kMax, kMin));
+  EXPECT_THAT(Values<int64_t>(binary("Mul", T1<int64_t>({2}, {kMax, kMin}),
+                                     T1<int64_t>({2}, {2, -1}))),
+              ElementsAre(-2, kMin));
+  EXPECT_THAT(Values<int32_t>(binary("Mul", T1<int32_t>({1}, {1 << 30}),
+                                     T1<int32_t>({1}, {4}))),
+              ElementsAre(0));
+  EXPECT_THAT(Values<uint16_t>(binary("Mul", T1<uint16_t>({1}, {65535}),
+                                      T1<uint16_t>({1}, {65535}))),
+              ElementsAre(1));
+  EXPECT_THAT(Values<int8_t>(
+                  binary("Add", T1<int8_t>({1}, {127}), T1<int8_t>({1}, {1}))),
+              ElementsAre(-128));
+  for (const char* op : {"Neg", "Abs"}) {
+    OneNode n(op, 13);
+    n.inputs = {T1<int64_t>({2}, {kMin, -3})};
+    EXPECT_THAT(Values<int64_t>(RunNode(n)), ElementsAre(kMin, 3)) << op;
+  }
+}
+
 TEST(ModTest, FloatsNeedFmod) {
   OneNode n("Mod", 13);
   n.inputs = {T1<float>({1}, {1}), T1<float>({1}, {2})};
