@@ -1,5 +1,6 @@
 // FP32 executor speed against ONNX Runtime: ms per batch of Executor::Run on
-// torchvision ResNet-18 and MobileNetV2 (random weights) for each input shape
+// torchvision ResNet-18, MobileNetV2 and, when named in --models, ViT-B/16
+// (random weights) for each input shape
 // (--shapes, batch x size: batch 1 at 224x224 and batch 16 at 64x64, the
 // shape calibration sees, where the last stages have only 2x2..4x4 outputs)
 // and each --threads value, next to onnxruntime-node on the same model, batch
@@ -46,7 +47,8 @@ ABSL_FLAG(std::string, threads, "1,2", "Comma-separated thread counts.");
 ABSL_FLAG(std::string, shapes, "1x224,16x64",
           "Comma-separated input shapes, BATCHxSIZE (SIZE = height = width).");
 ABSL_FLAG(std::string, models, "resnet18,mobilenet_v2",
-          "Comma-separated subset of resnet18, mobilenet_v2.");
+          "Comma-separated subset of resnet18, mobilenet_v2, vit_b_16 "
+          "(ViT-B/16: BERT-base's encoder shapes on (SIZE/16)^2 + 1 tokens).");
 ABSL_FLAG(int, iters, 10, "Timed runs per (model, threads); median reported.");
 ABSL_FLAG(int, warmup, 2, "Untimed runs first.");
 ABSL_FLAG(std::string, model_dir, "",
@@ -66,13 +68,15 @@ namespace fs = std::filesystem;
 using quantd::executor::Executor;
 using quantd::executor::Tensor;
 
-bool EnsureModel(const std::string& path, bool mobilenet, int size) {
+// `name`: resnet18, mobilenet_v2 or vit_b_16.
+bool EnsureModel(const std::string& path, const std::string& name, int size) {
   if (fs::exists(path)) return true;
   std::vector<std::string> argv = {
       "/usr/bin/python3",
       quantd::testing::SourcePath("scripts/make_resnet18.py"), path, "--size",
       std::to_string(size)};
-  if (mobilenet) argv.push_back("--mobilenet");
+  if (name == "mobilenet_v2") argv.push_back("--mobilenet");
+  if (name == "vit_b_16") argv.push_back("--vit");
   quantd::testing::CommandResult r = quantd::testing::RunCommand(argv);
   if (r.exit_code != 0)
     std::fprintf(stderr, "export failed: %s\n", r.err.c_str());
@@ -273,13 +277,11 @@ int main(int argc, char** argv) {
               observe.empty() ? "" : "---|---|");
   int failures = 0;
   for (const auto& [batch, size] : shapes) {
-    for (const auto& [name, mobilenet] :
-         std::vector<std::pair<std::string, bool>>{{"resnet18", false},
-                                                   {"mobilenet_v2", true}}) {
+    for (const std::string name : {"resnet18", "mobilenet_v2", "vit_b_16"}) {
       if (!absl::StrContains(absl::GetFlag(FLAGS_models), name)) continue;
       const std::string path = absl::StrCat(
           dir, "/", name, size == 224 ? "" : absl::StrCat("_", size), ".onnx");
-      if (!EnsureModel(path, mobilenet, size)) {
+      if (!EnsureModel(path, name, size)) {
         ++failures;
         continue;
       }
