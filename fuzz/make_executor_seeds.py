@@ -85,6 +85,17 @@ REGRESS = {
     # in Eigen's sum (UBSan, libFuzzer after 47,350 executions). Integer
     # Add/Sub/Mul/Neg/Abs now wrap around, computed unsigned.
     "regress_int64_add_overflow": "023000000000f60202070602300000006b020200e8054b77cd07287d03",
+    # LayerNormalization of a scalar with its default axis (-1): the same
+    # negative index, reached without an axis attribute; the guard now
+    # reads the schema's default.
+    "regress_layernorm_scalar_default_axis": (
+        "010042005d00e50214050239070405054d630607041701d5c8f6010407003803"
+        "0158040102017706bd01053503c86a0006d00307010e14023d06000303040500"
+        "05d4000107030404000004c0057d00030406320603e686050161070442740005"
+        "013c0102520300040160021e0207ec140405010003460627050704040301bc05"
+        "0704bb02b3ec0407003f01030407b6000103b5442c03b7030505000302160302"
+        "1f"
+    ),
 }
 
 

@@ -817,7 +817,8 @@ bool RequiredInputsTyped(const onnx::OpSchema& schema, const Context& ctx) {
   return true;
 }
 
-// Whether an "axis" attribute is not below minus the rank of input 0 (minus
+// Whether an "axis" attribute (or its default) is not below minus the rank
+// of input 0 (minus
 // the rank + 1 for OneHot, whose axis counts its output's dims) where that
 // rank is known. LayerNormalization's inference (ONNX 1.12) adds the rank
 // once and indexes dims with what is still negative. Other bounds are the
@@ -825,6 +826,12 @@ bool RequiredInputsTyped(const onnx::OpSchema& schema, const Context& ctx) {
 template <typename Context>
 bool AxisNotBelowRank(const onnx::OpSchema& schema, const Context& ctx) {
   const onnx::AttributeProto* axis = ctx.getAttribute("axis");
+  if (axis == nullptr) {  // The default (-1 for LayerNormalization).
+    auto it = schema.attributes().find("axis");
+    if (it != schema.attributes().end() && it->second.default_value.has_i()) {
+      axis = &it->second.default_value;
+    }
+  }
   if (axis == nullptr || axis->type() != onnx::AttributeProto::INT ||
       ctx.getNumInputs() == 0 || ctx.getInputType(0) == nullptr) {
     return true;

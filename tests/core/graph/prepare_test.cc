@@ -742,6 +742,12 @@ TEST(InferValueTypes, SkipsAnAxisBelowMinusTheRank) {
     // A valid axis is still inferred.
     EXPECT_EQ(types.contains("normalized"), axis == -1);
   }
+  // The default axis (-1) on a scalar.
+  ModelBuilder b(17);
+  b.Input("x", {}).Output("y");
+  b.Weight("scale", {1});
+  b.Node("LayerNormalization", {"x", "scale"}, {"y"}, "ln");
+  graph::InferValueTypes(b.Build());  // must not crash
 }
 
 }  // namespace
