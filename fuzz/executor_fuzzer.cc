@@ -43,6 +43,7 @@
 // executor and graph sources compiled in, without the AVX GEMM blocks), and
 // linked with fuzz/structured_corpus_main.cc as the ctest
 // executor_fuzz_corpus.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -836,7 +837,9 @@ std::vector<int64_t> GraphDecoder::WeightShape(const OpSpec& op, int slot,
     auto it = ints_.find(a);
     return it == ints_.end() ? d : it->second;
   };
-  const int64_t group = std::max<int64_t>(1, attr("group", 1));
+  // A wild group (up to INT64_MAX) shapes the weight as a small one would:
+  // the kernel must refuse it, and m * group must not overflow here.
+  const int64_t group = std::clamp<int64_t>(attr("group", 1), 1, kMaxDim);
   if (name == "Conv" || name == "ConvInteger" || name == "ConvTranspose") {
     const int64_t m = 1 + r_.Pick(4);
     if (slot == 2) return {name == "ConvTranspose" ? m * group : m};
