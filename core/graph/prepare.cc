@@ -864,28 +864,26 @@ class GuardedSchemaRegistry final : public onnx::ISchemaRegistry {
   }
 
  private:
+  // `fn` (an inference or data-propagation function) for the nodes whose
+  // inputs it can read safely.
+  template <typename Fn>
+  static auto Guarded(const onnx::OpSchema* schema, Fn fn) {
+    return [schema, fn](auto& ctx) {
+      if (RequiredInputsTyped(*schema, ctx) && AxisNotBelowRank(*schema, ctx)) {
+        fn(ctx);
+      }
+    };
+  }
+
   static std::unique_ptr<onnx::OpSchema> Guard(const onnx::OpSchema& schema) {
     auto copy = std::make_unique<onnx::OpSchema>(schema);
-    const onnx::OpSchema* self = copy.get();
     if (schema.has_type_and_shape_inference_function()) {
       copy->TypeAndShapeInferenceFunction(
-          [self, infer = schema.GetTypeAndShapeInferenceFunction()](
-              onnx::InferenceContext& ctx) {
-            if (RequiredInputsTyped(*self, ctx) &&
-                AxisNotBelowRank(*self, ctx)) {
-              infer(ctx);
-            }
-          });
+          Guarded(copy.get(), schema.GetTypeAndShapeInferenceFunction()));
     }
     if (schema.has_data_propagation_function()) {
       copy->PartialDataPropagationFunction(
-          [self, propagate = schema.GetDataPropagationFunction()](
-              onnx::DataPropagationContext& ctx) {
-            if (RequiredInputsTyped(*self, ctx) &&
-                AxisNotBelowRank(*self, ctx)) {
-              propagate(ctx);
-            }
-          });
+          Guarded(copy.get(), schema.GetDataPropagationFunction()));
     }
     return copy;
   }
