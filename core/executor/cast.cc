@@ -21,21 +21,6 @@ bool InList(int32_t dtype, TypeList<Ts...>) {
   return ((dtype == TypeOf<Ts>::value) || ...);
 }
 
-// A floating value converted to an integer type. C++ leaves NaN and values
-// outside the type undefined, and ONNX leaves them unspecified: here NaN is
-// 0 and the rest saturate to the type's range.
-template <typename To>
-To FloatToInteger(double v) {
-  if (std::isnan(v)) return 0;
-  constexpr double kLo = static_cast<double>(std::numeric_limits<To>::min());
-  // max() as a double rounds up to a power of two for 64-bit types: every
-  // value below it converts exactly.
-  constexpr double kHi = static_cast<double>(std::numeric_limits<To>::max());
-  if (v <= kLo) return std::numeric_limits<To>::min();
-  if (v >= kHi) return std::numeric_limits<To>::max();
-  return static_cast<To>(v);
-}
-
 template <typename From, typename To>
 void CastLoop(const From* in, To* out, int64_t n) {
   constexpr bool kFloatFrom =

@@ -196,8 +196,9 @@ class ShrinkKernel : public Kernel {
                 UnaryMap<T>(x, ctx.pool, [lambd, bias](const auto& a) {
                   return a.unaryExpr([lambd, bias](T v) {
                     const double d = static_cast<double>(v);
-                    return d < -lambd  ? static_cast<T>(d + bias)
-                           : d > lambd ? static_cast<T>(d - bias)
+                    // Saturating: d +- bias may leave T's range.
+                    return d < -lambd  ? FloatToInteger<T>(d + bias)
+                           : d > lambd ? FloatToInteger<T>(d - bias)
                                        : T(0);
                   });
                 });

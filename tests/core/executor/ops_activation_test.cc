@@ -241,6 +241,24 @@ TEST(ActivationTest, SoftplusDoesNotOverflow) {
                                    ::testing::DoubleNear(std::log(2.0), 1e-7)));
 }
 
+// x +- bias can leave an integer type (UBSan on the executor fuzzer: INT64
+// values shifted by 2.5): the result saturates, as Cast does.
+TEST(ActivationTest, ShrinkOnIntegersSaturates) {
+  OneNode s("Shrink", 9);
+  s.Float("lambd", -2.5f).Float("bias", -2.5f);
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  s.inputs = {Tensor::FromVector<int64_t>({2}, {kMax, 0})};
+  absl::StatusOr<Tensor> y = s.Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(y->ToInt64Vector(), ElementsAre(kMax, -2));
+  OneNode t("Shrink", 9);
+  t.Float("bias", 300.0f).Float("lambd", 1.0f);
+  t.inputs = {Tensor::FromVector<int8_t>({2}, {-100, 100})};
+  y = t.Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(y->ToInt64Vector(), ElementsAre(127, -128));
+}
+
 TEST(ActivationTest, ShrinkOnIntegers) {
   OneNode s("Shrink", 9);
   s.Float("lambd", 1.5f).Float("bias", 1.0f);
