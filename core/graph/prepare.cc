@@ -818,11 +818,11 @@ bool RequiredInputsTyped(const onnx::OpSchema& schema, const Context& ctx) {
 }
 
 // Whether an "axis" attribute (or its default) is not below minus the rank
-// of input 0 (minus
-// the rank + 1 for OneHot, whose axis counts its output's dims) where that
-// rank is known. LayerNormalization's inference (ONNX 1.12) adds the rank
-// once and indexes dims with what is still negative. Other bounds are the
-// inference functions' own to check (they refuse with an error).
+// of input 0 (minus the rank + 1 for OneHot, whose axis counts its output's
+// dims) where that rank is known. LayerNormalization's inference (ONNX
+// 1.12) adds the rank once and indexes dims with what is still negative.
+// Other bounds are the inference functions' own to check (they refuse with
+// an error).
 template <typename Context>
 bool AxisNotBelowRank(const onnx::OpSchema& schema, const Context& ctx) {
   const onnx::AttributeProto* axis = ctx.getAttribute("axis");
@@ -846,8 +846,7 @@ bool AxisNotBelowRank(const onnx::OpSchema& schema, const Context& ctx) {
 // The ONNX registry's schemas with their inference and data-propagation
 // functions skipped (the outputs left untyped, as when inference fails)
 // for a node whose required input has no type or whose axis is below minus
-// its rank. Copies are made once per
-// schema and kept for the process.
+// its rank. Copies are made once per schema and kept for the process.
 class GuardedSchemaRegistry final : public onnx::ISchemaRegistry {
  public:
   const onnx::OpSchema* GetSchema(const std::string& key,
