@@ -18,6 +18,7 @@
 #include "core/executor/cast.h"
 #include "core/executor/elementwise.h"
 #include "core/executor/kernel.h"
+#include "core/executor/wrapping.h"
 #include "unsupported/Eigen/SpecialFunctions"
 
 namespace quantd::executor {
@@ -49,66 +50,26 @@ Tensor ClampFloatTensor(const Tensor& x, float lo, float hi, ThreadPool* pool) {
 
 // ------------------------------------------------------------------ binary
 
-// Integer +, - and * wrap around (two's complement, numpy's answer). In
-// C++ a signed overflow is undefined, and so is a small unsigned type's
-// product once promoted to int: computed in the unsigned type of the
-// promoted operands instead.
-template <typename T, typename F>
-T Wrapping(T x, T y, F op) {
-  using U = std::make_unsigned_t<decltype(x + y)>;
-  return static_cast<T>(op(static_cast<U>(x), static_cast<U>(y)));
-}
-
-constexpr auto kAdd = [](auto x, auto y) { return x + y; };
-constexpr auto kSub = [](auto x, auto y) { return x - y; };
-constexpr auto kMul = [](auto x, auto y) { return x * y; };
-
-// `op` on integer arrays, element by element, wrapping.
-template <typename A, typename B, typename F>
-auto WrappingBinary(const A& a, const B& b, F op) {
-  using T = typename A::Scalar;
-  return a.binaryExpr(b, [op](T x, T y) { return Wrapping(x, y, op); });
-}
-
-struct AddOp {
+// Add, Sub and Mul: Eigen's vectorised expression on floats, wrapping
+// element by element on integers.
+template <typename F>
+struct ArithmeticOp {
   using Types = NumberTypes;
   template <typename T>
   using Out = T;
   template <typename A, typename B>
   static auto Apply(const A& a, const B& b) {
-    if constexpr (std::is_integral_v<typename A::Scalar>) {
-      return WrappingBinary(a, b, kAdd);
+    using T = typename A::Scalar;
+    if constexpr (std::is_integral_v<T>) {
+      return a.binaryExpr(b, [](T x, T y) { return Wrapping(x, y, F{}); });
     } else {
-      return a + b;
+      return F{}(a, b);
     }
   }
 };
-struct SubOp {
-  using Types = NumberTypes;
-  template <typename T>
-  using Out = T;
-  template <typename A, typename B>
-  static auto Apply(const A& a, const B& b) {
-    if constexpr (std::is_integral_v<typename A::Scalar>) {
-      return WrappingBinary(a, b, kSub);
-    } else {
-      return a - b;
-    }
-  }
-};
-struct MulOp {
-  using Types = NumberTypes;
-  template <typename T>
-  using Out = T;
-  template <typename A, typename B>
-  static auto Apply(const A& a, const B& b) {
-    if constexpr (std::is_integral_v<typename A::Scalar>) {
-      return WrappingBinary(a, b, kMul);
-    } else {
-      return a * b;
-    }
-  }
-};
+using AddOp = ArithmeticOp<Plus>;
+using SubOp = ArithmeticOp<Minus>;
+using MulOp = ArithmeticOp<Times>;
 
 // Integer x / y truncated toward zero, without the traps of C++'s `/`:
 // x / 0 is 0 (numpy's answer) and MIN / -1 wraps to MIN.
@@ -689,7 +650,7 @@ class UnaryKernel : public Kernel {
         case Unary::kNeg:
           if constexpr (std::is_integral_v<T>) {  // -MIN wraps to MIN.
             return UnaryMap<T>(x, pool, [](const auto& a) {
-              return a.unaryExpr([](T v) { return Wrapping(T{0}, v, kSub); });
+              return a.unaryExpr([](T v) { return WrappingNeg(v); });
             });
           } else {
             return UnaryMap<T>(x, pool, [](const auto& a) { return -a; });
@@ -697,8 +658,7 @@ class UnaryKernel : public Kernel {
         case Unary::kAbs:
           if constexpr (std::is_integral_v<T>) {  // |MIN| wraps to MIN.
             return UnaryMap<T>(x, pool, [](const auto& a) {
-              return a.unaryExpr(
-                  [](T v) { return v < 0 ? Wrapping(T{0}, v, kSub) : v; });
+              return a.unaryExpr([](T v) { return WrappingAbs(v); });
             });
           } else {
             return UnaryMap<T>(x, pool, [](const auto& a) { return a.abs(); });

@@ -21,6 +21,7 @@
 #include "core/executor/gemm.h"
 #include "core/executor/kernel.h"
 #include "core/executor/layout.h"
+#include "core/executor/wrapping.h"
 
 namespace quantd::executor {
 namespace {
@@ -252,13 +253,13 @@ class CumSumKernel : public Kernel {
                   const T* row = in + (o * len + i) * inner;
                   T* dst = out + (o * len + i) * inner;
                   for (int64_t j = 0; j < inner; ++j) {
-                    if (exclusive_) {
-                      dst[j] = acc[j];
-                      acc[j] += row[j];
+                    if (exclusive_) dst[j] = acc[j];
+                    if constexpr (std::is_integral_v<T>) {
+                      acc[j] = Wrapping(acc[j], row[j], Plus{});
                     } else {
                       acc[j] += row[j];
-                      dst[j] = acc[j];
                     }
+                    if (!exclusive_) dst[j] = acc[j];
                   }
                 }
               }
@@ -537,10 +538,18 @@ void Apply(Combine c, T* dst, T v) {
       *dst = v;
       break;
     case Combine::kAdd:
-      *dst = *dst + v;
+      if constexpr (std::is_integral_v<T>) {
+        *dst = Wrapping(*dst, v, Plus{});
+      } else {
+        *dst = *dst + v;
+      }
       break;
     case Combine::kMul:
-      *dst = *dst * v;
+      if constexpr (std::is_integral_v<T>) {
+        *dst = Wrapping(*dst, v, Times{});
+      } else {
+        *dst = *dst * v;
+      }
       break;
     case Combine::kMax:
       *dst = std::max(*dst, v);
@@ -1344,7 +1353,13 @@ Labeled SumOut(const Labeled& x, Keep keep) {
   T* out = y.mutable_data<T>();
   for (int64_t r = 0; r < rows; ++r) {
     T acc = T(0);
-    for (int64_t i = 0; i < run; ++i) acc += in[r * run + i];
+    for (int64_t i = 0; i < run; ++i) {
+      if constexpr (std::is_integral_v<T>) {
+        acc = Wrapping(acc, in[r * run + i], Plus{});
+      } else {
+        acc += in[r * run + i];
+      }
+    }
     out[r] = acc;
   }
   return {std::move(y), kept};
@@ -1374,7 +1389,13 @@ void BatchedMatMul(int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
         for (int64_t p = 0; p < k; ++p) {
           const T av = ai[r * k + p];
           const T* brow = bi + p * n;
-          for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
+          for (int64_t j = 0; j < n; ++j) {
+            if constexpr (std::is_integral_v<T>) {
+              row[j] = Wrapping(row[j], Wrapping(av, brow[j], Times{}), Plus{});
+            } else {
+              row[j] += av * brow[j];
+            }
+          }
         }
       }
     }

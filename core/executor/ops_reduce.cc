@@ -13,7 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
+#include "core/executor/cast.h"
 #include "core/executor/kernel.h"
+#include "core/executor/wrapping.h"
 
 namespace quantd::executor {
 namespace {
@@ -79,6 +81,17 @@ T Pick(Reduce kind, T a, T b) {
 // y[i] = y[i] (op) x[i] for n values.
 template <typename T>
 void FoldRow(Reduce kind, const T* x, int64_t n, T* y) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    if (kind == Reduce::kSum || kind == Reduce::kMean ||
+        kind == Reduce::kProd) {
+      // Integer sums and products wrap (numpy): the same bits folded as
+      // unsigned, where overflow is defined.
+      using U = std::make_unsigned_t<T>;
+      FoldRow<U>(kind, reinterpret_cast<const U*>(x), n,
+                 reinterpret_cast<U*>(y));
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, bool>) {
     // Only max (any) and min (all) take BOOL.
     for (int64_t i = 0; i < n; ++i) y[i] = Pick(kind, y[i], x[i]);
@@ -109,6 +122,17 @@ void FoldRow(Reduce kind, const T* x, int64_t n, T* y) {
 // *y = *y (op) x[0] (op) ... (op) x[n-1], n > 0.
 template <typename T>
 void FoldRun(Reduce kind, const T* x, int64_t n, T* y) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    if (kind == Reduce::kSum || kind == Reduce::kMean ||
+        kind == Reduce::kProd) {
+      // Integer sums and products wrap (numpy): the same bits folded as
+      // unsigned, where overflow is defined.
+      using U = std::make_unsigned_t<T>;
+      FoldRun<U>(kind, reinterpret_cast<const U*>(x), n,
+                 reinterpret_cast<U*>(y));
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, bool>) {
     for (int64_t i = 0; i < n; ++i) *y = Pick(kind, *y, x[i]);
   } else {
@@ -328,16 +352,36 @@ class ReduceKernel : public Kernel {
     // Create lets no BOOL reach a mapped op, nor integers a log-sum;
     // integers stay integers (L2 truncates the square root).
     if constexpr (!std::is_same_v<T, bool>) {
-      auto square = [](T v) { return static_cast<T>(v * v); };
+      auto square = [](T v) {
+        if constexpr (std::is_integral_v<T>) {
+          return Wrapping(v, v, Times{});
+        } else {
+          return v * v;
+        }
+      };
+      auto abs = [](T v) {
+        if constexpr (std::is_integral_v<T>) {
+          return WrappingAbs(v);
+        } else {
+          return std::abs(v);
+        }
+      };
+      // A wrapped integer sum of squares can be negative: its root is
+      // NaN, which converts to 0.
+      auto root = [](T v) {
+        if constexpr (std::is_integral_v<T>) {
+          return FloatToInteger<T>(std::sqrt(static_cast<double>(v)));
+        } else {
+          return std::sqrt(v);
+        }
+      };
       switch (op_) {
         case Op::kL1:
-          return Fold<T>(Mapped<T>(x, [](T v) { return v < T(0) ? T(-v) : v; }),
-                         kind_, plan);
+          return Fold<T>(Mapped<T>(x, abs), kind_, plan);
         case Op::kSumSquare:
           return Fold<T>(Mapped<T>(x, square), kind_, plan);
         case Op::kL2:
-          return Mapped<T>(Fold<T>(Mapped<T>(x, square), kind_, plan),
-                           [](T v) { return static_cast<T>(std::sqrt(v)); });
+          return Mapped<T>(Fold<T>(Mapped<T>(x, square), kind_, plan), root);
         case Op::kLogSum:
           if constexpr (std::is_floating_point_v<T>) {
             return Mapped<T>(Fold<T>(x, kind_, plan),

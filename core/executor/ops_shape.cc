@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +14,7 @@
 #include "core/executor/cast.h"
 #include "core/executor/kernel.h"
 #include "core/executor/layout.h"
+#include "core/executor/wrapping.h"
 
 namespace quantd::executor {
 namespace {
@@ -740,12 +742,32 @@ class RangeKernel : public Kernel {
           const T limit = ctx.in(1).data<T>()[0];
           const T delta = ctx.in(2).data<T>()[0];
           if (delta == T(0)) return Invalid("delta is 0");
-          const double count =
-              std::ceil((static_cast<double>(limit) - start) / delta);
+          // ceil((limit - start) / delta) elements: exactly for integers
+          // (in a double, INT64_MAX - 2 and INT64_MAX are one number).
+          double count = 0;
+          if constexpr (std::is_integral_v<T>) {
+            const __int128 span = static_cast<__int128>(limit) - start;
+            const bool up = span % delta != 0 && (span > 0) == (delta > 0);
+            count = static_cast<double>(span / delta + (up ? 1 : 0));
+          } else {
+            count = std::ceil((static_cast<double>(limit) - start) / delta);
+          }
+          // NaN or infinite bounds, or more elements than an index holds.
+          if (!(count < 0x1p62)) {
+            return Invalid(absl::StrCat("Range(", start, ", ", limit, ", ",
+                                        delta, ") has no finite length"));
+          }
           const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
           Tensor y(TypeOf<T>::value, {n});
           T* out = y.mutable_data<T>();
-          for (int64_t i = 0; i < n; ++i) out[i] = start + T(i) * delta;
+          for (int64_t i = 0; i < n; ++i) {
+            if constexpr (std::is_integral_v<T>) {
+              // i * delta alone may leave the type; the sum does not.
+              out[i] = Wrapping(start, Wrapping(T(i), delta, Times{}), Plus{});
+            } else {
+              out[i] = start + T(i) * delta;
+            }
+          }
           (*ctx.outputs)[0] = std::move(y);
           return absl::OkStatus();
         });

@@ -3,6 +3,7 @@
 // (scripts/make_index_golden.py), plus hand-worked cases for the rest and for
 // edge behaviour (negative indices, out-of-range errors, empty tensors).
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -555,6 +556,40 @@ TEST(OpsIndexTest, Col2ImSumsOverlappingBlocks) {
   EXPECT_THAT(Values<float>(*y), ElementsAre(1, 12, 23, 30));
   n.inputs[0] = T1<float>({1, 2, 2}, {1, 2, 3, 4});
   ExpectError(n.Run1(), absl::StatusCode::kInvalidArgument, "must be [N, C");
+}
+
+// Integer accumulation wraps around (numpy's answer) in CumSum, the add
+// and mul reductions of ScatterElements and Einsum's sums and products,
+// instead of C++'s undefined signed overflow.
+TEST(OpsIndexTest, IntegerAccumulationWrapsAround) {
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  absl::StatusOr<Tensor> cumsum = OneNode("CumSum", 14)
+                                      .In(T1<int64_t>({3}, {kMax, 1, 1}))
+                                      .Const(I64({}, {0}))
+                                      .Run1();
+  ASSERT_TRUE(cumsum.ok()) << cumsum.status();
+  EXPECT_THAT(Values<int64_t>(*cumsum), ElementsAre(kMax, kMin, kMin + 1));
+  for (const auto& [reduction, expected] :
+       {std::pair<std::string, int64_t>{"add", kMin}, {"mul", -2}}) {
+    OneNode scatter("ScatterElements", 16);
+    scatter.In(T1<int64_t>({1}, {kMax}))
+        .In(I64({1}, {0}))
+        .In(T1<int64_t>({1}, {reduction == "add" ? 1 : 2}));
+    scatter.attrs.push_back(StrAttr("reduction", reduction));
+    absl::StatusOr<Tensor> y = scatter.Run1();
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_THAT(Values<int64_t>(*y), ElementsAre(expected)) << reduction;
+  }
+  absl::StatusOr<Tensor> dot = EinsumNode("i,i->", {T1<int64_t>({2}, {kMax, 1}),
+                                                    T1<int64_t>({2}, {2, 2})})
+                                   .Run1();
+  ASSERT_TRUE(dot.ok()) << dot.status();
+  EXPECT_THAT(Values<int64_t>(*dot), ElementsAre(0));  // -2 + 2
+  absl::StatusOr<Tensor> sum =
+      EinsumNode("i->", {T1<int64_t>({2}, {kMax, 1})}).Run1();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_THAT(Values<int64_t>(*sum), ElementsAre(kMin));
 }
 
 }  // namespace

@@ -421,5 +421,36 @@ TEST(OpsArgTest, OutOfRangeAxisIsInvalidAndNamesTheNode) {
   EXPECT_THAT(e.status().message(), HasSubstr("node 'q'"));
 }
 
+// Integer sums and products wrap around (numpy's answer) instead of the
+// signed overflow C++ leaves undefined; L1 of MIN stays MIN; L2 of a sum of
+// squares that wrapped below zero is 0, not an undefined conversion of NaN.
+TEST(OpsReduceTest, IntegerSumsAndProductsWrapAround) {
+  const int32_t kMin = std::numeric_limits<int32_t>::min();
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  auto reduce = [](const char* op, Tensor x) {
+    absl::StatusOr<Tensor> y =
+        OneNode(op, 13).In(std::move(x)).Int("keepdims", 0).Run1();
+    EXPECT_TRUE(y.ok()) << op << ": " << y.status();
+    return y.ok() ? Values<int32_t>(*y) : std::vector<int32_t>{};
+  };
+  EXPECT_THAT(reduce("ReduceSum", T1<int32_t>({2}, {kMax, 1})),
+              ElementsAre(kMin));
+  EXPECT_THAT(reduce("ReduceProd", T1<int32_t>({2}, {1 << 16, 1 << 16})),
+              ElementsAre(0));
+  EXPECT_THAT(reduce("ReduceL1", T1<int32_t>({1}, {kMin})), ElementsAre(kMin));
+  EXPECT_THAT(reduce("ReduceSumSquare", T1<int32_t>({1}, {1 << 16})),
+              ElementsAre(0));
+  EXPECT_THAT(reduce("ReduceL2", T1<int32_t>({1}, {46341})), ElementsAre(0));
+  // Over an inner axis too (the row-wise fold).
+  absl::StatusOr<Tensor> rows =
+      OneNode("ReduceSum", 13)
+          .In(T1<int64_t>({2, 2}, {INT64_MAX, 5, 1, 6}))
+          .Const(I64({1}, {0}))
+          .Int("keepdims", 0)
+          .Run1();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_THAT(Values<int64_t>(*rows), ElementsAre(INT64_MIN, 11));
+}
+
 }  // namespace
 }  // namespace quantd::executor

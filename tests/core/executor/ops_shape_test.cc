@@ -249,5 +249,32 @@ TEST(OpsShapeMiscTest, ExpandFlattenConcatConstantOfShape) {
   EXPECT_EQ(z->dtype(), TP::FLOAT);
 }
 
+// Range's length comes from a double: NaN or infinite bounds are refused
+// (the conversion to a count was undefined), and integer values that the
+// rounded count carries past the type wrap instead of overflowing.
+TEST(OpsRangeTest, BoundsWithoutAFiniteLengthAreInvalid) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (const auto& [start, limit, delta] :
+       {std::tuple<float, float, float>{kNan, 1, 1},
+        {0, kInf, 1},
+        {0, 1e30f, 1e-30f}}) {
+    OneNode n("Range", 11);
+    n.In(T1<float>({}, {start}))
+        .In(T1<float>({}, {limit}))
+        .In(T1<float>({}, {delta}));
+    absl::Status s = n.Run1().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument)
+        << start << " " << limit;
+    EXPECT_THAT(s.message(), HasSubstr("no finite length"));
+  }
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  OneNode n("Range", 11);
+  n.In(I64({}, {kMax - 2})).In(I64({}, {kMax})).In(I64({}, {1}));
+  absl::StatusOr<Tensor> y = n.Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Values<int64_t>(*y), ElementsAre(kMax - 2, kMax - 1));
+}
+
 }  // namespace
 }  // namespace quantd::executor
