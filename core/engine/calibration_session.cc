@@ -12,6 +12,7 @@
 #include "core/base/onnx_names.h"
 #include "core/base/serial_queue.h"
 #include "core/base/status_macros.h"
+#include "core/graph/inference.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
 
@@ -21,10 +22,6 @@ namespace {
 // Values a model run may keep alive for observation beyond what the run
 // itself holds.
 constexpr int64_t kObserveBacklogBytes = int64_t{64} << 20;
-
-// Initializers up to this many elements keep their data for shape
-// inference: shapes, axes, scales and pads are small, weights are not.
-constexpr int64_t kInferenceDataElements = 64;
 
 std::string Label(const std::string& name) {
   return name.empty() ? std::string("(unnamed input)")
@@ -67,33 +64,11 @@ void Merge(const DeclaredTensor& more, DeclaredTensor* into) {
   }
 }
 
-// The model's main graph with the large initializers' data left out, shape
-// inference run on it; nullopt when inference fails (it throws on models
-// whose declared shapes contradict it).
+// The model's main graph with shape inference run on it; nullopt when
+// inference fails (it throws on models whose declared shapes contradict
+// it).
 std::optional<onnx::GraphProto> InferredGraph(const onnx::ModelProto& model) {
-  onnx::ModelProto copy;
-  copy.set_ir_version(model.ir_version());
-  *copy.mutable_opset_import() = model.opset_import();
-  *copy.mutable_functions() = model.functions();
-  onnx::GraphProto* g = copy.mutable_graph();
-  const onnx::GraphProto& src = model.graph();
-  g->set_name(src.name());
-  *g->mutable_node() = src.node();
-  *g->mutable_input() = src.input();
-  *g->mutable_output() = src.output();
-  *g->mutable_value_info() = src.value_info();
-  for (const onnx::TensorProto& init : src.initializer()) {
-    onnx::TensorProto* t = g->add_initializer();
-    const int64_t n = SaturatingElementCount(
-        absl::MakeConstSpan(init.dims().data(), init.dims().size()));
-    if (n >= 0 && n <= kInferenceDataElements) {
-      *t = init;
-      continue;
-    }
-    t->set_name(init.name());
-    t->set_data_type(init.data_type());
-    *t->mutable_dims() = init.dims();
-  }
+  onnx::ModelProto copy = graph::InferenceCopy(model);
   if (!graph::InferShapesGuarded(&copy, /*data_propagation=*/false)) {
     return std::nullopt;
   }

@@ -748,7 +748,8 @@ class RangeKernel : public Kernel {
           if constexpr (std::is_integral_v<T>) {
             const __int128 span = static_cast<__int128>(limit) - start;
             const bool up = span % delta != 0 && (span > 0) == (delta > 0);
-            count = static_cast<double>(span / delta + (up ? 1 : 0));
+            const __int128 steps = span / delta + (up ? 1 : 0);
+            count = static_cast<double>(steps);
           } else {
             count = std::ceil((static_cast<double>(limit) - start) / delta);
           }

@@ -120,38 +120,6 @@ bool ConstantTensor(const onnx::NodeProto& node, onnx::TensorProto* out);
 // initializers as graph inputs and leaves bodies alone. Returns the count.
 int64_t LiftConstants(onnx::GraphProto* graph, int64_t ir_version);
 
-// Removes from `graph`, a copy about to go through ONNX shape inference, the
-// nodes on which libonnx 1.12's inference reads out of bounds: Conv,
-// ConvTranspose, ConvInteger and QLinearConv whose weight is not known to
-// have rank >= 3, or whose data has another rank (their inference indexes
-// the weight's dims by the data's rank and reads W's dim 0 unchecked). A
-// request's model reaches inference unchecked, so such a node would crash
-// the server. Ranks are known from initializers and declared shapes (outer
-// graphs' too, for bodies, which are walked as well) and carried through
-// Cast, QuantizeLinear, DequantizeLinear and Identity; a weight computed
-// otherwise counts as unknown. Inference then simply knows nothing of those
-// nodes' outputs. Returns how many nodes were removed.
-int64_t DropNodesUnsafeForInference(onnx::GraphProto* graph);
-
-// ONNX shape inference on `model` in place (its value_info grows), safe on a
-// request's model: without the nodes DropNodesUnsafeForInference removes,
-// and through schemas whose inference and data propagation skip a node
-// whose required input has no type or whose "axis" is below minus its
-// input's rank (ONNX 1.12 dereferences that null type, or indexes dims
-// with that axis, in some ops; the node's outputs are then left untyped, as
-// when its inference fails). Not strict: a failing node leaves its outputs untyped
-// and inference goes on. False when inference threw all the same (declared
-// shapes that contradict it); what it inferred before stays.
-bool InferShapesGuarded(onnx::ModelProto* model, bool data_propagation);
-
-// Element types of the main graph's values from ONNX shape inference (with
-// the declared inputs, outputs and value_info), by name. Large initializers'
-// values are left out of the copy inference runs on. Never fails: what
-// inference cannot tell is simply missing. Runs on a copy without the nodes
-// DropNodesUnsafeForInference removes.
-absl::flat_hash_map<std::string, onnx::TypeProto> InferValueTypes(
-    const onnx::ModelProto& model);
-
 }  // namespace quantd::graph
 
 #endif  // QUANTD_CORE_GRAPH_PREPARE_H_

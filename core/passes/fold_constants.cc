@@ -15,6 +15,7 @@
 #include "core/executor/tensor.h"
 #include "core/graph/graph_edit.h"
 #include "core/graph/graph_index.h"
+#include "core/graph/inference.h"
 #include "core/graph/model_io.h"
 #include "core/graph/tensor_util.h"
 #include "core/passes/opset_upgrade.h"

@@ -11,6 +11,7 @@
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
+#include "core/graph/inference.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
 #include "core/graph/unique_names.h"
@@ -421,6 +422,8 @@ absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
   }
   onnx::ModelProto converted;
   std::string error;
+  // The converter runs ONNX shape inference on the model itself.
+  graph::GuardOnnxInference();
   try {
     converted = onnx::version_conversion::ConvertVersion(
         *model, static_cast<int>(target));

@@ -521,6 +521,60 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
                  return Calibrate({InputBatch(kDim)}, {}, &model);
                }});
 
+  // Models on which libonnx 1.12's shape inference divided by zero or read
+  // out of bounds; each killed the server in a DYNAMIC_RANGE call (a probe
+  // of every ONNX schema, 2026-12-04). The second one passes onnx.checker
+  // and went through the version converter's own inference.
+  auto typed = [](onnx::ValueInfoProto* v, const char* name, int32_t type,
+                  std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    t->mutable_shape();  // A scalar has a shape with no dims.
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  model_case("Mul of an empty shape and one value (data propagation)", Code::OK,
+             "", [typed](onnx::ModelProto* m) {
+               m->mutable_opset_import(0)->set_version(17);
+               onnx::GraphProto* g = m->mutable_graph();
+               typed(g->add_input(), "scalar", onnx::TensorProto::FLOAT, {});
+               onnx::TensorProto* five = g->add_initializer();
+               five->set_name("five");
+               five->set_data_type(onnx::TensorProto::INT64);
+               five->add_dims(1);
+               five->add_int64_data(5);
+               onnx::NodeProto* shape = g->add_node();
+               shape->set_op_type("Shape");
+               shape->add_input("scalar");
+               shape->add_output("no_dims");
+               onnx::NodeProto* mul = g->add_node();
+               mul->set_op_type("Mul");
+               mul->add_input("no_dims");
+               mul->add_input("five");
+               mul->add_output("product");
+               typed(g->add_output(), "product", onnx::TensorProto::INT64, {1});
+             });
+  model_case(
+      "AveragePool with strides 0 at opset 11 (version converter)", Code::OK,
+      "", [typed](onnx::ModelProto* m) {
+        m->mutable_opset_import(0)->set_version(11);
+        onnx::GraphProto* g = m->mutable_graph();
+        typed(g->add_input(), "image", onnx::TensorProto::FLOAT, {1, 1, 4, 4});
+        onnx::NodeProto* pool = g->add_node();
+        pool->set_op_type("AveragePool");
+        pool->add_input("image");
+        pool->add_output("pooled");
+        for (const char* name : {"kernel_shape", "strides"}) {
+          onnx::AttributeProto* a = pool->add_attribute();
+          a->set_name(name);
+          a->set_type(onnx::AttributeProto::INTS);
+          a->add_ints(name[0] == 'k' ? 1 : 0);
+          a->add_ints(name[0] == 'k' ? 1 : 0);
+        }
+        typed(g->add_output(), "pooled", onnx::TensorProto::FLOAT,
+              {1, 1, 4, 4});
+      });
+
   // --- Versions.
   model_case("IR version 999", Code::INVALID_ARGUMENT, "IR version 999",
              [](onnx::ModelProto* m) { m->set_ir_version(999); });

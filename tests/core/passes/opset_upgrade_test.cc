@@ -279,5 +279,20 @@ TEST(RaiseOpsetForInt4Test, OrtAgreesBeforeAndAfter) {
   EXPECT_THAT(json, HasSubstr("\"identical\":true")) << json;
 }
 
+// The version converter runs ONNX inference on the model it converts: an
+// opset-11 AveragePool with strides 0 was a SIGFPE in Quantize's opset
+// upgrade (a DYNAMIC_RANGE call killed the server) until ConvertOpset
+// called graph::GuardOnnxInference.
+TEST(ConvertOpsetTest, SurvivesAModelThatCrashedOnnxInference) {
+  ModelBuilder b(11);
+  b.Input("x", {1, 1, 4, 4}).Output("y");
+  b.Node("AveragePool", {"x"}, {"y"}, "pool")
+      .Attr("kernel_shape", std::vector<int64_t>{1, 1})
+      .Attr("strides", std::vector<int64_t>{0, 0});
+  onnx::ModelProto m = b.Build();
+  // Converted or refused; either way the process lives.
+  (void)ConvertOpset(&m, 13);
+}
+
 }  // namespace
 }  // namespace quantd::passes
