@@ -117,6 +117,14 @@ REGRESS = {
         "0200070607c90323020000000000000000d004c00000d1743231000000000000"
         "d2061dcb0106538b00000000060200a400efefef03015f05070307"
     ),
+    # Reshape to a shape with INT64_MAX in it: the product of the known
+    # dims overflowed (UBSan, libFuzzer run 5 after 5,540 executions); now
+    # saturating, and no tensor's non-zero dims may multiply past int64.
+    "regress_reshape_shape_overflow": (
+        "02eaeaeaeaeaeaeab0020aa77b03020700006124001bc0436f6e7374616e7444"
+        "03d5db00680100070111030004cb3402042507037c28eaeaeaeaeaeaeaeaeaea"
+        "eaeaffff53470503ff"
+    ),
 }
 
 

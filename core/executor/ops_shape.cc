@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/checked_count.h"
 #include "core/base/status_macros.h"
 #include "core/executor/broadcast.h"
 #include "core/executor/cast.h"
@@ -179,7 +180,7 @@ class ReshapeKernel : public Kernel {
       } else if (shape[i] < 0) {
         return Invalid(absl::StrCat("bad shape ", Join(shape)));
       } else {
-        known *= shape[i];
+        known = SaturatingMul(known, shape[i]);  // Never equals x.size().
       }
     }
     if (infer >= 0) {
@@ -264,7 +265,7 @@ class ConcatKernel : public Kernel {
                                       " do not concatenate on axis ", axis));
         }
       }
-      shape[axis] += t->dim(axis);
+      shape[axis] = SaturatingAdd(shape[axis], t->dim(axis));
     }
     Tensor y(first.dtype(), shape);
     const int64_t esize = ElementSize(first.dtype());

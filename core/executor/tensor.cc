@@ -125,15 +125,19 @@ int64_t Tensor::LiveBuffers() {
 
 Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  size_ = NumElements(shape_);
   // Shapes from untrusted data are checked before they get here; one that
-  // is not (negative or overflowing) cannot be allocated, never wraps.
+  // is not (negative or overflowing, even with a zero dim) cannot be
+  // allocated, never wraps.
+  absl::StatusOr<int64_t> count = CheckedElementCount(shape_);
+  if (!count.ok()) throw std::bad_alloc();
+  size_ = *count;
   absl::StatusOr<int64_t> bytes = CheckedByteSize(size_, ElementSize(dtype_));
   if (!bytes.ok()) throw std::bad_alloc();
   buffer_ = std::make_shared<Buffer>(*bytes);
 }
 
 Tensor Tensor::Reshaped(std::vector<int64_t> shape) const {
+  if (!CheckedElementCount(shape).ok()) throw std::bad_alloc();
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;

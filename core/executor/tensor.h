@@ -104,7 +104,11 @@ class Tensor {
  public:
   // An empty value (dtype UNDEFINED); what an omitted optional input reads as.
   Tensor() = default;
-  // Allocates uninitialized storage (64-byte aligned) for `shape`.
+  // Allocates uninitialized storage (64-byte aligned) for `shape`. Every
+  // tensor's shape has non-negative dims whose non-zero ones multiply
+  // within int64 (an empty tensor included), so kernels may multiply and
+  // add dims freely: std::bad_alloc otherwise, as for any shape that
+  // cannot be allocated.
   Tensor(DataType dtype, std::vector<int64_t> shape);
 
   template <typename T>
@@ -149,7 +153,8 @@ class Tensor {
   const void* raw() const { return buffer_ ? buffer_->data : nullptr; }
   void* raw() { return buffer_ ? buffer_->data : nullptr; }
 
-  // The same values under another shape with as many elements (no copy).
+  // The same values under another shape with as many elements (no copy);
+  // the shape is held to the constructor's rule.
   Tensor Reshaped(std::vector<int64_t> shape) const;
   // Element i converted to int64 (for shape-like inputs of any int type).
   int64_t IntAt(int64_t i) const;

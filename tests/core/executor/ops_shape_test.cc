@@ -4,6 +4,7 @@
 // Unsqueeze, Shape start / end, Dropout in inference, and their error codes.
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -274,6 +275,24 @@ TEST(OpsRangeTest, BoundsWithoutAFiniteLengthAreInvalid) {
   absl::StatusOr<Tensor> y = n.Run1();
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_THAT(Values<int64_t>(*y), ElementsAre(kMax - 2, kMax - 1));
+}
+
+// A Reshape target with a dim near INT64_MAX multiplied the known dims past
+// int64 (UB; libFuzzer): refused now, and so is an empty tensor whose other
+// dims multiply past int64 (kernels multiply dims freely).
+TEST(OpsReshapeTest, ShapesWhoseDimsOverflowAreRefused) {
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  OneNode n("Reshape", 14);
+  n.In(Floats({2, 3}, {1, 2, 3, 4, 5, 6})).In(I64({3}, {24, kMax, -1}));
+  absl::Status s = n.Run1().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("cannot reshape"));
+  EXPECT_THROW(Tensor(TP::FLOAT, {int64_t{1} << 40, int64_t{1} << 40, 0}),
+               std::bad_alloc);
+  EXPECT_THROW(
+      Tensor(TP::FLOAT, {0}).Reshaped({int64_t{1} << 40, int64_t{1} << 40, 0}),
+      std::bad_alloc);
+  EXPECT_EQ(Tensor(TP::FLOAT, {int64_t{1} << 40, 0}).size(), 0);
 }
 
 }  // namespace
