@@ -381,8 +381,40 @@ absl::StatusOr<std::string> RaiseOpsetForInt4(onnx::ModelProto* model) {
   return note;
 }
 
+namespace {
+
+// The first node of `graph` or its bodies outside the default domain. ONNX
+// 1.12's converter finds adapters by op name alone: a custom-domain node
+// named like an ONNX op gets that op's adapter, which reads inputs and
+// attributes onnx.checker never checked for it (segfaults: a Scatter with
+// no inputs, an Upsample whose scales is an int), and a node named
+// ConstantFill loops forever writing a warning.
+const onnx::NodeProto* FirstForeignNode(const onnx::GraphProto& graph) {
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (!IsDefaultDomain(node)) return &node;
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.has_g()) {
+        if (const onnx::NodeProto* n = FirstForeignNode(a.g())) return n;
+      }
+      for (const onnx::GraphProto& body : a.graphs()) {
+        if (const onnx::NodeProto* n = FirstForeignNode(body)) return n;
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
   const int64_t from = graph::DefaultOpset(*model);
+  if (const onnx::NodeProto* n = FirstForeignNode(model->graph())) {
+    return absl::UnimplementedError(absl::StrCat(
+        "node '", n->name(), "' (op ", n->op_type(), ") is in domain '",
+        n->domain(),
+        "', and the ONNX version converter upgrades default-domain models "
+        "only"));
+  }
   // Adapters read input ranks (e.g. Softmax 12 -> 13) from the values'
   // declared shapes: annotate what ONNX shape inference knows, and put the
   // model's own value_info back afterwards.

@@ -575,6 +575,24 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
               {1, 1, 4, 4});
       });
 
+  // ONNX 1.12's version converter applies ONNX's adapters to custom-domain
+  // nodes with ONNX op names; on ConstantFill it looped forever, pinning a
+  // thread and writing 50 MB/s of warnings to the server's log.
+  model_case(
+      "custom-domain ConstantFill at opset 9 (version converter)",
+      Code::FAILED_PRECONDITION, "default-domain models only",
+      [](onnx::ModelProto* m) {
+        m->mutable_opset_import(0)->set_version(9);
+        auto* custom = m->add_opset_import();
+        custom->set_domain("com.example");
+        custom->set_version(1);
+        onnx::NodeProto* fill = m->mutable_graph()->add_node();
+        fill->set_op_type("ConstantFill");
+        fill->set_domain("com.example");
+        fill->add_output("filled");
+      },
+      kWideDim);
+
   // --- Versions.
   model_case("IR version 999", Code::INVALID_ARGUMENT, "IR version 999",
              [](onnx::ModelProto* m) { m->set_ir_version(999); });

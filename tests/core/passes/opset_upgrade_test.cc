@@ -294,5 +294,43 @@ TEST(ConvertOpsetTest, SurvivesAModelThatCrashedOnnxInference) {
   (void)ConvertOpset(&m, 13);
 }
 
+// ONNX 1.12's converter applies ONNX's adapter to any node with an ONNX op
+// name, whatever its domain: a custom-domain Scatter with no inputs
+// segfaulted, and a custom-domain ConstantFill looped forever writing a
+// warning (50 MB/s into the server's log). Models with nodes outside the
+// default domain, in bodies too, are not handed to it.
+TEST(ConvertOpsetTest, RefusesNodesOutsideTheDefaultDomain) {
+  for (const char* op : {"Scatter", "ConstantFill"}) {
+    for (bool in_body : {false, true}) {
+      ModelBuilder b(9);
+      b.Input("x", {2}).Output("y", {2});
+      auto* custom = b.model().add_opset_import();
+      custom->set_domain("com.example");
+      custom->set_version(1);
+      onnx::NodeProto foreign;
+      foreign.set_op_type(op);
+      foreign.set_domain("com.example");
+      foreign.set_name("foreign");
+      foreign.add_output("z");
+      b.Node("Relu", {"x"}, {"y"}, "relu");
+      if (in_body) {
+        onnx::NodeProto* relu = b.model().mutable_graph()->mutable_node(0);
+        onnx::AttributeProto* a = relu->add_attribute();
+        a->set_name("body");  // Not Relu's: only the walk reads it.
+        a->set_type(onnx::AttributeProto::GRAPH);
+        *a->mutable_g()->add_node() = foreign;
+      } else {
+        *b.model().mutable_graph()->add_node() = foreign;
+      }
+      onnx::ModelProto m = b.Build();
+      SCOPED_TRACE(::testing::Message() << op << (in_body ? " in a body" : ""));
+      const absl::Status s = ConvertOpset(&m, 13);
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+      EXPECT_THAT(s.message(), HasSubstr("domain 'com.example'"));
+      EXPECT_EQ(graph::DefaultOpset(m), 9);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace quantd::passes
