@@ -125,6 +125,10 @@ REGRESS = {
         "03d5db00680100070111030004cb3402042507037c28eaeaeaeaeaeaeaeaeaea"
         "eaeaffff53470503ff"
     ),
+    # LogSoftmax over the zero-length axis of an empty [0, 6, 3] input: the
+    # line's maximum was read from no values (ASan heap-buffer-overflow,
+    # libFuzzer run 6 after 19,111 executions).
+    "regress_logsoftmax_empty_axis": "0200403c0000fdfdfffdd2020003040002",
 }
 
 

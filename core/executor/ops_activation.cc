@@ -309,6 +309,11 @@ class AxisKernel : public Kernel {
         [&](auto tag) {
           using T = decltype(tag);
           Tensor y(x.dtype(), sh);
+          // An empty line has no maximum to subtract.
+          if (y.size() == 0) {
+            (*ctx.outputs)[0] = std::move(y);
+            return absl::OkStatus();
+          }
           const T* in = x.data<T>();
           T* out = y.mutable_data<T>();
           const int64_t grain = std::max<int64_t>(

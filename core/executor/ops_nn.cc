@@ -428,6 +428,11 @@ class SoftmaxKernel : public Kernel {
       for (int i = axis + 1; i < x.rank(); ++i) inner *= sh[i];
     }
     Tensor y(TP::FLOAT, sh);
+    // An empty line has no maximum to subtract.
+    if (y.size() == 0) {
+      (*ctx.outputs)[0] = std::move(y);
+      return absl::OkStatus();
+    }
     const float* in = x.data<float>();
     float* out = y.mutable_data<float>();
     ParallelRange(ctx.pool, outer, 16, [&](int64_t b, int64_t e) {

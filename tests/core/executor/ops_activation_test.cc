@@ -342,6 +342,24 @@ TEST(ActivationTest, HardmaxPicksTheFirstMaximum) {
   EXPECT_THAT(All(*y), ElementsAre(0, 0, 1, 0));
 }
 
+TEST(ActivationTest, AnEmptyAxisGivesAnEmptyOutput) {
+  // libFuzzer: LogSoftmax over a zero-length axis read past the input.
+  for (const char* op : {"LogSoftmax", "Hardmax"}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{0, 6, 3}, std::vector<int64_t>{2, 0, 3},
+          std::vector<int64_t>{2, 3, 0}}) {
+      for (const int64_t axis : {-3, 1, -1}) {
+        OneNode n(op, 13);
+        n.Int("axis", axis);
+        n.inputs = {Floats(shape, {})};
+        absl::StatusOr<Tensor> y = n.Run1();
+        ASSERT_TRUE(y.ok()) << op << " axis " << axis << ": " << y.status();
+        EXPECT_EQ(y->shape(), shape) << op << " axis " << axis;
+      }
+    }
+  }
+}
+
 TEST(ActivationTest, CastLikeTakesTheSecondInputsType) {
   OneNode n("CastLike", 15);
   n.inputs = {Floats({3}, {1.5f, -2.7f, 65520.0f}), Tensor(TP::FLOAT16, {0})};

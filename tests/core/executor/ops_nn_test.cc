@@ -963,6 +963,19 @@ TEST(SoftmaxTest, LargeValuesDoNotOverflow) {
   ExpectOutput(n, {2}, {0.2689414213699951f, 0.7310585786300049f});
 }
 
+TEST(SoftmaxTest, AnEmptyAxisGivesAnEmptyOutput) {
+  for (const int opset : {11, 13}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{2, 0}, std::vector<int64_t>{0, 2},
+          std::vector<int64_t>{2, 0, 3}}) {
+      OneNode n("Softmax", opset);
+      n.Int("axis", 1);
+      n.inputs = {Floats(shape, {})};
+      ExpectOutput(n, shape, {});
+    }
+  }
+}
+
 TEST(SoftmaxTest, BadInputsAreRefused) {
   OneNode axis("Softmax", 13);
   axis.inputs = {Iota({2, 3})};
