@@ -254,11 +254,7 @@ class CumSumKernel : public Kernel {
                   T* dst = out + (o * len + i) * inner;
                   for (int64_t j = 0; j < inner; ++j) {
                     if (exclusive_) dst[j] = acc[j];
-                    if constexpr (std::is_integral_v<T>) {
-                      acc[j] = Wrapping(acc[j], row[j], Plus{});
-                    } else {
-                      acc[j] += row[j];
-                    }
+                    acc[j] = ValueAdd(acc[j], row[j]);
                     if (!exclusive_) dst[j] = acc[j];
                   }
                 }
@@ -538,18 +534,10 @@ void Apply(Combine c, T* dst, T v) {
       *dst = v;
       break;
     case Combine::kAdd:
-      if constexpr (std::is_integral_v<T>) {
-        *dst = Wrapping(*dst, v, Plus{});
-      } else {
-        *dst = *dst + v;
-      }
+      *dst = ValueAdd(*dst, v);
       break;
     case Combine::kMul:
-      if constexpr (std::is_integral_v<T>) {
-        *dst = Wrapping(*dst, v, Times{});
-      } else {
-        *dst = *dst * v;
-      }
+      *dst = ValueMul(*dst, v);
       break;
     case Combine::kMax:
       *dst = std::max(*dst, v);
@@ -1354,11 +1342,7 @@ Labeled SumOut(const Labeled& x, Keep keep) {
   for (int64_t r = 0; r < rows; ++r) {
     T acc = T(0);
     for (int64_t i = 0; i < run; ++i) {
-      if constexpr (std::is_integral_v<T>) {
-        acc = Wrapping(acc, in[r * run + i], Plus{});
-      } else {
-        acc += in[r * run + i];
-      }
+      acc = ValueAdd(acc, in[r * run + i]);
     }
     out[r] = acc;
   }
@@ -1390,11 +1374,7 @@ void BatchedMatMul(int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
           const T av = ai[r * k + p];
           const T* brow = bi + p * n;
           for (int64_t j = 0; j < n; ++j) {
-            if constexpr (std::is_integral_v<T>) {
-              row[j] = Wrapping(row[j], Wrapping(av, brow[j], Times{}), Plus{});
-            } else {
-              row[j] += av * brow[j];
-            }
+            row[j] = ValueAdd(row[j], ValueMul(av, brow[j]));
           }
         }
       }

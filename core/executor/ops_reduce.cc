@@ -78,19 +78,27 @@ T Pick(Reduce kind, T a, T b) {
   return kind == Reduce::kMax ? (a < b ? b : a) : (b < a ? b : a);
 }
 
+// Integer sums and products wrap (numpy), which Eigen's arithmetic on the
+// type (or on int, for the small types) does not guarantee: true when `kind`
+// folds values of T that way.
+template <typename T>
+bool FoldsWrapping(Reduce kind) {
+  return std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+         (kind == Reduce::kSum || kind == Reduce::kMean ||
+          kind == Reduce::kProd);
+}
+
+template <typename T>
+T FoldWrapping(Reduce kind, T acc, T v) {
+  return kind == Reduce::kProd ? ValueMul(acc, v) : ValueAdd(acc, v);
+}
+
 // y[i] = y[i] (op) x[i] for n values.
 template <typename T>
 void FoldRow(Reduce kind, const T* x, int64_t n, T* y) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
-    if (kind == Reduce::kSum || kind == Reduce::kMean ||
-        kind == Reduce::kProd) {
-      // Integer sums and products wrap (numpy): the same bits folded as
-      // unsigned, where overflow is defined.
-      using U = std::make_unsigned_t<T>;
-      FoldRow<U>(kind, reinterpret_cast<const U*>(x), n,
-                 reinterpret_cast<U*>(y));
-      return;
-    }
+  if (FoldsWrapping<T>(kind)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = FoldWrapping(kind, y[i], x[i]);
+    return;
   }
   if constexpr (std::is_same_v<T, bool>) {
     // Only max (any) and min (all) take BOOL.
@@ -122,16 +130,9 @@ void FoldRow(Reduce kind, const T* x, int64_t n, T* y) {
 // *y = *y (op) x[0] (op) ... (op) x[n-1], n > 0.
 template <typename T>
 void FoldRun(Reduce kind, const T* x, int64_t n, T* y) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
-    if (kind == Reduce::kSum || kind == Reduce::kMean ||
-        kind == Reduce::kProd) {
-      // Integer sums and products wrap (numpy): the same bits folded as
-      // unsigned, where overflow is defined.
-      using U = std::make_unsigned_t<T>;
-      FoldRun<U>(kind, reinterpret_cast<const U*>(x), n,
-                 reinterpret_cast<U*>(y));
-      return;
-    }
+  if (FoldsWrapping<T>(kind)) {
+    for (int64_t i = 0; i < n; ++i) *y = FoldWrapping(kind, *y, x[i]);
+    return;
   }
   if constexpr (std::is_same_v<T, bool>) {
     for (int64_t i = 0; i < n; ++i) *y = Pick(kind, *y, x[i]);
@@ -352,20 +353,8 @@ class ReduceKernel : public Kernel {
     // Create lets no BOOL reach a mapped op, nor integers a log-sum;
     // integers stay integers (L2 truncates the square root).
     if constexpr (!std::is_same_v<T, bool>) {
-      auto square = [](T v) {
-        if constexpr (std::is_integral_v<T>) {
-          return Wrapping(v, v, Times{});
-        } else {
-          return v * v;
-        }
-      };
-      auto abs = [](T v) {
-        if constexpr (std::is_integral_v<T>) {
-          return WrappingAbs(v);
-        } else {
-          return std::abs(v);
-        }
-      };
+      auto square = [](T v) { return ValueMul(v, v); };
+      auto abs = [](T v) { return ValueAbs(v); };
       // A wrapped integer sum of squares can be negative: its root is
       // NaN, which converts to 0.
       auto root = [](T v) {

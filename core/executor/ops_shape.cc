@@ -763,12 +763,9 @@ class RangeKernel : public Kernel {
           Tensor y(TypeOf<T>::value, {n});
           T* out = y.mutable_data<T>();
           for (int64_t i = 0; i < n; ++i) {
-            if constexpr (std::is_integral_v<T>) {
-              // i * delta alone may leave the type; the sum does not.
-              out[i] = Wrapping(start, Wrapping(T(i), delta, Times{}), Plus{});
-            } else {
-              out[i] = start + T(i) * delta;
-            }
+            // For integers i * delta alone may leave the type; the sum
+            // does not, and both wrap.
+            out[i] = ValueAdd(start, ValueMul(T(i), delta));
           }
           (*ctx.outputs)[0] = std::move(y);
           return absl::OkStatus();

@@ -6,6 +6,7 @@
 #ifndef QUANTD_CORE_EXECUTOR_WRAPPING_H_
 #define QUANTD_CORE_EXECUTOR_WRAPPING_H_
 
+#include <cmath>
 #include <type_traits>
 
 namespace quantd::executor {
@@ -48,6 +49,34 @@ T WrappingAbs(T x) {
     return x < 0 ? WrappingNeg(x) : x;
   } else {
     return x;
+  }
+}
+
+// x + y, x * y and |x| as a kernel computes model values of type T:
+// wrapping for integers, IEEE arithmetic for floating point.
+template <typename T>
+T ValueAdd(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    return Wrapping(x, y, Plus{});
+  } else {
+    return x + y;
+  }
+}
+template <typename T>
+T ValueMul(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    return Wrapping(x, y, Times{});
+  } else {
+    return x * y;
+  }
+}
+template <typename T>
+T ValueAbs(T x) {
+  if constexpr (std::is_integral_v<T>) {
+    return WrappingAbs(x);
+  } else {
+    using std::abs;
+    return abs(x);
   }
 }
 
