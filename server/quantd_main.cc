@@ -4,8 +4,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -84,6 +88,10 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "'authorization: Bearer <token>'. Health and reflection stay open.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long running calls get to finish.");
+ABSL_FLAG(absl::Duration, shutdown_force_after, absl::Seconds(5),
+          "Once the grace is over and the remaining calls are cancelled, how "
+          "long their jobs get to stop before quantd exits (code 1) without "
+          "them. A second SIGTERM/SIGINT while draining exits at once.");
 
 namespace {
 
@@ -101,6 +109,44 @@ std::optional<std::string> ReadFlagFile(const char* flag,
     return std::nullopt;
   }
   return contents.str();
+}
+
+// Set once Server::Shutdown has returned: the process is exiting cleanly.
+std::atomic<bool> drained{false};
+
+// The drain's backstop, run after the first signal: waits for a second
+// SIGTERM/SIGINT or for `deadline`, then ends the process without waiting
+// for the calls still running. Server::Shutdown waits for every job it
+// cancelled, and a job inside a library call that never returns (or never
+// polls its cancellation) would otherwise keep a terminating replica alive
+// until the kubelet's SIGKILL, serving nothing. Returns only if sigtimedwait
+// fails for a reason other than a timeout or an interruption.
+void ExitOnSecondSignalOrAt(sigset_t signals, absl::Time deadline) {
+  for (;;) {
+    int signal = 0;
+    if (deadline == absl::InfiniteFuture()) {
+      if (sigwait(&signals, &signal) != 0) return;
+    } else {
+      const absl::Duration left =
+          std::max(deadline - absl::Now(), absl::ZeroDuration());
+      const timespec wait = absl::ToTimespec(left);
+      signal = sigtimedwait(&signals, nullptr, &wait);
+      if (signal < 0 && errno == EINTR) continue;
+      if (signal < 0 && errno != EAGAIN) return;
+    }
+    if (drained.load()) return;
+    if (signal > 0) {
+      absl::FPrintF(stderr,
+                    "quantd: signal %d while draining: exiting without "
+                    "waiting for the running calls\n",
+                    signal);
+    } else {
+      absl::FPrintF(stderr,
+                    "quantd: calls still running past the grace period "
+                    "and --shutdown_force_after: exiting without them\n");
+    }
+    std::_Exit(1);
+  }
 }
 
 }  // namespace
@@ -178,6 +224,13 @@ int main(int argc, char** argv) {
                   "(0: none / no limit)\n");
     return kExitUsage;
   }
+  if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_shutdown_force_after) < absl::ZeroDuration()) {
+    absl::FPrintF(stderr,
+                  "quantd: --shutdown_grace and --shutdown_force_after must "
+                  "be >= 0\n");
+    return kExitUsage;
+  }
 
   // Secrets are read here, once, at startup; the library takes PEM strings.
   const std::string cert_file = absl::GetFlag(FLAGS_tls_cert_file);
@@ -240,13 +293,22 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
-  std::thread signal_waiter([&server, &signals, grace] {
+  const absl::Duration force_after = absl::GetFlag(FLAGS_shutdown_force_after);
+  std::thread signal_waiter([&server, &signals, grace, force_after] {
     int signal = 0;
     sigwait(&signals, &signal);
     absl::FPrintF(stderr,
-                  "quantd: signal %d: NOT_SERVING, draining (grace %s)\n",
-                  signal, absl::FormatDuration(grace));
-    server.Shutdown(absl::Now() + grace);
+                  "quantd: signal %d: NOT_SERVING, draining (grace %s, "
+                  "forced exit %s after it)\n",
+                  signal, absl::FormatDuration(grace),
+                  absl::FormatDuration(force_after));
+    const absl::Time grace_end = absl::Now() + grace;
+    // Detached: when the drain ends in time, main returns and the process
+    // exits with this thread still waiting.
+    std::thread(ExitOnSecondSignalOrAt, signals, grace_end + force_after)
+        .detach();
+    server.Shutdown(grace_end);
+    drained.store(true);
   });
   server.Wait();
   signal_waiter.join();

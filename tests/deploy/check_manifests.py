@@ -277,15 +277,19 @@ def check(docs, flags, dockerfile_text=None):
     # liveness probe must not kill a draining pod (it reads NOT_SERVING).
     grace = pod.get("terminationGracePeriodSeconds", 30)
     shutdown_grace = parse_duration(str(flag_value("shutdown_grace")))
+    # After the grace, quantd waits up to --shutdown_force_after for the
+    # cancelled jobs before it exits without them.
+    force_after = parse_duration(str(flag_value("shutdown_force_after") or "0s"))
     pre_stop = 0.0
     exec_cmd = (((quantd.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
     if exec_cmd and exec_cmd[0] == "sleep":
         pre_stop = float(exec_cmd[1])
     sleep_action = (((quantd.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {})
     pre_stop += float(sleep_action.get("seconds", 0))
-    if grace <= pre_stop + shutdown_grace:
+    if grace <= pre_stop + shutdown_grace + force_after:
         errors.append(f"terminationGracePeriodSeconds {grace} <= preStop {pre_stop}s + "
-                      f"--shutdown_grace {shutdown_grace}s: running calls would be killed")
+                      f"--shutdown_grace {shutdown_grace}s + --shutdown_force_after "
+                      f"{force_after}s: running calls would be killed")
     liveness = quantd.get("livenessProbe") or {}
     liveness_window = liveness.get("periodSeconds", 10) * liveness.get("failureThreshold", 3)
     if liveness_window < grace:

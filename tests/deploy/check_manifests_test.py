@@ -142,6 +142,11 @@ class CheckManifestsTest(unittest.TestCase):
             args[args.index("--shutdown_grace=30s")] = "--shutdown_grace=1m"
         self.assert_caught(mutate, "--shutdown_grace 60.0s")
 
+    def test_shutdown_force_after_flag_counts(self):
+        def mutate(docs):
+            container(docs)["args"].append("--shutdown_force_after=15s")
+        self.assert_caught(mutate, "--shutdown_force_after 15.0s")
+
     def test_liveness_kills_draining_pod(self):
         def mutate(docs):
             container(docs)["livenessProbe"]["failureThreshold"] = 3

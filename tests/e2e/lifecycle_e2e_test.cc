@@ -187,38 +187,55 @@ TEST(LifecycleE2eTest, RequestIdIsLoggedAndSentBack) {
       << ReadAll(log);
 }
 
+// A Calibrate call held open by its client: once constructed, the model has
+// been sent and the call runs on the server, waiting for its first batch
+// until Finish() lets the client send three.
+class HeldCalibrate {
+ public:
+  static constexpr int kDim = 8;
+
+  HeldCalibrate(const ServerProcess& server, const std::string& model)
+      : thread_([this, options = ClientOptions(server), model] {
+          client::Client client(options);
+          quantd::v1::CalibrateConfig config;
+          config.set_method("min_max");
+          int sent = 0;
+          result_ = client.Calibrate(
+              config, model,
+              [&]() -> absl::StatusOr<std::optional<quantd::v1::TensorBatch>> {
+                if (sent == 0) {
+                  source_waiting_.Notify();
+                  release_.WaitForNotification();
+                }
+                if (sent == 3) return std::nullopt;
+                ++sent;
+                return InputBatch(kDim);
+              });
+        }) {
+    source_waiting_.WaitForNotification();
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ~HeldCalibrate() { Finish(); }
+
+  const absl::StatusOr<quantd::v1::CalibrationResult>& Finish() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  absl::Notification source_waiting_, release_;
+  absl::StatusOr<quantd::v1::CalibrationResult> result_;
+  std::thread thread_;  // Last: starts once the members above exist.
+};
+
 TEST(LifecycleE2eTest, SigtermDrainsTheRunningCallAndRefusesNewOnes) {
   TempDir tmp;
   const std::string log = tmp.File("quantd.err");
   ServerProcess server({"--shutdown_grace=30s"}, QUANTD_SERVER_BIN, log);
   ASSERT_TRUE(server.ok()) << server.startup_output() << ReadAll(log);
-  constexpr int kDim = 8;
-  const std::string model = MatMulChainModel(kDim, 2);
-
-  // The in-flight call: a Calibrate whose batch source blocks until the
-  // test releases it.
-  absl::Notification source_waiting, release;
-  absl::StatusOr<quantd::v1::CalibrationResult> held;
-  std::thread in_flight([&] {
-    client::Client client(ClientOptions(server));
-    quantd::v1::CalibrateConfig config;
-    config.set_method("min_max");
-    int sent = 0;
-    held = client.Calibrate(
-        config, model,
-        [&]() -> absl::StatusOr<std::optional<quantd::v1::TensorBatch>> {
-          if (sent == 0) {
-            source_waiting.Notify();
-            release.WaitForNotification();
-          }
-          if (sent == 3) return std::nullopt;
-          ++sent;
-          return InputBatch(kDim);
-        });
-  });
-  source_waiting.WaitForNotification();
-  // The model has been sent; the call is running on the server.
-  absl::SleepFor(absl::Milliseconds(200));
+  const std::string model = MatMulChainModel(HeldCalibrate::kDim, 2);
+  HeldCalibrate held(server, model);
 
   ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
   ASSERT_TRUE(WaitForLine(log, {"draining"}, absl::Seconds(10)).has_value())
@@ -254,15 +271,35 @@ TEST(LifecycleE2eTest, SigtermDrainsTheRunningCallAndRefusesNewOnes) {
   }
 
   // The running call completes normally once the client lets it.
-  release.Notify();
-  in_flight.join();
-  ASSERT_TRUE(held.ok()) << held.status();
-  EXPECT_EQ(held->batch_count(), 3);
-  EXPECT_EQ(server.Terminate(), 0) << ReadAll(log);
+  const absl::StatusOr<quantd::v1::CalibrationResult>& done = held.Finish();
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->batch_count(), 3);
+  // With no call left the drain ends and the server exits by itself.
+  EXPECT_EQ(server.Wait(), 0) << ReadAll(log);
   const std::string err = ReadAll(log);
   EXPECT_THAT(err, HasSubstr("method=Calibrate"));
   EXPECT_THAT(err, HasSubstr("quantd: stopped"));
   EXPECT_THAT(err, ::testing::Not(HasSubstr("cancelling")));
+}
+
+// A second signal while draining ends the process at once, without waiting
+// out the grace for the running call (whose job might never stop: the
+// kubelet, or an operator, must be able to end a drain).
+TEST(LifecycleE2eTest, ASecondSignalEndsTheDrainAtOnce) {
+  TempDir tmp;
+  const std::string log = tmp.File("quantd.err");
+  ServerProcess server({"--shutdown_grace=10m"}, QUANTD_SERVER_BIN, log);
+  ASSERT_TRUE(server.ok()) << server.startup_output() << ReadAll(log);
+  HeldCalibrate held(server, MatMulChainModel(HeldCalibrate::kDim, 2));
+
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  ASSERT_TRUE(WaitForLine(log, {"draining"}, absl::Seconds(10)).has_value())
+      << ReadAll(log);
+  EXPECT_EQ(server.Terminate(), 1) << ReadAll(log);  // The second SIGTERM.
+  EXPECT_THAT(ReadAll(log),
+              HasSubstr("while draining: exiting without waiting"));
+  // The held call ends with the process, not with a result.
+  EXPECT_FALSE(held.Finish().ok());
 }
 
 // quantd_inflight_jobs from /metrics; -1 when absent.

@@ -160,6 +160,11 @@ ServerProcess::~ServerProcess() {
 int ServerProcess::Terminate() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
+  return Wait();
+}
+
+int ServerProcess::Wait() {
+  if (pid_ <= 0) return -1;
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;

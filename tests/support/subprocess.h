@@ -46,6 +46,8 @@ class ServerProcess {
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   // Sends SIGTERM and returns the exit code (-1 if killed by a signal).
   int Terminate();
+  // Waits for the server to exit on its own; the same return value.
+  int Wait();
 
  private:
   pid_t pid_ = -1;
