@@ -129,6 +129,13 @@ REGRESS = {
     # line's maximum was read from no values (ASan heap-buffer-overflow,
     # libFuzzer run 6 after 19,111 executions).
     "regress_logsoftmax_empty_axis": "0200403c0000fdfdfffdd2020003040002",
+    # Tile of [7, 1, 6] by [0, 1, INT64_MAX]: the output is empty, but its
+    # last dim multiplied past int64 (UBSan, libFuzzer run 7 after 34,770
+    # executions).
+    "regress_tile_dim_overflow": (
+        "ffff6060002b3b802e880d0000000006030200ffff6060002b3b802e880d000000"
+        "0006039a30feec3a04025e"
+    ),
 }
 
 

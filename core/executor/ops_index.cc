@@ -191,7 +191,14 @@ class TileKernel : public Kernel {
       if (repeats[d] < 0) {
         return Invalid(absl::StrCat("negative repeats ", Join(repeats)));
       }
-      out_shape[d] = SaturatingMul(x.dim(d), repeats[d]);
+      // Every output dim must fit, even when another dim empties the
+      // output: the passes below step through it.
+      if (x.dim(d) > 0 && repeats[d] > kMaxCount / x.dim(d)) {
+        return Invalid(absl::StrCat("repeats ", Join(repeats), " of ",
+                                    ShapeString(x.shape()),
+                                    " give a dim past 64 bits"));
+      }
+      out_shape[d] = x.dim(d) * repeats[d];
     }
     QUANTD_RETURN_IF_ERROR(CheckOutputShape(out_shape));
     // One dim at a time, outermost first: each pass repeats the blocks of
@@ -201,7 +208,7 @@ class TileKernel : public Kernel {
     for (int d = 0; d < x.rank(); ++d) {
       if (repeats[d] == 1) continue;
       std::vector<int64_t> shape = cur.shape();
-      shape[d] *= repeats[d];
+      shape[d] = out_shape[d];
       Tensor next(x.dtype(), shape);
       const int64_t outer = Prod(cur.shape(), 0, d);
       const int64_t block = Prod(cur.shape(), d, cur.rank()) * esize;

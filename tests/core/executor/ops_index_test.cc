@@ -372,6 +372,10 @@ TEST(OpsIndexTest, TileRepeatsEveryDim) {
               "one value per dim");
   n.inputs[1] = T1<int64_t>({2}, {1, -1});
   ExpectError(n.Run1(), absl::StatusCode::kInvalidArgument, "negative");
+  // A dim past 64 bits is refused even when another repeat empties the
+  // output (libFuzzer: the dims multiplied past int64).
+  n.inputs[1] = T1<int64_t>({2}, {0, INT64_MAX});
+  ExpectError(n.Run1(), absl::StatusCode::kInvalidArgument, "past 64 bits");
 }
 
 TEST(OpsIndexTest, NonZeroListsCoordinatesInRowMajorOrder) {
