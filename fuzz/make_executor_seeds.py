@@ -136,6 +136,12 @@ REGRESS = {
         "ffff6060002b3b802e880d0000000006030200ffff6060002b3b802e880d000000"
         "0006039a30feec3a04025e"
     ),
+    # A BOOL graph input fed the byte 190: Loop read its condition as a C++
+    # bool (UBSan "not a valid value for type bool", libFuzzer run 8 after
+    # 8,065 executions); BOOL bytes now enter as 0 or 1.
+    "regress_bool_byte_not_0_or_1": (
+        "009aa12e0060610000072ea801057f06016f7574745f706101d900000000044c8b"
+    ),
 }
 
 

@@ -138,9 +138,8 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes) {
         absl::StrCat(".npy data is ", bytes.size() - data_at,
                      " bytes, the header says ", *want));
   }
-  Tensor t(type, shape);
-  if (*want > 0) std::memcpy(t.raw(), bytes.data() + data_at, *want);
-  return t;
+  return Tensor::FromBytes(type, std::move(shape),
+                           absl::string_view(bytes).substr(data_at));
 }
 
 absl::StatusOr<Tensor> ReadNpyFile(const std::string& path) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -223,6 +225,19 @@ absl::StatusOr<Tensor> FourBitFromProto(const TensorProto& proto) {
 
 }  // namespace
 
+Tensor Tensor::FromBytes(DataType dtype, std::vector<int64_t> shape,
+                         absl::string_view bytes) {
+  Tensor t(dtype, std::move(shape));
+  assert(static_cast<uint64_t>(t.bytes()) == bytes.size());
+  if (dtype == TensorProto::BOOL) {
+    uint8_t* out = static_cast<uint8_t*>(t.raw());
+    for (int64_t i = 0; i < t.size(); ++i) out[i] = bytes[i] != 0 ? 1 : 0;
+  } else if (t.bytes() > 0) {
+    std::memcpy(t.raw(), bytes.data(), t.bytes());
+  }
+  return t;
+}
+
 absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
   const int32_t type = proto.data_type();
   if (ElementSize(type) == 0) {
@@ -236,11 +251,11 @@ absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
   }
   if (numerics::IsFourBitType(type)) return FourBitFromProto(proto);
   QUANTD_RETURN_IF_ERROR(graph::CheckTensorSize(proto));
-  Tensor t(static_cast<DataType>(type), graph::Dims(proto));
   if (proto.has_raw_data()) {
-    if (t.bytes() > 0) std::memcpy(t.raw(), proto.raw_data().data(), t.bytes());
-    return t;
+    return FromBytes(static_cast<DataType>(type), graph::Dims(proto),
+                     proto.raw_data());
   }
+  Tensor t(static_cast<DataType>(type), graph::Dims(proto));
   switch (type) {
     case TensorProto::FLOAT:
       CopyTyped<float>(proto.float_data(), &t);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/numerics/float16.h"
 #include "onnx/onnx_pb.h"
@@ -124,6 +125,13 @@ class Tensor {
   static Tensor Scalar(T v) {
     return FromVector<T>({}, {v});
   }
+
+  // A copy of bytes.size() bytes in ONNX's layout (little-endian, one byte
+  // per BOOL), which must be exactly what `shape` holds. A BOOL byte other
+  // than 0 reads as true (1), as numpy reads it: no other byte is a C++
+  // bool.
+  static Tensor FromBytes(DataType dtype, std::vector<int64_t> shape,
+                          absl::string_view bytes);
 
   // Raw data or the typed field (for INT4 / UINT4: packed raw_data, or
   // int32_data holding one packed byte per entry); INVALID_ARGUMENT for size

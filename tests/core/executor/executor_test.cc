@@ -409,6 +409,29 @@ TEST(TensorTest, ProtoRoundTripAndTypedFields) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A BOOL byte other than 0 or 1 is no C++ bool (reading it is undefined:
+// libFuzzer found Loop's condition read from one); it enters as true.
+TEST(TensorTest, BoolBytesEnterAsZeroOrOne) {
+  onnx::TensorProto p;
+  p.set_data_type(TP::BOOL);
+  p.add_dims(4);
+  p.set_raw_data(std::string("\x00\xbe\x01\xff", 4));
+  absl::StatusOr<Tensor> t = Tensor::FromProto(p);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const uint8_t* bytes = static_cast<const uint8_t*>(t->raw());
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + 4),
+            (std::vector<uint8_t>{0, 1, 1, 1}));
+
+  std::string npy =
+      SerializeNpy(Tensor::FromVector<bool>({3}, {false, true, true}));
+  npy[npy.size() - 2] = '\x80';  // The middle value's byte.
+  absl::StatusOr<Tensor> parsed = ParseNpy(npy);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const uint8_t* npy_bytes = static_cast<const uint8_t*>(parsed->raw());
+  EXPECT_EQ(std::vector<uint8_t>(npy_bytes, npy_bytes + 3),
+            (std::vector<uint8_t>{0, 1, 1}));
+}
+
 TEST(NpyTest, RoundTripsEveryType) {
   const Tensor f = Tensor::FromVector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
   const Tensor i = Tensor::FromVector<int64_t>({4}, {1, -2, 3, 1LL << 40});
