@@ -3,6 +3,7 @@
 #include "core/graph/inference.h"
 
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -142,6 +143,34 @@ bool CanInfer(const OpSchema& schema, const Context& ctx) {
          AttributesInRange(ctx) && RanksAsRead(schema, ctx);
 }
 
+// SplitToSequence divides its input's dim by a scalar `split` it knows
+// (an initializer or Constant): a 0 was a SIGFPE. A scalar it cannot read
+// here is skipped too.
+bool SplitSizeUsable(const OpSchema& schema, onnx::InferenceContext& ctx) {
+  if (schema.Name() != "SplitToSequence" || ctx.getNumInputs() < 2) {
+    return true;
+  }
+  const onnx::TensorProto* split = ctx.getInputData(1);
+  if (split == nullptr || split->dims_size() != 0) return true;
+  int64_t value = 0;
+  if (split->data_type() == onnx::TensorProto::INT64) {
+    if (split->has_raw_data() && split->raw_data().size() == sizeof(int64_t)) {
+      std::memcpy(&value, split->raw_data().data(), sizeof(int64_t));
+    } else if (!split->has_raw_data() && split->int64_data_size() == 1) {
+      value = split->int64_data(0);
+    }
+  } else if (split->data_type() == onnx::TensorProto::INT32) {
+    int32_t v32 = 0;
+    if (split->has_raw_data() && split->raw_data().size() == sizeof(int32_t)) {
+      std::memcpy(&v32, split->raw_data().data(), sizeof(int32_t));
+    } else if (!split->has_raw_data() && split->int32_data_size() == 1) {
+      v32 = split->int32_data(0);
+    }
+    value = v32;
+  }
+  return value > 0;
+}
+
 // The data propagation of the elementwise math ops reads past the end of
 // an empty known value when the other one has one element.
 bool CanPropagate(const OpSchema& schema, onnx::DataPropagationContext& ctx) {
@@ -161,7 +190,9 @@ void GuardSchema(OpSchema* schema) {
     schema->TypeAndShapeInferenceFunction(
         [schema, fn = schema->GetTypeAndShapeInferenceFunction()](
             onnx::InferenceContext& ctx) {
-          if (CanInfer(*schema, ctx)) fn(ctx);
+          if (CanInfer(*schema, ctx) && SplitSizeUsable(*schema, ctx)) {
+            fn(ctx);
+          }
         });
   }
   if (schema->has_data_propagation_function()) {

@@ -284,6 +284,22 @@ TEST(InferValueTypes, SkipsANegativeBatchDims) {
   }
 }
 
+// SplitToSequence divided by a known scalar split of 0 (SIGFPE; a probe of
+// sequence ops found it, checker-valid, killing the server in STATIC calls).
+TEST(InferValueTypes, SkipsASplitSizeOfZero) {
+  for (int64_t split : {0, 2}) {
+    ModelBuilder b(15);
+    b.Input("x", {4, 3});
+    AddInt64Constant(&b, "split", {}, {split});
+    b.Node("SplitToSequence", {"x", "split"}, {"seq"}, "s");
+    AddWitness(&b, "x");
+    SCOPED_TRACE(split);
+    const onnx::ModelProto m = b.Build();
+    EXPECT_TRUE(Shaped(m, "witness"));
+    EXPECT_EQ(graph::InferValueTypes(m).count("seq"), split > 0 ? 1u : 0u);
+  }
+}
+
 // LayerNormalization with a second output and an axis of 2^31 and above
 // segfaulted (an axis above the rank; below minus the rank: above).
 TEST(InferValueTypes, SkipsAnAxisAboveTheRank) {
