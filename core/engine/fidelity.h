@@ -72,8 +72,11 @@ class FidelityEvaluator {
   // Builds the float model's executor and notes its graph order, before the
   // pass rewrites the model in place. Errors are the executor's (the float
   // model ran for calibration, so they are unexpected).
+  // `max_scan_output_elements` bounds what a Loop or Scan of either model
+  // may stack (ExecutorRunOptions; 0: no bound).
   static absl::StatusOr<std::unique_ptr<FidelityEvaluator>> Create(
-      const onnx::ModelProto& float_model);
+      const onnx::ModelProto& float_model,
+      int64_t max_scan_output_elements = 0);
 
   // Builds the quantized model's executor: UNIMPLEMENTED naming the op,
   // attribute or type the executor cannot run (the caller reports fidelity
@@ -122,6 +125,7 @@ class FidelityEvaluator {
   std::vector<std::string> output_names_;  // Of the float model.
   absl::flat_hash_map<std::string, Output> outputs_;
   int64_t batch_count_ = 0;
+  int64_t max_scan_output_elements_ = 0;
 };
 
 }  // namespace quantd

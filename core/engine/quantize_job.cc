@@ -769,7 +769,7 @@ absl::Status QuantizeJob::Calibrate() {
   {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<FidelityEvaluator>> evaluator =
-        FidelityEvaluator::Create(model_);
+        FidelityEvaluator::Create(model_, limits_.max_tensor_elements);
     if (evaluator.ok()) {
       fidelity_ = std::move(*evaluator);
     } else {
@@ -1001,8 +1001,9 @@ absl::Status QuantizeJob::ChooseObserver() {
   const int folds = by_folds ? static_cast<int>(folds_.size()) : 1;
   for (size_t i = 0; i < auto_candidates_.size(); ++i) {
     const AutoCandidate& c = auto_candidates_[i];
-    QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<FidelityEvaluator> evaluator,
-                            FidelityEvaluator::Create(float_model));
+    QUANTD_ASSIGN_OR_RETURN(
+        std::unique_ptr<FidelityEvaluator> evaluator,
+        FidelityEvaluator::Create(float_model, limits_.max_tensor_elements));
     absl::StatusOr<quantd::v1::FidelityReport> report;
     for (int k = 0; k < folds; ++k) {
       model_ = float_model;
@@ -1368,8 +1369,9 @@ absl::Status QuantizeJob::SearchForTarget() {
       model_ = float_model;
       result_.summary = base;
       options_.static_range.units = units_now();
-      QUANTD_ASSIGN_OR_RETURN(evaluator,
-                              FidelityEvaluator::Create(float_model));
+      QUANTD_ASSIGN_OR_RETURN(
+          evaluator,
+          FidelityEvaluator::Create(float_model, limits_.max_tensor_elements));
     }
     QUANTD_RETURN_IF_ERROR(Quantize());
     const int64_t total = static_cast<int64_t>(fidelity_batches_.size());

@@ -46,6 +46,11 @@ struct ExecutorRunOptions {
   // Values to return after the graph outputs (kept alive to the end). Names
   // of the main graph only; bodies ignore it.
   std::vector<std::string> extra_outputs;
+  // Most elements a Loop or Scan may stack into one scan output, counted as
+  // the iterations add them (0: no limit). A Loop whose condition never
+  // turns false would otherwise grow its outputs until memory runs out;
+  // past the limit the run fails with RESOURCE_EXHAUSTED naming the output.
+  int64_t max_scan_output_elements = 0;
 };
 
 class Executor {

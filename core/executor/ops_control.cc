@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/checked_count.h"
 #include "core/base/status_macros.h"
 #include "core/executor/executor.h"
 #include "core/executor/kernel.h"
@@ -138,6 +139,9 @@ Tensor Stack(const std::vector<Tensor>& slices, int axis, bool reversed,
 // shape (ONNX stacks them into one tensor).
 class ScanCollector {
  public:
+  explicit ScanCollector(int64_t max_elements = 0)
+      : max_elements_(max_elements) {}
+
   absl::Status Add(Tensor t, int64_t iteration, const std::string& what) {
     if (!slices_.empty() &&
         (t.dtype() != slices_[0].dtype() || t.shape() != slices_[0].shape())) {
@@ -146,6 +150,12 @@ class ScanCollector {
           ShapeString(slices_[0].shape()), " at the first iteration to ",
           DataTypeName(t.dtype()), " ", ShapeString(t.shape()),
           " at iteration ", iteration, "; scan outputs must keep their shape"));
+    }
+    elements_ = SaturatingAdd(elements_, t.size());
+    if (max_elements_ > 0 && elements_ > max_elements_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " holds more than ", max_elements_, " elements after ",
+          iteration + 1, " iterations (the most a scan output may stack)"));
     }
     slices_.push_back(std::move(t));
     return absl::OkStatus();
@@ -179,6 +189,8 @@ class ScanCollector {
 
  private:
   std::vector<Tensor> slices_;
+  int64_t max_elements_ = 0;
+  int64_t elements_ = 0;
 };
 
 // ---------------------------------------------------------------------- If
@@ -345,7 +357,8 @@ class LoopKernel : public Kernel {
     }
     const absl::Span<const Tensor* const> implicit =
         ctx.inputs.subspan(num_inputs_);
-    std::vector<ScanCollector> scans(num_scan_);
+    std::vector<ScanCollector> scans(
+        num_scan_, ScanCollector(options.max_scan_output_elements));
     std::vector<const Tensor*> in(2 + n);
     for (int64_t i = 0; (!bounded || i < trip) && cond; ++i) {
       // The body checks between its nodes; this covers empty bodies too.
@@ -603,7 +616,8 @@ class ScanKernel : public Kernel {
       }
       len = l;
     }
-    std::vector<ScanCollector> scans(num_scan_out_);
+    std::vector<ScanCollector> scans(
+        num_scan_out_, ScanCollector(options.max_scan_output_elements));
     std::vector<Tensor> slices(num_scan_in_);
     std::vector<const Tensor*> in(n + num_scan_in_);
     for (int64_t t = 0; t < len; ++t) {

@@ -139,7 +139,8 @@ class HostileCorpusE2eTest : public ::testing::Test {
   void SetUp() override {
     log_ = tmp_.File("quantd.err");
     server_ = std::make_unique<ServerProcess>(
-        std::vector<std::string>{"--max_model_bytes=67108864"},
+        std::vector<std::string>{"--max_model_bytes=67108864",
+                                 "--max_tensor_elements=4194304"},
         QUANTD_SERVER_BIN, log_);
     ASSERT_TRUE(server_->ok()) << server_->startup_output() << ReadAll(log_);
     stub_ = RawStub(server_->target());
@@ -574,6 +575,99 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
         typed(g->add_output(), "pooled", onnx::TensorProto::FLOAT,
               {1, 1, 4, 4});
       });
+
+  // libonnx's SplitToSequence inference divided by a known scalar split of
+  // 0 (SIGFPE): in the version converter here, in calibration otherwise.
+  model_case(
+      "SplitToSequence with a split of 0 at opset 11 (inference)", Code::OK, "",
+      [typed](onnx::ModelProto* m) {
+        m->mutable_opset_import(0)->set_version(11);
+        onnx::GraphProto* g = m->mutable_graph();
+        typed(g->add_input(), "cube", onnx::TensorProto::FLOAT, {3, 4, 5});
+        onnx::NodeProto* zero = g->add_node();
+        zero->set_op_type("Constant");
+        zero->add_output("zero");
+        onnx::AttributeProto* value = zero->add_attribute();
+        value->set_name("value");
+        value->set_type(onnx::AttributeProto::TENSOR);
+        value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+        value->mutable_t()->add_int64_data(0);
+        onnx::NodeProto* split = g->add_node();
+        split->set_op_type("SplitToSequence");
+        split->add_input("cube");
+        split->add_input("zero");
+        split->add_output("pieces");
+        onnx::NodeProto* count = g->add_node();
+        count->set_op_type("SequenceLength");
+        count->add_input("pieces");
+        count->add_output("count");
+        typed(g->add_output(), "count", onnx::TensorProto::INT64, {});
+      });
+
+  // A Loop with no trip count whose body passes its condition through
+  // unchanged never stops; each iteration stacks a [4096, 8] scan output.
+  // Calibration grew it until memory ran out (the probe, 2026-12-04): now the
+  // stack is held to --max_tensor_elements.
+  c.push_back(
+      {"Loop that never stops, stacking a scan output, calibrated",
+       Code::RESOURCE_EXHAUSTED, "the most a scan output may stack", [this] {
+         const std::string model = Edited([](onnx::ModelProto* m) {
+           onnx::GraphProto* g = m->mutable_graph();
+           onnx::TensorProto* go = g->add_initializer();
+           go->set_name("go");
+           go->set_data_type(onnx::TensorProto::BOOL);
+           go->add_int32_data(1);
+           onnx::TensorProto* rows = g->add_initializer();
+           rows->set_name("rows_shape");
+           rows->set_data_type(onnx::TensorProto::INT64);
+           rows->add_dims(2);
+           rows->add_int64_data(4096);
+           rows->add_int64_data(kDim);
+           onnx::NodeProto* loop = g->add_node();
+           loop->set_op_type("Loop");
+           loop->set_name("endless");
+           loop->add_input("");
+           loop->add_input("go");
+           loop->add_output("stacked");
+           onnx::AttributeProto* body = loop->add_attribute();
+           body->set_name("body");
+           body->set_type(onnx::AttributeProto::GRAPH);
+           onnx::GraphProto* b = body->mutable_g();
+           b->set_name("endless_body");
+           auto scalar = [](onnx::ValueInfoProto* v, const char* name,
+                            int32_t type) {
+             v->set_name(name);
+             v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+             v->mutable_type()->mutable_tensor_type()->mutable_shape();
+           };
+           scalar(b->add_input(), "i", onnx::TensorProto::INT64);
+           scalar(b->add_input(), "keep_going", onnx::TensorProto::BOOL);
+           scalar(b->add_output(), "still_going", onnx::TensorProto::BOOL);
+           b->add_output()->set_name("row");
+           b->mutable_output(1)
+               ->mutable_type()
+               ->mutable_tensor_type()
+               ->set_elem_type(onnx::TensorProto::FLOAT);
+           onnx::NodeProto* keep = b->add_node();
+           keep->set_op_type("Identity");
+           keep->add_input("keep_going");
+           keep->add_output("still_going");
+           onnx::NodeProto* expand = b->add_node();
+           expand->set_op_type("Expand");
+           expand->add_input("x");
+           expand->add_input("rows_shape");
+           expand->add_output("row");
+           g->add_output()->set_name("stacked");
+           auto* stacked =
+               g->mutable_output(1)->mutable_type()->mutable_tensor_type();
+           stacked->set_elem_type(onnx::TensorProto::FLOAT);
+           for (int d = 0; d < 3; ++d) {
+             stacked->mutable_shape()->add_dim()->set_dim_param(
+                 absl::StrCat("d", d));
+           }
+         });
+         return Calibrate({InputBatch(kDim)}, {}, &model);
+       }});
 
   // ONNX 1.12's version converter applies ONNX's adapters to custom-domain
   // nodes with ONNX op names; on ConstantFill it looped forever, pinning a

@@ -552,6 +552,60 @@ TEST(NestingTest, BodiesAreValidatedAtCreate) {
 
 // -------------------------------------------------------------------- Scan
 
+TEST(LoopTest, AnEndlessLoopStopsWhenItsScanOutputPassesTheBound) {
+  // No M, a condition the body passes through unchanged (always true), and
+  // a scan output of 4 floats per iteration: without a bound it stacks
+  // until memory runs out.
+  onnx::GraphProto body =
+      Graph("body",
+            {N("Identity", {"ci"}, {"co"}, "keep"),
+             N("Identity", {"x"}, {"row"}, "emit")},
+            {Vi("i", TP::INT64, {{}}), Vi("ci", TP::BOOL, {{}})},
+            {Vi("co", TP::BOOL, {{}}), Vi("row", TP::FLOAT, {{4}})});
+  onnx::NodeProto loop = N("Loop", {"", "c"}, {"rows"}, "endless");
+  WithGraph(loop, "body", body);
+  auto exec = MustCreate(Model(
+      Graph("main", {loop}, {Vi("x", TP::FLOAT, {{4}})},
+            {Vi("rows", TP::FLOAT)}, {{"c", Tensor::Scalar<bool>(true)}})));
+  ASSERT_NE(exec, nullptr);
+  Executor::RunOptions ro;
+  ro.max_scan_output_elements = 100;
+  int64_t iterations = 0;
+  ro.on_tensor = [&](const std::string& name, const Tensor&) {
+    iterations += name == "row";
+  };
+  auto out = exec->Run({{"x", Floats({4}, {1, 2, 3, 4})}}, ro);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted)
+      << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("'endless'"));
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("more than 100 elements after 26 iterations"));
+  EXPECT_EQ(iterations, 26);  // 25 rows fit, the 26th passes the bound.
+
+  // A Scan stacking exactly the bound is fine; one element more is not.
+  onnx::GraphProto scan_body =
+      Graph("scan_body", {N("Neg", {"a"}, {"o"}, "s_neg")},
+            {Vi("a", TP::FLOAT)}, {Vi("o", TP::FLOAT)});
+  onnx::NodeProto scan = N("Scan", {"A"}, {"O"}, "stack");
+  WithGraph(scan, "body", scan_body);
+  WithInt(scan, "num_scan_inputs", 1);
+  auto scan_exec = MustCreate(Model(
+      Graph("main", {scan}, {Vi("A", TP::FLOAT)}, {Vi("O", TP::FLOAT)}), 16));
+  ASSERT_NE(scan_exec, nullptr);
+  Executor::RunOptions bounded;
+  bounded.max_scan_output_elements = 6;
+  auto fits =
+      scan_exec->Run({{"A", Floats({3, 2}, {1, 2, 3, 4, 5, 6})}}, bounded);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(Values<float>((*fits)[0]),
+            (std::vector<float>{-1, -2, -3, -4, -5, -6}));
+  bounded.max_scan_output_elements = 5;
+  auto over =
+      scan_exec->Run({{"A", Floats({3, 2}, {1, 2, 3, 4, 5, 6})}}, bounded);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted)
+      << over.status();
+}
+
 // Scan-11: state s [2]; X1 [2, 3] scanned along axis 1 in reverse, X2 [3, 2]
 // along axis 0; body s += a * b, outputs s (stacked on axis -1) and a - b
 // (stacked on axis 0 in reverse).
