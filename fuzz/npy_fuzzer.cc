@@ -16,8 +16,9 @@
 //    kMaxMessageBytes; ParseNpy's code is INVALID_ARGUMENT or UNIMPLEMENTED
 //    (npy.h), none of the client's is INTERNAL or UNKNOWN;
 //  - an accepted .npy array has a type npy.h lists, shape x element size
-//    bytes, which are the last bytes of the input, and survives
-//    SerializeNpy + ParseNpy unchanged; ReadTensorFile agrees with ParseNpy;
+//    bytes, which are the last bytes of the input (a BOOL byte as 0 or 1), and
+//    survives SerializeNpy + ParseNpy unchanged; ReadTensorFile agrees with
+//    ParseNpy;
 //  - an array read from a TensorProto holds at most 8 bytes per input byte
 //    (a varint int64_data entry is 1 byte on the wire, 8 in memory);
 //  - Open accepts the array on a sample axis exactly when the array has
@@ -57,6 +58,7 @@
 #include "core/executor/tensor.h"
 #include "fuzz/alloc_limit.h"
 #include "fuzz/quiet_protobuf.h"
+#include "fuzz/tensor_bytes.h"
 #include "onnx/onnx_pb.h"
 #include "quantd/v1/quantization_service.pb.h"
 
@@ -144,9 +146,8 @@ void CheckParsed(const absl::StatusOr<Tensor>& parsed,
                       " elements from ", input.size(), " input bytes"),
          input);
   }
-  if (t.bytes() > 0 &&
-      std::memcmp(t.raw(), input.data() + input.size() - t.bytes(),
-                  t.bytes()) != 0) {
+  if (!quantd::fuzz::TensorHoldsBytes(
+          t, input.data() + input.size() - t.bytes())) {
     Fail("ParseNpy's values are not the file's last bytes", input);
   }
   const absl::StatusOr<Tensor> again =

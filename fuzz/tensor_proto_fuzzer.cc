@@ -57,6 +57,7 @@
 #include "core/graph/validate.h"
 #include "fuzz/alloc_limit.h"
 #include "fuzz/quiet_protobuf.h"
+#include "fuzz/tensor_bytes.h"
 #include "onnx/onnx_pb.h"
 
 namespace {
@@ -232,8 +233,7 @@ void CheckFromProto(const TP& t, bool size_ok, const std::string& input) {
   }
   if (t.has_raw_data() && !IsFourBit(t.data_type()) &&
       (static_cast<size_t>(r->bytes()) != t.raw_data().size() ||
-       (r->bytes() > 0 &&
-        std::memcmp(r->raw(), t.raw_data().data(), r->bytes()) != 0))) {
+       !quantd::fuzz::TensorHoldsBytes(*r, t.raw_data().data()))) {
     Fail("FromProto's values are not raw_data", input);
   }
   const absl::StatusOr<Tensor> back = Tensor::FromProto(r->ToProto("t"));
