@@ -6,6 +6,7 @@
 //                     [--calibration_data=[NAME=]X.npy ...]
 //                     [--sample_axis=NAME=K|NAME=none ...]
 //                     [--report=REPORT.html]
+//                     [--save_as_external_data=auto|true|false]
 //   quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy [...]
 //                      --output=RANGES.pb [--batch_size=N] [--method=..]
 //                      [--sample_axis=NAME=K|NAME=none ...]
@@ -14,6 +15,8 @@
 // Calibration arrays are cut into batches along their first axis, or the
 // axis --sample_axis gives (a recurrent state [layers, batch, hidden]: 1);
 // a scalar, or an array given NAME=none, goes whole with every batch.
+// A --model saved with ONNX external data has its data files read from
+// beside it (locations below its directory only) and sent inline.
 //   quantctl info --server=T [--json]
 //   quantctl health --server=T
 //
@@ -31,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -50,6 +54,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/calibration_data.h"
+#include "client/external_data.h"
 #include "client/file_util.h"
 #include "client/quantctl_options.h"
 #include "client/quantd_client.h"
@@ -64,6 +69,11 @@ ABSL_FLAG(std::string, model, "", "Input ONNX model.");
 ABSL_FLAG(std::string, output, "",
           "Where to write the quantized model (quantize) or the ranges "
           "(calibrate).");
+ABSL_FLAG(std::string, save_as_external_data, "auto",
+          "quantize: how to write --output. true: tensors of 1 KiB and more "
+          "in a data file beside it (<output>.data), as ONNX's "
+          "save_as_external_data writes them; false: one file; auto: the "
+          "way --model was saved.");
 ABSL_FLAG(std::string, options, "",
           "QuantizationOptions in protobuf text format.");
 ABSL_FLAG(std::string, method, "",
@@ -267,7 +277,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         "target_agreement",
         "allowed_precisions",
         "headroom",
-        "auto_headroom"}},
+        "auto_headroom",
+        "save_as_external_data"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
         "method", "per_channel", "json", "timeout", "headroom"}},
@@ -659,6 +670,30 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   PrintAccuracySearch(s);
 }
 
+// --model: the file, with any external data it names read in from beside
+// it (quantd takes a model as one message). `external` says whether it had
+// any.
+absl::StatusOr<std::string> ReadModel(const std::string& path,
+                                      bool* external = nullptr) {
+  absl::StatusOr<std::string> bytes = quantd::client::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  const bool uses = quantd::client::UsesExternalData(*bytes);
+  if (external != nullptr) *external = uses;
+  if (!uses) return bytes;
+  quantd::client::ExternalDataInfo info;
+  absl::StatusOr<std::string> inlined = quantd::client::InlineExternalData(
+      *bytes, std::filesystem::path(path).parent_path().string(), &info);
+  if (!inlined.ok()) {
+    return absl::Status(inlined.status().code(),
+                        absl::StrCat(path, ": ", inlined.status().message()));
+  }
+  absl::FPrintF(stderr,
+                "read %d external tensors (%d bytes) from %d data file(s) "
+                "beside %s\n",
+                info.tensors, info.bytes, info.files, path);
+  return inlined;
+}
+
 // --calibration: a CalibrationResult in binary proto format.
 absl::StatusOr<quantd::v1::CalibrationResult> ReadCalibrationResult(
     const std::string& path) {
@@ -746,8 +781,18 @@ int RunQuantize() {
                      " widens the ranges calibrated from --calibration_data"));
   }
 
-  absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
+  const std::string save_external = absl::GetFlag(FLAGS_save_as_external_data);
+  if (save_external != "auto" && save_external != "true" &&
+      save_external != "false") {
+    return UsageError(absl::StrCat("--save_as_external_data is '",
+                                   save_external,
+                                   "'; it must be auto, true or false"));
+  }
+  bool input_external = false;
+  absl::StatusOr<std::string> model = ReadModel(model_path, &input_external);
   if (!model.ok()) return Fail(model.status());
+  const bool output_external =
+      save_external == "true" || (save_external == "auto" && input_external);
 
   const std::string report_path = absl::GetFlag(FLAGS_report);
   quantd::client::QuantizeReportInput report;
@@ -868,8 +913,11 @@ int RunQuantize() {
                       std::move(rewind));
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!outcome.ok()) return Fail(outcome.status());
-  if (absl::Status status =
-          quantd::client::WriteFileAtomically(output_path, outcome->model);
+  if (absl::Status status = output_external
+                                ? quantd::client::WriteModelWithExternalData(
+                                      outcome->model, output_path)
+                                : quantd::client::WriteFileAtomically(
+                                      output_path, outcome->model);
       !status.ok()) {
     return Fail(status);
   }
@@ -894,7 +942,10 @@ int RunQuantize() {
   }
   PrintReports(outcome->reports);
   PrintSummary(outcome->summary);
-  absl::PrintF("wrote:      %s\n", output_path);
+  absl::PrintF("wrote:      %s%s\n", output_path,
+               output_external ? absl::StrCat(" (tensors of 1 KiB and more in ",
+                                              output_path, ".data)")
+                               : "");
   if (!report_path.empty()) absl::PrintF("report:     %s\n", report_path);
   return 0;
 }
@@ -951,7 +1002,7 @@ int RunCalibrate() {
   absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> data =
       OpenCalibrationData(data_flags);
   if (!data.ok()) return Fail(data.status());
-  absl::StatusOr<std::string> model = quantd::client::ReadFile(model_path);
+  absl::StatusOr<std::string> model = ReadModel(model_path);
   if (!model.ok()) return Fail(model.status());
 
   const bool show_progress = isatty(STDERR_FILENO) != 0;

@@ -115,6 +115,28 @@ bool IsOnnxDataType(int32_t type) {
   return type > TensorProto::UNDEFINED && type <= kNewestOnnxDataType;
 }
 
+absl::StatusOr<int64_t> RawDataBytes(const TensorProto& tensor) {
+  const int64_t n = NumElements(tensor);
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor.name(), "' has a negative or overflowing shape"));
+  }
+  const int64_t bits = ElementBits(tensor.data_type());
+  if (bits == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor.name(), "' of element type ",
+                     tensor.data_type(), " has no fixed size in bytes"));
+  }
+  const int64_t per_byte = bits < 8 ? 8 / bits : 1;
+  absl::StatusOr<int64_t> bytes = n / per_byte + (n % per_byte != 0);
+  if (bits >= 8) bytes = CheckedByteSize(n, bits / 8);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor.name(), "': ", bytes.status().message()));
+  }
+  return *bytes;
+}
+
 absl::Status CheckTensorSize(const TensorProto& tensor) {
   if (HasExternalData(tensor)) return absl::OkStatus();
   const int64_t n = NumElements(tensor);
@@ -131,14 +153,7 @@ absl::Status CheckTensorSize(const TensorProto& tensor) {
     have = tensor.has_raw_data()
                ? static_cast<int64_t>(tensor.raw_data().size())
                : TypedFieldSize(tensor).first;
-    const int64_t per_byte = bits < 8 ? 8 / bits : 1;
-    absl::StatusOr<int64_t> bytes = n / per_byte + (n % per_byte != 0);
-    if (bits >= 8) bytes = CheckedByteSize(n, bits / 8);
-    if (!bytes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", tensor.name(), "': ", bytes.status().message()));
-    }
-    want = *bytes;
+    QUANTD_ASSIGN_OR_RETURN(want, RawDataBytes(tensor));
   } else {
     auto [entries, per_element] = TypedFieldSize(tensor);
     have = entries;

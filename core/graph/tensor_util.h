@@ -38,6 +38,11 @@ int64_t NumElements(const onnx::TensorProto& tensor);
 
 std::vector<int64_t> Dims(const onnx::TensorProto& tensor);
 
+// The bytes raw_data holds for the tensor's dims and element type (sub-byte
+// types packed); INVALID_ARGUMENT for a negative or overflowing shape and for
+// types of no fixed size (strings, unknown numbers).
+absl::StatusOr<int64_t> RawDataBytes(const onnx::TensorProto& tensor);
+
 // OK when the tensor's data (raw_data or the typed field) holds exactly
 // NumElements values (sub-byte types packed, as ONNX stores them); external
 // data is not checked (it is not in the bytes).

@@ -214,8 +214,9 @@ class FieldChecker {
       return absl::InvalidArgumentError(absl::StrCat(
           where, " keeps its values in an external file ", Quoted(file),
           ", which quantd never opens: send the model with its weights "
-          "inside (onnx.save_model(model, path, "
-          "save_as_external_data=False); up to 2 GiB)"));
+          "inside, up to 2 GiB (quantctl and the C++ SDK's "
+          "InlineExternalData read the data files in; or "
+          "onnx.save_model(model, path, save_as_external_data=False))"));
     }
     if (t.has_segment()) {
       return absl::InvalidArgumentError(absl::StrCat(
