@@ -18,6 +18,15 @@ void TrimHeap() {
 #endif
 }
 
+uint64_t FreeHeapBytes() {
+#if defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  return mallinfo2().fordblks;
+#else
+  return 0;
+#endif
+}
+
 bool UploadBudget::TryCharge(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (limit_ != 0 && bytes > limit_ - std::min(in_use_, limit_)) return false;
@@ -59,12 +68,18 @@ void IdleHeapTrimmer::Loop() {
   while (!stop_) {
     // Wakes early only to stop.
     mu_.AwaitWithTimeout(absl::Condition(&stop_), period_);
-    if (stop_ || ticks_left_ == 0) continue;
+    if (stop_) continue;
+    const bool requested = ticks_left_ > 0;
     mu_.Unlock();
-    const bool idle = idle_();
-    if (idle) TrimHeap();
+    bool trimmed = false;
+    if (idle_() &&
+        (requested || FreeHeapBytes() > free_after_trim_ + kRetrimBytes)) {
+      TrimHeap();
+      free_after_trim_ = FreeHeapBytes();
+      trimmed = true;
+    }
     mu_.Lock();
-    if (idle) --ticks_left_;
+    if (trimmed && ticks_left_ > 0) --ticks_left_;
   }
 }
 

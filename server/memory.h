@@ -27,6 +27,11 @@ inline constexpr uint64_t kTrimHeapAfterModelBytes = uint64_t{16} << 20;
 // (fragmentation, not a leak) until a replica looks like it is leaking.
 void TrimHeap();
 
+// Free bytes glibc's malloc holds in its arenas (mallinfo2's fordblks: free
+// chunks and the unused top, whether or not a trim has returned their pages
+// already); 0 where that is unknown.
+uint64_t FreeHeapBytes();
+
 // Bytes held by calls still uploading their model, against an operator's
 // cap. Thread-safe.
 class UploadBudget {
@@ -55,8 +60,11 @@ class UploadBudget {
 // progress, once per `period`, for kTrimTicks periods after the last
 // request. Deferred and repeated because a call's core job and gRPC's
 // write buffers may free memory (the parsed model, observers, response
-// chunks) a moment after the call itself ended, and memory freed after the
-// last trim would otherwise stay resident until some later call.
+// chunks) a moment after the call itself ended. Memory freed later still
+// (a job thread descheduled for seconds on a loaded machine) is caught by
+// the same thread: while idle it trims again whenever the heap's free bytes
+// have grown by kRetrimBytes since its last trim, so an idle replica does
+// not keep it until some later call.
 // Thread-safe; the destructor stops the thread.
 class IdleHeapTrimmer {
  public:
@@ -71,12 +79,15 @@ class IdleHeapTrimmer {
   void Loop();
 
   static constexpr int kTrimTicks = 6;
+  static constexpr uint64_t kRetrimBytes = uint64_t{1} << 20;
 
   const std::function<bool()> idle_;
   const absl::Duration period_;
   absl::Mutex mu_;
   int ticks_left_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // FreeHeapBytes() after the last trim; the loop thread's own.
+  uint64_t free_after_trim_ = 0;
   std::thread thread_;
 };
 

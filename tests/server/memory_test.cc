@@ -1,8 +1,11 @@
 #include "server/memory.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -77,6 +80,38 @@ TEST(ReserveModelBytesTest, AnImpossibleSizeIsResourceExhausted) {
   const absl::Status s = ReserveModelBytes(&buffer, 100, uint64_t{1} << 60);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
 }
+
+#if defined(__GLIBC__)
+TEST(IdleHeapTrimmerTest, MemoryFreedLongAfterTheLastCallStillGoesBack) {
+  // No call asks for a trim (no Request): only the growth of the free heap
+  // can make the trimmer act. 384 blocks of 64 KiB come from the heap (below
+  // glibc's mmap threshold), and a block allocated after them pins the top,
+  // so free() alone gives none of their pages back: only a trim does.
+  IdleHeapTrimmer trimmer([] { return true; }, absl::Milliseconds(20));
+  absl::SleepFor(absl::Milliseconds(100));  // Its first trim, at start.
+  constexpr int kBlocks = 384;
+  constexpr size_t kBlock = size_t{64} << 10;
+  std::vector<char*> blocks;
+  for (int i = 0; i < kBlocks; ++i) {
+    blocks.push_back(static_cast<char*>(std::malloc(kBlock)));
+    ASSERT_NE(blocks.back(), nullptr);
+    std::memset(blocks.back(), 1, kBlock);
+  }
+  char* pin = static_cast<char*>(std::malloc(4096));
+  ASSERT_NE(pin, nullptr);
+  pin[0] = 1;
+  const int64_t held = ResidentBytes();
+  for (char* b : blocks) std::free(b);
+  int64_t now = ResidentBytes();
+  for (int i = 0; i < 100 && held - now < (int64_t{20} << 20); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    now = ResidentBytes();
+  }
+  std::free(pin);
+  EXPECT_GT(held - now, int64_t{20} << 20)
+      << "RSS " << held << " -> " << now << " after freeing 24 MiB";
+}
+#endif
 
 }  // namespace
 }  // namespace quantd::server

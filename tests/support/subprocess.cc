@@ -205,7 +205,8 @@ int64_t SettledRssBytes(pid_t pid, absl::Duration limit) {
   int64_t lowest = ProcStatusBytes(pid, "VmRSS");
   absl::Time lowest_at = absl::Now();
   const absl::Time end = absl::Now() + limit;
-  while (absl::Now() < end && absl::Now() - lowest_at < absl::Seconds(1)) {
+  while (absl::Now() < end &&
+         absl::Now() - lowest_at < absl::Milliseconds(3500)) {
     absl::SleepFor(absl::Milliseconds(100));
     const int64_t rss = ProcStatusBytes(pid, "VmRSS");
     if (rss < lowest) {

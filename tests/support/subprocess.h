@@ -80,8 +80,10 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field);
 bool ResetPeakRss(pid_t pid);
 
 // The RSS an idle process settles at: sampled every 100 ms until it has not
-// fallen for a second (quantd's idle trimmer runs twice a second), for at
-// most `limit`.
+// fallen for 3.5 s, for at most `limit`. quantd's idle trimmer trims twice a
+// second for 3 s after the last call ends (server/memory.h); memory a job
+// frees a moment after its call must be counted only once a trim has had
+// the chance to return it (a 1 s window read a loaded CI machine too early).
 int64_t SettledRssBytes(pid_t pid, absl::Duration limit);
 
 // The `count` mappings of `pid` holding the most resident memory, largest
