@@ -1,7 +1,6 @@
 #include "core/engine/calibration_session.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -181,12 +180,9 @@ absl::StatusOr<executor::Tensor> TensorFromNamed(
         executor::DataTypeName(named.data_type()), " needs ", *expected,
         " bytes of data, got ", named.data().size()));
   }
-  executor::Tensor t(static_cast<executor::DataType>(named.data_type()),
-                     std::move(shape));
-  if (*expected > 0) {
-    std::memcpy(t.mutable_data<uint8_t>(), named.data().data(), *expected);
-  }
-  return t;
+  return executor::Tensor::FromBytes(
+      static_cast<executor::DataType>(named.data_type()), std::move(shape),
+      named.data());
 }
 
 CalibrationSession::CalibrationSession(onnx::ModelProto model,

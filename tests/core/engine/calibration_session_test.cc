@@ -365,6 +365,45 @@ onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
   return n;
 }
 
+TEST(CalibrationSessionTest, BoolBatchBytesEnterAsZeroOrOne) {
+  // mask (BOOL [1, 4]) -> Cast to FLOAT -> y. A client's BOOL byte other
+  // than 0 or 1 is true, as numpy reads it; copied as is it was a C++ bool
+  // no kernel may read (undefined behaviour).
+  onnx::ModelProto m = EmptyModel(13, "mask");
+  onnx::GraphProto* g = m.mutable_graph();
+  onnx::ValueInfoProto* in = g->add_input();
+  in->set_name("mask");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::BOOL);
+  in->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->add_dim()
+      ->set_dim_value(4);
+  onnx::AttributeProto* to = AddNode(g, "Cast", {"mask"}, "y")->add_attribute();
+  to->set_name("to");
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::FLOAT);
+  SetType(g->add_output(), "y", {4});
+  auto session = Session(m);
+  quantd::v1::TensorBatch batch;
+  quantd::v1::NamedTensor* t = batch.add_tensors();
+  t->set_name("mask");
+  t->set_data_type(onnx::TensorProto::BOOL);
+  t->add_shape(4);
+  t->set_data(std::string("\x00\xbe\x01\xff", 4));
+  ASSERT_TRUE(Add(session.get(), batch).ok());
+  const quantd::v1::CalibrationResult result = session->Result();
+  bool found = false;
+  for (const auto& r : result.ranges()) {
+    if (r.tensor_name() != "y") continue;
+    found = true;
+    EXPECT_EQ(r.min(), 0.0f);
+    EXPECT_EQ(r.max(), 1.0f);
+  }
+  EXPECT_TRUE(found);
+}
+
 // x [-1, 4] -> Clip(lo, hi) -> y, x -> Relu -> r, x -> Clip(lo, -lo) -> z
 // (a bound computed by a node). Opset 13: lo an initializer, hi a Constant
 // node; opset 6: attributes.
