@@ -15,11 +15,13 @@ client/python/README.md.
 
 from ._proto import options_pb2, service_pb2
 from .batches import ArrayBatches, BatchLike, NpyBatches, named_tensor, read_tensor_file, to_tensor_batch
+from .external_data import inline_external_data, uses_external_data, write_model_with_external_data
 from .client import (CalibrationResult, QuantdClient, QuantdError, QuantizeResult, ServingStatus,
                      TensorRange, TlsOptions)
 
 __all__ = [
     "ArrayBatches", "BatchLike", "CalibrationResult", "NpyBatches", "QuantdClient", "QuantdError",
     "QuantizeResult", "ServingStatus", "TensorRange", "TlsOptions", "named_tensor", "options_pb2",
-    "read_tensor_file", "service_pb2", "to_tensor_batch",
+    "read_tensor_file", "service_pb2", "to_tensor_batch", "inline_external_data",
+    "uses_external_data", "write_model_with_external_data",
 ]

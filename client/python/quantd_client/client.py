@@ -23,6 +23,7 @@ import grpc
 from google.protobuf import json_format, text_format
 from google.protobuf.message import Message
 
+from . import external_data
 from ._proto import options_pb2, service_pb2, service_pb2_grpc
 from .batches import BatchLike, PathLike, to_tensor_batch
 
@@ -105,9 +106,16 @@ class QuantizeResult:
     summary: QuantizeSummary
     reports: List[TensorReport] = field(default_factory=list)
 
-    def save(self, path: PathLike) -> None:
-        """Writes the model atomically (a temporary file renamed in place)."""
-        _write_atomically(path, self.model)
+    def save(self, path: PathLike, save_as_external_data: bool = False) -> None:
+        """Writes the model atomically (a temporary file renamed in place).
+        save_as_external_data: tensors of 1 KiB and more go to path + ".data"
+        beside it, as onnx.save_model(..., save_as_external_data=True) writes
+        them (quantctl --save_as_external_data; needs the onnx package)."""
+        if save_as_external_data:
+            external_data.write_model_with_external_data(self.model, path,
+                                                         write=_write_atomically)
+        else:
+            _write_atomically(path, self.model)
 
 
 @dataclass(frozen=True)
@@ -166,10 +174,16 @@ def _to_message(value, message_type, what: str) -> Message:
 
 
 def _read_model(model: ModelLike) -> bytes:
+    """The model's bytes; from a path, with any external data it names read
+    in from beside it (external_data.py)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     with open(model, "rb") as f:
-        return f.read()
+        data = f.read()
+    if external_data.uses_external_data(data):
+        data, _ = external_data.inline_external_data(
+            data, os.path.dirname(os.path.abspath(os.fspath(model))))
+    return data
 
 
 def _channel_target(target: Union[str, Sequence[str]]) -> str:

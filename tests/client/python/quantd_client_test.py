@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from quantd_client._proto import options_pb2
 from quantd_client import (NpyBatches, QuantdClient, QuantdError, ServingStatus, TlsOptions,
-                           options_pb2, service_pb2)
+                           inline_external_data, options_pb2, service_pb2, uses_external_data)
 from quantd_server import DIGITS_DIR, QuantdServer, Stopwatch, measured
 
 MODEL = os.path.join(DIGITS_DIR, "model.onnx")
@@ -316,6 +316,48 @@ class QuantdClientTest(unittest.TestCase):
             result.save(path)
             self.assertEqual(os.listdir(tmp), ["out.onnx"])
             onnx.checker.check_model(onnx.load(path))
+
+    def test_external_data_is_read_in_and_can_be_written_out(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = os.path.join(tmp, "model", "digits.onnx")
+            os.makedirs(os.path.dirname(saved))
+            onnx.save_model(self.float_model, saved, save_as_external_data=True,
+                            all_tensors_to_one_file=True, location="weights.bin",
+                            size_threshold=256)
+            with open(saved, "rb") as f:
+                self.assertTrue(uses_external_data(f.read()))
+            self.assertFalse(uses_external_data(self.model_bytes))
+            inline = self.client.quantize(self.model_bytes, DYNAMIC)
+            external = self.client.quantize(saved, DYNAMIC)
+            self.assertEqual(external.model, inline.model)
+
+            out = os.path.join(tmp, "out", "w8.onnx")
+            os.makedirs(os.path.dirname(out))
+            external.save(out, save_as_external_data=True)
+            self.assertEqual(sorted(os.listdir(os.path.dirname(out))), ["w8.onnx", "w8.onnx.data"])
+            with open(out, "rb") as f:
+                self.assertTrue(uses_external_data(f.read()))
+            # ONNX's own reader takes it back to the same model (it marks the
+            # tensors it read in DEFAULT explicitly).
+            loaded = onnx.load(out)
+            for t in loaded.graph.initializer:
+                t.ClearField("data_location")
+            self.assertEqual(loaded.SerializeToString(), inline.model)
+
+            # Locations that leave the model's directory are refused by name.
+            model = onnx.load(saved, load_external_data=False)
+            tensor = next(t for t in model.graph.initializer
+                          if t.data_location == onnx.TensorProto.EXTERNAL)
+            for bad, fragment in (("../model/weights.bin", "no '..'"),
+                                  (os.path.join(tmp, "model", "weights.bin"), "no absolute"),
+                                  ("missing.bin", "not a readable file")):
+                for e in tensor.external_data:
+                    if e.key == "location":
+                        e.value = bad
+                with self.assertRaises(ValueError) as cm:
+                    inline_external_data(model.SerializeToString(), os.path.dirname(saved))
+                self.assertIn(fragment, str(cm.exception))
+                self.assertIn(f"'{tensor.name}'", str(cm.exception))
 
 
 def make_pki(directory: str) -> None:

@@ -1,0 +1,263 @@
+"""Models saved with ONNX external data: tensor bytes in files beside the
+.onnx (onnx.save_model(..., save_as_external_data=True), exporters of large
+models). quantd takes a model as one message whose tensors hold their own
+bytes (the server never opens a path a request names), so the SDK reads the
+files in before sending, and can write a returned model out the same way.
+The same rules as the C++ SDK's client/external_data.h.
+
+Detecting external data reads only protobuf field headers; reading it in
+and writing it out need the `onnx` package (Debian python3-onnx)."""
+
+import os
+from typing import Dict, Iterator, Optional, Tuple
+
+_EXTERNAL = 1
+_MAX_MESSAGE_BYTES = 2**31 - 1
+_MAX_DEPTH = 128
+
+# (message, field number) -> the message that field holds, for the fields on
+# the way from a ModelProto to its tensors (onnx.proto's numbers).
+_CHILD = {
+    ("model", 7): "graph", ("model", 20): "training", ("model", 25): "function",
+    ("training", 1): "graph", ("training", 2): "graph",
+    ("function", 7): "node",
+    ("graph", 1): "node", ("graph", 5): "tensor", ("graph", 15): "sparse",
+    ("node", 5): "attribute",
+    ("attribute", 5): "tensor", ("attribute", 10): "tensor",
+    ("attribute", 6): "graph", ("attribute", 11): "graph",
+    ("attribute", 22): "sparse", ("attribute", 23): "sparse",
+    ("sparse", 1): "tensor", ("sparse", 2): "tensor",
+}
+_TENSOR_DATA_LOCATION = 14
+
+# Bits per element of TensorProto.DataType; STRING (8) has no fixed size.
+_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64,
+         12: 32, 13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8,
+         21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _varint(buf: memoryview, pos: int, end: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _Malformed()
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _found(buf: memoryview, pos: int, end: int, kind: str, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        raise _Malformed()
+    while pos < end:
+        tag, pos = _varint(buf, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+            if kind == "tensor" and field == _TENSOR_DATA_LOCATION and value == _EXTERNAL:
+                return True
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = _varint(buf, pos, end)
+            if pos + length > end:
+                raise _Malformed()
+            child = _CHILD.get((kind, field))
+            if child is not None and _found(buf, pos, pos + length, child, depth + 1):
+                return True
+            pos += length
+        else:
+            raise _Malformed()
+    if pos != end:
+        raise _Malformed()
+    return False
+
+
+def uses_external_data(data: bytes) -> bool:
+    """Whether any tensor of the serialized model keeps its bytes outside it
+    (graph and subgraph initializers, attribute tensors, sparse tensors,
+    function bodies). False for bytes that are no ModelProto."""
+    try:
+        return _found(memoryview(data), 0, len(data), "model", 0)
+    except _Malformed:
+        return False
+
+
+def _onnx():
+    try:
+        import onnx  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise ValueError("the model keeps tensors in external data files; reading them in "
+                         "needs the onnx package (Debian python3-onnx), or save the model "
+                         "with its weights inside") from e
+    return onnx
+
+
+def _tensors(model) -> Iterator:
+    def graph(g):
+        yield from g.initializer
+        for s in g.sparse_initializer:
+            yield from sparse(s)
+        for n in g.node:
+            yield from node(n)
+
+    def sparse(s):
+        if s.HasField("values"):
+            yield s.values
+        if s.HasField("indices"):
+            yield s.indices
+
+    def node(n):
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from graph(a.g)
+            for g in a.graphs:
+                yield from graph(g)
+            if a.HasField("sparse_tensor"):
+                yield from sparse(a.sparse_tensor)
+            for s in a.sparse_tensors:
+                yield from sparse(s)
+
+    if model.HasField("graph"):
+        yield from graph(model.graph)
+    for info in model.training_info:
+        if info.HasField("initialization"):
+            yield from graph(info.initialization)
+        if info.HasField("algorithm"):
+            yield from graph(info.algorithm)
+    for f in model.functions:
+        for n in f.node:
+            yield from node(n)
+
+
+def _raw_bytes(t) -> int:
+    n = 1
+    for d in t.dims:
+        if d < 0:
+            raise ValueError(f"external tensor '{t.name}' has a negative dim")
+        n *= d
+    bits = _BITS.get(t.data_type)
+    if bits is None:
+        raise ValueError(f"external tensor '{t.name}' of element type {t.data_type} "
+                         "has no fixed size in bytes")
+    return (n * bits + 7) // 8
+
+
+def inline_external_data(data: bytes, base_dir: str) -> Tuple[bytes, Dict[str, int]]:
+    """The model with every external tensor's bytes read into raw_data from
+    the file its location names below `base_dir` (the model file's
+    directory), and counts {"tensors", "bytes", "files"}. ValueError naming
+    the tensor for an absolute location, a '..' component, a location that
+    resolves outside base_dir (symlinks too), a missing file, an offset or
+    length past the file's end, a length other than the tensor's size, or a
+    model over the 2 GB one message holds."""
+    onnx = _onnx()
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    root = os.path.realpath(base_dir or ".")
+    sizes: Dict[str, int] = {}
+    total = len(data)
+    counts = {"tensors": 0, "bytes": 0, "files": 0}
+    for t in _tensors(model):
+        if t.data_location != _EXTERNAL:
+            continue
+        entries = {e.key: e.value for e in t.external_data}
+        location = entries.get("location", "")
+        if not location:
+            raise ValueError(f"external tensor '{t.name}' names no location")
+        if os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+            raise ValueError(f"external tensor '{t.name}' has location '{location}': a location "
+                             "must be a path below the model's directory (no absolute path, "
+                             "no '..')")
+        numbers = {}
+        for key in ("offset", "length"):
+            value = entries.get(key)
+            if value is None:
+                continue
+            if not value.isdigit():
+                raise ValueError(f"external tensor '{t.name}' has {key} '{value}', not a "
+                                 "non-negative integer")
+            numbers[key] = int(value)
+        want = _raw_bytes(t)
+        if "length" in numbers and numbers["length"] != want:
+            raise ValueError(f"external tensor '{t.name}' has length {numbers['length']} but "
+                             f"its dims and type need {want} bytes")
+        path = os.path.realpath(os.path.join(root, location))
+        if not path.startswith(root + os.sep):
+            raise ValueError(f"external tensor '{t.name}' has location '{location}', which "
+                             f"resolves to {path}, outside the model's directory {root}")
+        if not os.path.isfile(path):
+            raise ValueError(f"external tensor '{t.name}': {path} is not a readable file")
+        if path not in sizes:
+            sizes[path] = os.path.getsize(path)
+            counts["files"] += 1
+        offset = numbers.get("offset", 0)
+        if offset > sizes[path] or want > sizes[path] - offset:
+            raise ValueError(f"external tensor '{t.name}' reads {want} bytes at offset {offset} "
+                             f"of '{location}', which has {sizes[path]}")
+        total += want
+        if total > _MAX_MESSAGE_BYTES:
+            raise ValueError(f"the model with its external data is over {total} bytes; one "
+                             "protobuf message holds at most 2 GB, and quantd takes a model "
+                             "as one message")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(want)
+        if len(raw) != want:
+            raise ValueError(f"cannot read external tensor '{t.name}' from {location}")
+        t.raw_data = raw
+        del t.external_data[:]
+        t.ClearField("data_location")
+        counts["tensors"] += 1
+        counts["bytes"] += want
+    return model.SerializeToString(), counts
+
+
+def write_model_with_external_data(data: bytes, path, min_bytes: int = 1024,
+                                   write=None) -> Dict[str, int]:
+    """Writes the serialized model to `path` with every tensor of at least
+    `min_bytes` bytes of raw_data moved, in order, into `path` + ".data"
+    beside it at 64-byte aligned offsets (ONNX's location/offset/length);
+    the data file first. `write(path, bytes)` writes one file atomically."""
+    onnx = _onnx()
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    path = os.fspath(path)
+    name = os.path.basename(path) + ".data"
+    chunks = []
+    size = 0
+    counts = {"tensors": 0, "bytes": 0, "files": 0}
+    for t in _tensors(model):
+        if not t.HasField("raw_data") or len(t.raw_data) < min_bytes:
+            continue
+        pad = (-size) % 64
+        chunks.append(b"\0" * pad)
+        size += pad
+        raw = t.raw_data
+        for key, value in (("location", name), ("offset", str(size)), ("length", str(len(raw)))):
+            e = t.external_data.add()
+            e.key = key
+            e.value = value
+        chunks.append(raw)
+        size += len(raw)
+        t.ClearField("raw_data")
+        t.data_location = _EXTERNAL
+        counts["tensors"] += 1
+        counts["bytes"] += len(raw)
+    if counts["tensors"]:
+        counts["files"] = 1
+        write(os.path.join(os.path.dirname(path), name), b"".join(chunks))
+    write(path, model.SerializeToString())
+    return counts
