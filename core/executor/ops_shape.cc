@@ -324,8 +324,16 @@ class SplitKernel : public Kernel {
         split.push_back(std::max<int64_t>(0, std::min(part, len - i * part)));
       }
     }
+    // Sizes come from the model: negative ones are refused, and the sum
+    // saturates rather than wrap into a match.
     int64_t total = 0;
-    for (int64_t v : split) total += v;
+    for (int64_t v : split) {
+      if (v < 0) {
+        return Invalid(
+            absl::StrCat("split ", Join(split), " has a negative size"));
+      }
+      total = SaturatingAdd(total, v);
+    }
     if (static_cast<int64_t>(split.size()) != outs || total != len) {
       return Invalid(absl::StrCat("split ", Join(split), " does not cover ",
                                   len, " with ", outs, " outputs"));

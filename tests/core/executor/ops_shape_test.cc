@@ -126,6 +126,25 @@ TEST(OpsSplitTest, InputSplitsAndUnevenNumOutputs) {
   ExpectError(eq.Run1(), absl::StatusCode::kInvalidArgument, "equal parts");
 }
 
+TEST(OpsSplitTest, SizesThatWrapOrAreNegativeAreRefused) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // 2 + INT64_MAX + (INT64_MAX - 1) wraps to 3 == the length (UBSan,
+  // libFuzzer run 9 through constant folding; a release build refused it
+  // later, so this fails only under UBSan); [5, -2] sums to 3 too.
+  for (const std::vector<int64_t>& split :
+       {std::vector<int64_t>{2, kMax, kMax - 1}, std::vector<int64_t>{5, -2},
+        std::vector<int64_t>{4, -1, 0}}) {
+    OneNode n("Split", 13);
+    n.inputs = {T1<float>({3}, {1, 2, 3}),
+                T1<int64_t>({static_cast<int64_t>(split.size())}, split)};
+    n.outputs = static_cast<int>(split.size());
+    absl::StatusOr<std::vector<Tensor>> r = n.Run();
+    ASSERT_FALSE(r.ok()) << split[1];
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
+  }
+}
+
 // ------------------------------------------------- Squeeze / Unsqueeze
 
 TEST(OpsSqueezeTest, AttributeBefore13InputFrom13) {
