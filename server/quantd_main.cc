@@ -64,8 +64,9 @@ ABSL_FLAG(int64_t, max_tensor_elements, int64_t{1} << 28,
           "Most elements of any one tensor in a model: initializers, Constant "
           "values, declared graph inputs (known dims), subgraphs and functions "
           "included; more is INVALID_ARGUMENT right after the parse. Also the "
-          "most a Loop or Scan may stack into one output while calibrating "
-          "(RESOURCE_EXHAUSTED). 0 = no limit.");
+          "most any tensor a model run makes may hold (calibration, fidelity, "
+          "a Loop's stacked outputs; RESOURCE_EXHAUSTED naming the node), "
+          "checked before it is allocated. 0 = no limit.");
 ABSL_FLAG(int64_t, max_graph_nodes, 1000000,
           "Most nodes in a model, subgraphs and functions included; more is "
           "INVALID_ARGUMENT right after the parse. 0 = no limit.");

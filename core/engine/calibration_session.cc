@@ -423,8 +423,9 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
-  // A scan output is a tensor the run makes: held to the model's bound.
-  options.max_scan_output_elements = limits_.max_tensor_elements;
+  // Every tensor the run makes is held to the model's bound (an Expand or
+  // a Loop's stacked output of a tiny model could ask for any size).
+  options.max_tensor_elements = limits_.max_tensor_elements;
   // Each value is observed on an idle worker while the next node runs, in
   // the order the values came (an observer may see a value more than once
   // per batch, in loop bodies). Queued values stay alive until observed:

@@ -85,11 +85,11 @@ void Top1Counts::Add(const float* ref, const float* q, int64_t n_rows,
 }
 
 absl::StatusOr<std::unique_ptr<FidelityEvaluator>> FidelityEvaluator::Create(
-    const onnx::ModelProto& float_model, int64_t max_scan_output_elements) {
+    const onnx::ModelProto& float_model, int64_t max_tensor_elements) {
   QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<executor::Executor> ex,
                           executor::Executor::Create(float_model));
   std::unique_ptr<FidelityEvaluator> e(new FidelityEvaluator);
-  e->max_scan_output_elements_ = max_scan_output_elements;
+  e->max_tensor_elements_ = max_tensor_elements;
   e->float_ = std::move(ex);
   absl::flat_hash_set<std::string> inputs;
   for (const auto& i : float_model.graph().input()) inputs.insert(i.name());
@@ -137,7 +137,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;
-  options.max_scan_output_elements = max_scan_output_elements_;
+  options.max_tensor_elements = max_tensor_elements_;
   // The float activations of this batch only: each is dropped as soon as the
   // quantized run has produced its counterpart.
   absl::flat_hash_map<std::string, executor::Tensor> reference;

@@ -72,11 +72,10 @@ class FidelityEvaluator {
   // Builds the float model's executor and notes its graph order, before the
   // pass rewrites the model in place. Errors are the executor's (the float
   // model ran for calibration, so they are unexpected).
-  // `max_scan_output_elements` bounds what a Loop or Scan of either model
-  // may stack (ExecutorRunOptions; 0: no bound).
+  // `max_tensor_elements` bounds every tensor either model's runs make
+  // (ExecutorRunOptions; 0: no bound).
   static absl::StatusOr<std::unique_ptr<FidelityEvaluator>> Create(
-      const onnx::ModelProto& float_model,
-      int64_t max_scan_output_elements = 0);
+      const onnx::ModelProto& float_model, int64_t max_tensor_elements = 0);
 
   // Builds the quantized model's executor: UNIMPLEMENTED naming the op,
   // attribute or type the executor cannot run (the caller reports fidelity
@@ -125,7 +124,7 @@ class FidelityEvaluator {
   std::vector<std::string> output_names_;  // Of the float model.
   absl::flat_hash_map<std::string, Output> outputs_;
   int64_t batch_count_ = 0;
-  int64_t max_scan_output_elements_ = 0;
+  int64_t max_tensor_elements_ = 0;
 };
 
 }  // namespace quantd

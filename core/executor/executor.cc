@@ -810,6 +810,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::RunBody(
 absl::StatusOr<std::vector<Tensor>> Executor::Execute(
     std::vector<Tensor> values, const RunOptions& options,
     const std::vector<int>& extra) const {
+  const ScopedTensorLimit limit(options.max_tensor_elements);
   // Extra outputs must survive to the end.
   std::vector<bool> keep;
   if (!extra.empty()) {
@@ -849,7 +850,14 @@ absl::StatusOr<std::vector<Tensor>> Executor::Execute(
     }
     outs.assign(node.outputs.size(), Tensor());
     KernelContext ctx{in_ptrs, &outs, options.pool, &options};
-    absl::Status s = node.kernel->Compute(ctx);
+    absl::Status s;
+    try {
+      s = node.kernel->Compute(ctx);
+    } catch (const TensorLimitExceeded& e) {
+      s = absl::ResourceExhaustedError(absl::StrCat(
+          "a tensor of ", e.elements(), " elements, more than the ", e.limit(),
+          " one may hold"));
+    }
     if (!s.ok()) return WithNode(s, node.name, node.op);
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       const int v = node.outputs[o];

@@ -46,11 +46,12 @@ struct ExecutorRunOptions {
   // Values to return after the graph outputs (kept alive to the end). Names
   // of the main graph only; bodies ignore it.
   std::vector<std::string> extra_outputs;
-  // Most elements a Loop or Scan may stack into one scan output, counted as
-  // the iterations add them (0: no limit). A Loop whose condition never
-  // turns false would otherwise grow its outputs until memory runs out;
-  // past the limit the run fails with RESOURCE_EXHAUSTED naming the output.
-  int64_t max_scan_output_elements = 0;
+  // Most elements of any tensor the run makes (0: no limit): each kernel
+  // output and scratch tensor before it is allocated (ScopedTensorLimit),
+  // and a Loop or Scan output as its iterations stack slices into it (a
+  // Loop whose condition never turns false would grow it until memory ran
+  // out). Past it the run fails RESOURCE_EXHAUSTED naming the node.
+  int64_t max_tensor_elements = 0;
 };
 
 class Executor {

@@ -358,7 +358,7 @@ class LoopKernel : public Kernel {
     const absl::Span<const Tensor* const> implicit =
         ctx.inputs.subspan(num_inputs_);
     std::vector<ScanCollector> scans(
-        num_scan_, ScanCollector(options.max_scan_output_elements));
+        num_scan_, ScanCollector(options.max_tensor_elements));
     std::vector<const Tensor*> in(2 + n);
     for (int64_t i = 0; (!bounded || i < trip) && cond; ++i) {
       // The body checks between its nodes; this covers empty bodies too.
@@ -617,7 +617,7 @@ class ScanKernel : public Kernel {
       len = l;
     }
     std::vector<ScanCollector> scans(
-        num_scan_out_, ScanCollector(options.max_scan_output_elements));
+        num_scan_out_, ScanCollector(options.max_tensor_elements));
     std::vector<Tensor> slices(num_scan_in_);
     std::vector<const Tensor*> in(n + num_scan_in_);
     for (int64_t t = 0; t < len; ++t) {

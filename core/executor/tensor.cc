@@ -98,7 +98,17 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 namespace {
 constexpr size_t kFreshMappingBytes = size_t{32} << 20;
+thread_local int64_t tensor_limit = 0;  // 0: none.
 }  // namespace
+
+ScopedTensorLimit::ScopedTensorLimit(int64_t max_elements)
+    : previous_(tensor_limit) {
+  if (max_elements > 0 && (tensor_limit == 0 || max_elements < tensor_limit)) {
+    tensor_limit = max_elements;
+  }
+}
+
+ScopedTensorLimit::~ScopedTensorLimit() { tensor_limit = previous_; }
 
 Tensor::Buffer::Buffer(int64_t bytes) {
   // aligned_alloc wants a multiple of the alignment; 64 suits AVX-512 loads.
@@ -133,6 +143,9 @@ Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
   absl::StatusOr<int64_t> count = CheckedElementCount(shape_);
   if (!count.ok()) throw std::bad_alloc();
   size_ = *count;
+  if (tensor_limit > 0 && size_ > tensor_limit) {
+    throw TensorLimitExceeded(size_, tensor_limit);
+  }
   absl::StatusOr<int64_t> bytes = CheckedByteSize(size_, ElementSize(dtype_));
   if (!bytes.ok()) throw std::bad_alloc();
   buffer_ = std::make_shared<Buffer>(*bytes);

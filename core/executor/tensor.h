@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,41 @@ inline bool IsHalfFloat(int32_t dtype) {
 // untrusted data go through CheckedElementCount first.
 int64_t NumElements(absl::Span<const int64_t> shape);
 std::string ShapeString(absl::Span<const int64_t> shape);
+
+// Thrown by the Tensor constructor when a ScopedTensorLimit on this thread
+// forbids the size. A std::bad_alloc, so code that does not look for it
+// still fails the one call (RESOURCE_EXHAUSTED at the job boundary).
+class TensorLimitExceeded : public std::bad_alloc {
+ public:
+  TensorLimitExceeded(int64_t elements, int64_t limit)
+      : elements_(elements), limit_(limit) {}
+  const char* what() const noexcept override {
+    return "tensor over the element limit";
+  }
+  int64_t elements() const { return elements_; }
+  int64_t limit() const { return limit_; }
+
+ private:
+  int64_t elements_;
+  int64_t limit_;
+};
+
+// While it lives, every Tensor constructed on this thread may hold at most
+// `max_elements` elements (0: no limit); nested scopes keep the tighter
+// limit. Bounds what a model run allocates per value before it allocates
+// it: an Expand or a ConstantOfShape of a tiny model can ask for more
+// memory than the machine has, and with overcommit the allocation succeeds
+// and the process dies writing it.
+class ScopedTensorLimit {
+ public:
+  explicit ScopedTensorLimit(int64_t max_elements);
+  ~ScopedTensorLimit();
+  ScopedTensorLimit(const ScopedTensorLimit&) = delete;
+  ScopedTensorLimit& operator=(const ScopedTensorLimit&) = delete;
+
+ private:
+  int64_t previous_;
+};
 
 class Tensor {
  public:

@@ -104,7 +104,7 @@ bool FoldShape(const NodeProto& node, const std::vector<int64_t>& dims,
 // executor cannot (the node then stays).
 bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
               const absl::flat_hash_map<std::string, const TensorProto*>& k,
-              std::vector<TensorProto>* outs) {
+              int64_t max_elements, std::vector<TensorProto>* outs) {
   onnx::ModelProto mini;
   mini.set_ir_version(model.ir_version());
   *mini.mutable_opset_import() = model.opset_import();
@@ -125,7 +125,10 @@ bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
   absl::StatusOr<std::unique_ptr<executor::Executor>> exec =
       executor::Executor::Create(mini);
   if (!exec.ok()) return false;
-  absl::StatusOr<std::vector<executor::Tensor>> values = (*exec)->Run({});
+  executor::Executor::RunOptions options;
+  options.max_tensor_elements = max_elements;
+  absl::StatusOr<std::vector<executor::Tensor>> values =
+      (*exec)->Run({}, options);
   if (!values.ok() || values->size() != slots.size()) return false;
   outs->clear();
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -190,7 +193,14 @@ int64_t FoldGraph(
         }
         in_bytes += graph::DataBytes(*it->second);
       }
-      if (!all_constant || !Evaluate(model, node, constants, &outs)) continue;
+      // A value that could not be kept is never computed: an Expand of a
+      // scalar to 2^31 elements took 16 GB to find out it was too big.
+      const int64_t max_elements =
+          static_cast<int64_t>(std::max<uint64_t>(kMaxFoldedBytes, in_bytes));
+      if (!all_constant ||
+          !Evaluate(model, node, constants, max_elements, &outs)) {
+        continue;
+      }
       bool too_big = false;
       for (const auto& t : outs) {
         const uint64_t b = graph::DataBytes(t);

@@ -669,6 +669,49 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
          return Calibrate({InputBatch(kDim)}, {}, &model);
        }});
 
+  // Expand to 2^31 floats (8 GiB) from a 100-byte model: of a constant, the
+  // folding in a DYNAMIC call computed it before finding it too big to keep
+  // (the server peaked at 16.8 GB); of the input, calibration would run it.
+  // Both are bounded by --max_tensor_elements before anything is allocated.
+  auto expand_model = [](const char* what) {
+    return [what](onnx::ModelProto* m) {
+      onnx::GraphProto* g = m->mutable_graph();
+      onnx::TensorProto* shape = g->add_initializer();
+      shape->set_name("huge_shape");
+      shape->set_data_type(onnx::TensorProto::INT64);
+      shape->add_dims(2);
+      shape->add_int64_data(int64_t{1} << 28);
+      shape->add_int64_data(kDim);
+      onnx::NodeProto* expand = g->add_node();
+      expand->set_op_type("Expand");
+      expand->set_name("huge");
+      expand->add_input(what);
+      expand->add_input("huge_shape");
+      expand->add_output("huge_out");
+      g->add_output()->set_name("huge_out");
+      auto* t = g->mutable_output(1)->mutable_type()->mutable_tensor_type();
+      t->set_elem_type(onnx::TensorProto::FLOAT);
+      t->mutable_shape()->add_dim()->set_dim_param("n");
+      t->mutable_shape()->add_dim()->set_dim_value(kDim);
+    };
+  };
+  model_case("Expand of a constant to 2^31 floats (folding)", Code::OK, "",
+             [expand_model](onnx::ModelProto* m) {
+               onnx::TensorProto* row = m->mutable_graph()->add_initializer();
+               row->set_name("row");
+               row->set_data_type(onnx::TensorProto::FLOAT);
+               row->add_dims(1);
+               row->add_dims(kDim);
+               for (int i = 0; i < kDim; ++i) row->add_float_data(1);
+               expand_model("row")(m);
+             });
+  c.push_back({"Expand of the input to 2^31 floats, calibrated",
+               Code::RESOURCE_EXHAUSTED, "elements, more than the",
+               [this, expand_model] {
+                 const std::string model = Edited(expand_model("x"));
+                 return Calibrate({InputBatch(kDim)}, {}, &model);
+               }});
+
   // ONNX 1.12's version converter applies ONNX's adapters to custom-domain
   // nodes with ONNX op names; on ConstantFill it looped forever, pinning a
   // thread and writing 50 MB/s of warnings to the server's log.

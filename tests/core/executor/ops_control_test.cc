@@ -569,7 +569,7 @@ TEST(LoopTest, AnEndlessLoopStopsWhenItsScanOutputPassesTheBound) {
             {Vi("rows", TP::FLOAT)}, {{"c", Tensor::Scalar<bool>(true)}})));
   ASSERT_NE(exec, nullptr);
   Executor::RunOptions ro;
-  ro.max_scan_output_elements = 100;
+  ro.max_tensor_elements = 100;
   int64_t iterations = 0;
   ro.on_tensor = [&](const std::string& name, const Tensor&) {
     iterations += name == "row";
@@ -593,17 +593,64 @@ TEST(LoopTest, AnEndlessLoopStopsWhenItsScanOutputPassesTheBound) {
       Graph("main", {scan}, {Vi("A", TP::FLOAT)}, {Vi("O", TP::FLOAT)}), 16));
   ASSERT_NE(scan_exec, nullptr);
   Executor::RunOptions bounded;
-  bounded.max_scan_output_elements = 6;
+  bounded.max_tensor_elements = 6;
   auto fits =
       scan_exec->Run({{"A", Floats({3, 2}, {1, 2, 3, 4, 5, 6})}}, bounded);
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_EQ(Values<float>((*fits)[0]),
             (std::vector<float>{-1, -2, -3, -4, -5, -6}));
-  bounded.max_scan_output_elements = 5;
+  bounded.max_tensor_elements = 5;
   auto over =
       scan_exec->Run({{"A", Floats({3, 2}, {1, 2, 3, 4, 5, 6})}}, bounded);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted)
       << over.status();
+}
+
+TEST(TensorLimitTest, AKernelOutputOverTheBoundIsRefusedBeforeItIsAllocated) {
+  // x [1] expanded to 2^40 floats: 4 TiB, refused by size, not by memory.
+  onnx::NodeProto expand = N("Expand", {"x", "shape"}, {"y"}, "huge");
+  auto exec = MustCreate(Model(Graph(
+      "main", {expand}, {Vi("x", TP::FLOAT, {{1}})}, {Vi("y", TP::FLOAT)},
+      {{"shape", Tensor::FromVector<int64_t>({1}, {int64_t{1} << 40})}})));
+  ASSERT_NE(exec, nullptr);
+  Executor::RunOptions ro;
+  ro.max_tensor_elements = 1 << 20;
+  auto out = exec->Run({{"x", Floats({1}, {2})}}, ro);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted)
+      << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("'huge'"));
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("1099511627776 elements, more than the 1048576"));
+  // Within the bound the same model runs.
+  ro.max_tensor_elements = 1 << 20;
+  onnx::ModelProto small = Model(
+      Graph("main", {expand}, {Vi("x", TP::FLOAT, {{1}})}, {Vi("y", TP::FLOAT)},
+            {{"shape", Tensor::FromVector<int64_t>({1}, {1 << 20})}}));
+  auto small_exec = MustCreate(small);
+  ASSERT_NE(small_exec, nullptr);
+  auto fits = small_exec->Run({{"x", Floats({1}, {2})}}, ro);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ((*fits)[0].size(), 1 << 20);
+}
+
+TEST(TensorLimitTest, ScopesNestToTheTighterLimitAndRestore) {
+  {
+    ScopedTensorLimit outer(100);
+    EXPECT_THROW(Tensor(TP::FLOAT, {101}), TensorLimitExceeded);
+    {
+      ScopedTensorLimit looser(1000);  // Keeps 100.
+      EXPECT_THROW(Tensor(TP::FLOAT, {101}), TensorLimitExceeded);
+      ScopedTensorLimit tighter(10);
+      EXPECT_THROW(Tensor(TP::FLOAT, {11}), TensorLimitExceeded);
+      EXPECT_NO_THROW(Tensor(TP::FLOAT, {10}));
+    }
+    EXPECT_NO_THROW(Tensor(TP::FLOAT, {100}));
+    EXPECT_THROW(Tensor(TP::FLOAT, {101}), TensorLimitExceeded);
+    // Only this thread is bound.
+    std::thread other([] { EXPECT_NO_THROW(Tensor(TP::FLOAT, {101})); });
+    other.join();
+  }
+  EXPECT_NO_THROW(Tensor(TP::FLOAT, {101}));
 }
 
 // Scan-11: state s [2]; X1 [2, 3] scanned along axis 1 in reverse, X2 [3, 2]

@@ -4,6 +4,8 @@
 // (Softmax on a non-last axis included) with the same results in ONNX Runtime.
 #include "core/passes/fold_constants.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -114,6 +116,43 @@ TEST(FoldConstantNodes, LeavesGraphOutputsAndRandomOpsAlone) {
   ASSERT_TRUE(folded.ok()) << folded.status();
   EXPECT_EQ(*folded, 0);
   EXPECT_EQ(m.graph().node_size(), 3);
+}
+
+TEST(FoldConstantNodes, AValueTooBigToKeepIsNeverComputed) {
+  // Expand of a one-element constant to 2^28 floats (1 GiB): more than a
+  // folded value may be, so the node stays, and it must stay without being
+  // computed first (2^31 elements peaked at 16.8 GB in a DYNAMIC call).
+  ModelBuilder b;
+  b.Input("x", {1}).Output("y", {-1});
+  b.Initializer("one", {1}, {1.0f});
+  onnx::TensorProto shape;
+  shape.set_name("shape");
+  shape.set_data_type(onnx::TensorProto::INT64);
+  shape.add_dims(1);
+  shape.add_int64_data(int64_t{1} << 28);
+  onnx::ModelProto m = b.Build();
+  *m.mutable_graph()->add_initializer() = shape;
+  onnx::NodeProto* expand = m.mutable_graph()->add_node();
+  expand->set_op_type("Expand");
+  expand->set_name("big");
+  expand->add_input("one");
+  expand->add_input("shape");
+  expand->add_output("big");
+  onnx::NodeProto* add = m.mutable_graph()->add_node();
+  add->set_op_type("Add");
+  add->set_name("add");
+  add->add_input("x");
+  add->add_input("big");
+  add->add_output("y");
+  ASSERT_TRUE(testing::ResetPeakRss(getpid()));
+  const int64_t before = testing::ProcStatusBytes(getpid(), "VmHWM");
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
+  const int64_t peak = testing::ProcStatusBytes(getpid(), "VmHWM");
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 0);
+  EXPECT_EQ(CountOps(m.graph(), "Expand"), 1);
+  EXPECT_LT(peak - before, int64_t{64} << 20)
+      << "folding allocated " << (peak - before) / 1e6 << " MB";
 }
 
 // An If whose then branch multiplies by Transpose(W) of an outer weight and
