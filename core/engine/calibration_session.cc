@@ -484,6 +484,12 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   for (const auto& [name, seen] : made) {
     if (!*seen) observers_.erase(name);
   }
+  if (ran.code() == absl::StatusCode::kResourceExhausted) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        ran.message(),
+        " (the server's --max_tensor_elements; a smaller batch makes smaller "
+        "tensors)"));
+  }
   QUANTD_RETURN_IF_ERROR(ran);
   QUANTD_RETURN_IF_ERROR(queued);
   return observed;
