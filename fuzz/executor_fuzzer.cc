@@ -1466,6 +1466,10 @@ absl::StatusOr<std::vector<Tensor>> RunWithDeadline(
   Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &watchdog.token;
+  // As calibration bounds every tensor (by --max_tensor_elements; smaller
+  // here, within -rss_limit_mb): a huge allocation past it is a tensor some
+  // kernel makes outside the bound.
+  options.max_tensor_elements = int64_t{1} << 24;
   return ex.Run(feeds, options);
 }
 
