@@ -146,6 +146,10 @@ REGRESS = {
     # the length (UBSan, libFuzzer run 9 after ~15,500 executions, through
     # constant folding); negative and wrapping sizes are now refused.
     "regress_split_sizes_overflow": "020205ef000060000000000000b6ff",
+    # GatherND's batch_dims 2^32 - 1 narrowed to int -1 and passed the rank
+    # check, then read shape[-1] (UBSan, libFuzzer run 10 after ~29,300
+    # executions, through constant folding).
+    "regress_gathernd_batch_dims_narrowed": "00000454006a00065bca42c905051f02f7050507000500050063020057000005040007030302840201d1000700f7fffbfffbfdfdfb510a040606040e03",
 }
 
 

@@ -462,13 +462,14 @@ class GatherNDKernel : public Kernel {
     const Tensor& x = ctx.in(0);
     const Tensor& idx = ctx.in(1);
     QUANTD_RETURN_IF_ERROR(RequireIndexType(idx, "indices"));
-    const int b = static_cast<int>(batch_dims_);
     const int r = x.rank(), q = idx.rank();
-    if (q < 1 || b >= std::min(r, q)) {
+    // Compared before it is narrowed: 2^32 - 1 would become -1.
+    if (q < 1 || batch_dims_ >= std::min(r, q)) {
       return Invalid(absl::StrCat(
-          "batch_dims ", b, " needs data (", ShapeString(x.shape()),
+          "batch_dims ", batch_dims_, " needs data (", ShapeString(x.shape()),
           ") and indices (", ShapeString(idx.shape()), ") of a higher rank"));
     }
+    const int b = static_cast<int>(batch_dims_);
     const int64_t m = idx.dim(q - 1);
     if (m < 1 || m > r - b) {
       return Invalid(absl::StrCat("indices ", ShapeString(idx.shape()),

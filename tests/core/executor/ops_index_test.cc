@@ -229,6 +229,13 @@ TEST(OpsGatherTest, OutOfRangeIndicesAreInvalidNotWildReads) {
   ExpectError(nd.Run1(), absl::StatusCode::kInvalidArgument, "index 5");
   nd.inputs[1] = T1<int64_t>({1, 3}, {0, 0, 0});
   ExpectError(nd.Run1(), absl::StatusCode::kInvalidArgument, "address 3 dims");
+  // batch_dims 2^32 - 1 narrowed to int was -1, and read shape[-1] (UBSan,
+  // libFuzzer run 10 through constant folding).
+  OneNode wide("GatherND", 13);
+  wide.inputs = {data, T1<int64_t>({1, 1}, {0})};
+  wide.Int("batch_dims", (int64_t{1} << 32) - 1);
+  ExpectError(wide.Run1(), absl::StatusCode::kInvalidArgument,
+              "batch_dims 4294967295 needs");
 }
 
 TEST(OpsGatherTest, EmptyIndicesGiveEmptyOutputs) {
