@@ -65,6 +65,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/base/cancellation.h"
+#include "core/base/checked_count.h"
 #include "core/base/thread_pool.h"
 #include "core/engine/limits.h"
 #include "core/executor/executor.h"
@@ -626,9 +627,11 @@ constexpr int32_t kAnyTypes[] = {
     TP::UINT8,  TP::BOOL,    TP::BFLOAT16,   TP::INT16, TP::UINT16, TP::UINT32,
     TP::UINT64, TP::STRING,  21 /* UINT4 */, 17 /* FLOAT8E4M3FN */};
 
+// Saturating: decoded dims may multiply past int64 (the harness's own
+// overflow, UBSan, run 11); such a shape is refused downstream anyway.
 int64_t Elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = quantd::SaturatingMul(n, d);
   return n;
 }
 
