@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "client/file_util.h"
 #include "core/base/status_macros.h"
+#include "core/graph/external_stream.h"
 #include "core/graph/tensor_util.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -114,79 +116,7 @@ Walk WalkMessage(CodedInputStream* in, Kind kind, int depth) {
   }
 }
 
-// ------------------------------------------------ every tensor of a model
-
-using TensorFn = std::function<absl::Status(onnx::TensorProto*)>;
-
-absl::Status ForEachTensor(onnx::GraphProto* graph, const TensorFn& fn);
-
-absl::Status ForEachTensor(onnx::SparseTensorProto* sparse,
-                           const TensorFn& fn) {
-  if (sparse->has_values())
-    QUANTD_RETURN_IF_ERROR(fn(sparse->mutable_values()));
-  if (sparse->has_indices()) {
-    QUANTD_RETURN_IF_ERROR(fn(sparse->mutable_indices()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ForEachTensor(onnx::NodeProto* node, const TensorFn& fn) {
-  for (onnx::AttributeProto& a : *node->mutable_attribute()) {
-    if (a.has_t()) QUANTD_RETURN_IF_ERROR(fn(a.mutable_t()));
-    for (onnx::TensorProto& t : *a.mutable_tensors()) {
-      QUANTD_RETURN_IF_ERROR(fn(&t));
-    }
-    if (a.has_g()) QUANTD_RETURN_IF_ERROR(ForEachTensor(a.mutable_g(), fn));
-    for (onnx::GraphProto& g : *a.mutable_graphs()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(&g, fn));
-    }
-    if (a.has_sparse_tensor()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(a.mutable_sparse_tensor(), fn));
-    }
-    for (onnx::SparseTensorProto& s : *a.mutable_sparse_tensors()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(&s, fn));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ForEachTensor(onnx::GraphProto* graph, const TensorFn& fn) {
-  for (onnx::TensorProto& t : *graph->mutable_initializer()) {
-    QUANTD_RETURN_IF_ERROR(fn(&t));
-  }
-  for (onnx::SparseTensorProto& s : *graph->mutable_sparse_initializer()) {
-    QUANTD_RETURN_IF_ERROR(ForEachTensor(&s, fn));
-  }
-  for (onnx::NodeProto& n : *graph->mutable_node()) {
-    QUANTD_RETURN_IF_ERROR(ForEachTensor(&n, fn));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ForEachTensor(onnx::ModelProto* model, const TensorFn& fn) {
-  if (model->has_graph()) {
-    QUANTD_RETURN_IF_ERROR(ForEachTensor(model->mutable_graph(), fn));
-  }
-  for (onnx::TrainingInfoProto& info : *model->mutable_training_info()) {
-    if (info.has_initialization()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(info.mutable_initialization(), fn));
-    }
-    if (info.has_algorithm()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(info.mutable_algorithm(), fn));
-    }
-  }
-  for (onnx::FunctionProto& f : *model->mutable_functions()) {
-    for (onnx::NodeProto& n : *f.mutable_node()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(&n, fn));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // ------------------------------------------------ reading data files
-
-// The largest message protobuf serializes.
-constexpr uint64_t kMaxMessageBytes = INT_MAX;
 
 struct DataFile {
   int fd = -1;
@@ -206,32 +136,9 @@ absl::StatusOr<std::string> RealPath(const std::string& path) {
   return std::string(real.get());
 }
 
-// The entries ONNX defines for an external tensor.
-struct ExternalRef {
-  std::string location;
-  int64_t offset = 0;
-  int64_t length = -1;  // -1: the tensor's size.
-};
-
-absl::StatusOr<ExternalRef> ReadRef(const onnx::TensorProto& t) {
-  ExternalRef ref;
-  for (const onnx::StringStringEntryProto& e : t.external_data()) {
-    int64_t* number = e.key() == "offset"   ? &ref.offset
-                      : e.key() == "length" ? &ref.length
-                                            : nullptr;
-    if (e.key() == "location") {
-      ref.location = e.value();
-    } else if (number != nullptr &&
-               (!absl::SimpleAtoi(e.value(), number) || *number < 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("external tensor '", t.name(), "' has ", e.key(), " '",
-                       e.value(), "', not a non-negative integer"));
-    }
-  }
-  if (ref.location.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("external tensor '", t.name(), "' names no location"));
-  }
+// The tensor's external_data entries, with a location a reader may follow.
+absl::StatusOr<graph::ExternalRef> ReadRef(const onnx::TensorProto& t) {
+  QUANTD_ASSIGN_OR_RETURN(graph::ExternalRef ref, graph::ReadExternalRef(t));
   const std::filesystem::path location(ref.location);
   bool climbs = false;
   for (const auto& part : location) climbs |= part == "..";
@@ -244,14 +151,61 @@ absl::StatusOr<ExternalRef> ReadRef(const onnx::TensorProto& t) {
   return ref;
 }
 
-class Inliner {
- public:
-  Inliner(std::string root, uint64_t model_bytes)
-      : root_(std::move(root)), total_(model_bytes) {}
+// One external tensor's bytes: where they are in a data file, and where
+// they go in the stream.
+struct Segment {
+  uint64_t stream_offset = 0;
+  uint64_t length = 0;
+  std::shared_ptr<const DataFile> file;
+  int64_t file_offset = 0;
+  std::string tensor;
+};
 
-  absl::Status Inline(onnx::TensorProto* t) {
+// Reads stream bytes from the segments (sorted, packed).
+absl::Status ReadSegments(const std::vector<Segment>& segments, uint64_t offset,
+                          size_t size, char* out) {
+  auto it = std::upper_bound(
+      segments.begin(), segments.end(), offset,
+      [](uint64_t at, const Segment& s) { return at < s.stream_offset; });
+  if (it == segments.begin()) {
+    return absl::OutOfRangeError("external data read before the stream");
+  }
+  --it;
+  size_t done = 0;
+  while (done < size) {
+    if (it == segments.end()) {
+      return absl::OutOfRangeError("external data read past the stream");
+    }
+    const uint64_t at = offset + done - it->stream_offset;
+    const size_t n =
+        static_cast<size_t>(std::min<uint64_t>(it->length - at, size - done));
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = pread(it->file->fd, out + done + got, n - got,
+                              static_cast<off_t>(it->file_offset + at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        return absl::DataLossError(absl::StrCat(
+            "cannot read external tensor '", it->tensor,
+            "': ", r < 0 ? std::strerror(errno) : "the data file got shorter"));
+      }
+      got += static_cast<size_t>(r);
+    }
+    done += n;
+    ++it;
+  }
+  return absl::OkStatus();
+}
+
+// Follows a model's external references into its data files.
+class Relocator {
+ public:
+  explicit Relocator(std::string root) : root_(std::move(root)) {}
+
+  // Checks the tensor's reference and file and moves it into the stream.
+  absl::Status Relocate(onnx::TensorProto* t) {
     if (!graph::HasExternalData(*t)) return absl::OkStatus();
-    QUANTD_ASSIGN_OR_RETURN(const ExternalRef ref, ReadRef(*t));
+    QUANTD_ASSIGN_OR_RETURN(const graph::ExternalRef ref, ReadRef(*t));
     absl::StatusOr<int64_t> want = graph::RawDataBytes(*t);
     if (!want.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -262,49 +216,41 @@ class Inliner {
           "external tensor '", t->name(), "' has length ", ref.length,
           " but its dims and type need ", *want, " bytes"));
     }
-    QUANTD_ASSIGN_OR_RETURN(DataFile * file, Open(ref.location, t->name()));
+    QUANTD_ASSIGN_OR_RETURN(std::shared_ptr<const DataFile> file,
+                            Open(ref.location, t->name()));
     if (ref.offset > file->size || *want > file->size - ref.offset) {
       return absl::InvalidArgumentError(
           absl::StrCat("external tensor '", t->name(), "' reads ", *want,
                        " bytes at offset ", ref.offset, " of '", ref.location,
                        "', which has ", file->size));
     }
-    total_ += static_cast<uint64_t>(*want);
-    if (total_ > kMaxMessageBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the model with its external data is over ", total_,
-          " bytes; one protobuf message holds at most 2 GB (", kMaxMessageBytes,
-          " bytes), and quantd takes a model as one message"));
-    }
-    std::string* raw = t->mutable_raw_data();
-    raw->resize(static_cast<size_t>(*want));
-    int64_t done = 0;
-    while (done < *want) {
-      const ssize_t n =
-          pread(file->fd, raw->data() + done, static_cast<size_t>(*want - done),
-                static_cast<off_t>(ref.offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cannot read external tensor '", t->name(), "' from ", ref.location,
-            ": ", n < 0 ? std::strerror(errno) : "unexpected end"));
-      }
-      done += n;
-    }
-    t->clear_external_data();
-    t->clear_data_location();
+    Segment segment;
+    segment.stream_offset = size_;
+    segment.length = static_cast<uint64_t>(*want);
+    segment.file = std::move(file);
+    segment.file_offset = ref.offset;
+    segment.tensor = t->name();
+    graph::ExternalRef to;
+    to.location = std::string(graph::kExternalStreamLocation);
+    to.offset = static_cast<int64_t>(size_);
+    to.length = *want;
+    graph::SetExternalRef(to, t);
+    size_ += segment.length;
     ++info_.tensors;
     info_.bytes += *want;
-    return graph::CheckTensorSize(*t);
+    if (segment.length > 0) segments_.push_back(std::move(segment));
+    return absl::OkStatus();
   }
 
+  uint64_t size() const { return size_; }
   const ExternalDataInfo& info() const { return info_; }
+  std::vector<Segment> TakeSegments() { return std::move(segments_); }
 
  private:
-  absl::StatusOr<DataFile*> Open(const std::string& location,
-                                 const std::string& tensor) {
+  absl::StatusOr<std::shared_ptr<const DataFile>> Open(
+      const std::string& location, const std::string& tensor) {
     auto it = files_.find(location);
-    if (it != files_.end()) return it->second.get();
+    if (it != files_.end()) return it->second;
     absl::StatusOr<std::string> real = RealPath(root_ + "/" + location);
     if (!real.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -316,7 +262,7 @@ class Inliner {
                        location, "', which resolves to ", *real,
                        ", outside the model's directory ", root_));
     }
-    auto file = std::make_unique<DataFile>();
+    auto file = std::make_shared<DataFile>();
     do {
       file->fd = open(real->c_str(), O_RDONLY | O_CLOEXEC);
     } while (file->fd < 0 && errno == EINTR);
@@ -328,18 +274,20 @@ class Inliner {
     }
     file->size = st.st_size;
     ++info_.files;
-    return (files_[location] = std::move(file)).get();
+    files_[location] = file;
+    return file;
   }
 
   const std::string root_;
-  uint64_t total_;
-  absl::flat_hash_map<std::string, std::unique_ptr<DataFile>> files_;
+  uint64_t size_ = 0;
+  absl::flat_hash_map<std::string, std::shared_ptr<const DataFile>> files_;
+  std::vector<Segment> segments_;
   ExternalDataInfo info_;
 };
 
 absl::StatusOr<onnx::ModelProto> Parse(absl::string_view bytes) {
   onnx::ModelProto model;
-  if (bytes.size() > kMaxMessageBytes ||
+  if (bytes.size() > graph::kMaxMessageBytes ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError(
         "the model does not parse as an ONNX ModelProto");
@@ -347,31 +295,78 @@ absl::StatusOr<onnx::ModelProto> Parse(absl::string_view bytes) {
   return model;
 }
 
+absl::StatusOr<std::string> Serialize(const onnx::ModelProto& model) {
+  if (model.ByteSizeLong() > graph::kMaxMessageBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model with its tensors inline is ", model.ByteSizeLong(),
+        " bytes; one protobuf message holds at most 2 GB: keep its data "
+        "external (quantctl --save_as_external_data=true)"));
+  }
+  return model.SerializeAsString();
+}
+
 }  // namespace
 
 bool UsesExternalData(absl::string_view model_bytes) {
-  if (model_bytes.size() > kMaxMessageBytes) return false;
+  if (model_bytes.size() > graph::kMaxMessageBytes) return false;
   CodedInputStream in(reinterpret_cast<const uint8_t*>(model_bytes.data()),
                       static_cast<int>(model_bytes.size()));
   return WalkMessage(&in, Kind::kModel, 0) == Walk::kFound;
 }
 
-absl::StatusOr<std::string> InlineExternalData(absl::string_view model_bytes,
-                                               const std::string& base_dir,
-                                               ExternalDataInfo* info) {
+absl::StatusOr<StreamedModel> OpenModelForStreaming(
+    absl::string_view model_bytes, const std::string& base_dir) {
   QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
   QUANTD_ASSIGN_OR_RETURN(std::string root,
                           RealPath(base_dir.empty() ? "." : base_dir));
-  Inliner inliner(std::move(root), model_bytes.size());
-  QUANTD_RETURN_IF_ERROR(ForEachTensor(
-      &model, [&](onnx::TensorProto* t) { return inliner.Inline(t); }));
-  if (model.ByteSizeLong() > kMaxMessageBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the model with its external data is ", model.ByteSizeLong(),
-        " bytes; one protobuf message holds at most 2 GB"));
+  Relocator relocator(std::move(root));
+  QUANTD_RETURN_IF_ERROR(graph::ForEachTensor(
+      &model, [&](onnx::TensorProto* t) { return relocator.Relocate(t); }));
+  StreamedModel out;
+  out.info = relocator.info();
+  out.model = model.SerializeAsString();
+  auto segments =
+      std::make_shared<const std::vector<Segment>>(relocator.TakeSegments());
+  out.external.size = relocator.size();
+  out.external.read = [segments](uint64_t offset, size_t size, char* to) {
+    return ReadSegments(*segments, offset, size, to);
+  };
+  return out;
+}
+
+absl::StatusOr<std::string> InlineExternalData(absl::string_view model_bytes,
+                                               const std::string& base_dir,
+                                               ExternalDataInfo* info) {
+  QUANTD_ASSIGN_OR_RETURN(StreamedModel streamed,
+                          OpenModelForStreaming(model_bytes, base_dir));
+  const uint64_t total = model_bytes.size() + streamed.external.size;
+  if (total > graph::kMaxMessageBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the model with its external data is over ", total,
+                     " bytes; one protobuf message holds at most 2 GB (",
+                     graph::kMaxMessageBytes,
+                     " bytes): send it with its external data streamed "
+                     "(OpenModelForStreaming)"));
   }
-  if (info != nullptr) *info = inliner.info();
-  return model.SerializeAsString();
+  std::string stream(streamed.external.size, '\0');
+  QUANTD_RETURN_IF_ERROR(
+      streamed.external.read(0, stream.size(), stream.data()));
+  QUANTD_ASSIGN_OR_RETURN(
+      std::string inlined,
+      InlineStreamedData(streamed.model, std::move(stream)));
+  if (info != nullptr) *info = streamed.info;
+  return inlined;
+}
+
+absl::StatusOr<std::string> InlineStreamedData(absl::string_view model_bytes,
+                                               std::string external_data) {
+  QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
+  graph::ExternalDataStream stream;
+  stream.Append(std::move(external_data));
+  QUANTD_RETURN_IF_ERROR(
+      graph::AttachExternalData(&stream, /*keep_stream=*/false, &model)
+          .status());
+  return Serialize(model);
 }
 
 absl::Status WriteModelWithExternalData(absl::string_view model_bytes,
@@ -384,34 +379,93 @@ absl::Status WriteModelWithExternalData(absl::string_view model_bytes,
   const std::string data_path = (model_path.parent_path() / data_name).string();
   std::string data;
   ExternalDataInfo wrote;
-  QUANTD_RETURN_IF_ERROR(ForEachTensor(&model, [&](onnx::TensorProto* t) {
-    if (!t->has_raw_data() ||
-        static_cast<int64_t>(t->raw_data().size()) < min_bytes) {
-      return absl::OkStatus();
-    }
-    // 64-byte aligned, so a reader that maps the file can use the values
-    // in place.
-    data.resize((data.size() + 63) / 64 * 64, '\0');
-    const size_t offset = data.size();
-    data.append(t->raw_data());
-    auto entry = [t](const char* key, const std::string& value) {
-      onnx::StringStringEntryProto* e = t->add_external_data();
-      e->set_key(key);
-      e->set_value(value);
-    };
-    entry("location", data_name);
-    entry("offset", absl::StrCat(offset));
-    entry("length", absl::StrCat(t->raw_data().size()));
-    wrote.bytes += static_cast<int64_t>(t->raw_data().size());
-    ++wrote.tensors;
-    t->clear_raw_data();
-    t->set_data_location(onnx::TensorProto::EXTERNAL);
-    return absl::OkStatus();
-  }));
+  QUANTD_RETURN_IF_ERROR(
+      graph::ForEachTensor(&model, [&](onnx::TensorProto* t) {
+        if (!t->has_raw_data() ||
+            static_cast<int64_t>(t->raw_data().size()) < min_bytes) {
+          return absl::OkStatus();
+        }
+        // 64-byte aligned, so a reader that maps the file can use the values
+        // in place.
+        data.resize((data.size() + 63) / 64 * 64, '\0');
+        const size_t offset = data.size();
+        data.append(t->raw_data());
+        auto entry = [t](const char* key, const std::string& value) {
+          onnx::StringStringEntryProto* e = t->add_external_data();
+          e->set_key(key);
+          e->set_value(value);
+        };
+        entry("location", data_name);
+        entry("offset", absl::StrCat(offset));
+        entry("length", absl::StrCat(t->raw_data().size()));
+        wrote.bytes += static_cast<int64_t>(t->raw_data().size());
+        ++wrote.tensors;
+        t->clear_raw_data();
+        t->set_data_location(onnx::TensorProto::EXTERNAL);
+        return absl::OkStatus();
+      }));
   if (wrote.tensors > 0) {
     wrote.files = 1;
     QUANTD_RETURN_IF_ERROR(WriteFileAtomically(data_path, data));
   }
+  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path, model.SerializeAsString()));
+  if (info != nullptr) *info = wrote;
+  return absl::OkStatus();
+}
+
+}  // namespace quantd::client
+
+namespace quantd::client {
+
+absl::Status SaveQuantizedModel(const std::string& model_bytes,
+                                std::string external_data,
+                                const std::string& path, bool as_external,
+                                ExternalDataInfo* info) {
+  if (external_data.empty()) {
+    if (as_external) {
+      return WriteModelWithExternalData(model_bytes, path,
+                                        graph::kExternalMinBytes, info);
+    }
+    if (info != nullptr) *info = ExternalDataInfo();
+    return WriteFileAtomically(path, model_bytes);
+  }
+  if (!as_external) {
+    QUANTD_ASSIGN_OR_RETURN(
+        std::string inlined,
+        InlineStreamedData(model_bytes, std::move(external_data)));
+    if (info != nullptr) *info = ExternalDataInfo();
+    return WriteFileAtomically(path, inlined);
+  }
+  // The stream is laid out as ONNX's data file (64-byte aligned offsets):
+  // it becomes the file as it is, and the model only names it.
+  QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
+  const std::filesystem::path model_path(path);
+  const std::string data_name = model_path.filename().string() + ".data";
+  const std::string data_path = (model_path.parent_path() / data_name).string();
+  ExternalDataInfo wrote;
+  QUANTD_RETURN_IF_ERROR(
+      graph::ForEachTensor(&model, [&](onnx::TensorProto* t) -> absl::Status {
+        if (!graph::HasExternalData(*t)) return absl::OkStatus();
+        QUANTD_ASSIGN_OR_RETURN(graph::ExternalRef ref,
+                                graph::ReadExternalRef(*t));
+        QUANTD_ASSIGN_OR_RETURN(const int64_t want, graph::RawDataBytes(*t));
+        if (ref.location != graph::kExternalStreamLocation ||
+            static_cast<uint64_t>(ref.offset) > external_data.size() ||
+            static_cast<uint64_t>(want) >
+                external_data.size() - static_cast<uint64_t>(ref.offset)) {
+          return absl::InternalError(
+              absl::StrCat("the server returned tensor '", t->name(),
+                           "' outside the external data it sent"));
+        }
+        ref.location = data_name;
+        ref.length = want;
+        graph::SetExternalRef(ref, t);
+        ++wrote.tensors;
+        wrote.bytes += want;
+        return absl::OkStatus();
+      }));
+  wrote.files = 1;
+  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(data_path, external_data));
   QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path, model.SerializeAsString()));
   if (info != nullptr) *info = wrote;
   return absl::OkStatus();

@@ -1,9 +1,9 @@
 // Models saved with ONNX external data: tensor bytes in files beside the
 // .onnx, as onnx.save(..., save_as_external_data=True) and exporters of large
-// models write them. quantd takes a model as one message whose tensors hold
-// their own bytes (the server never opens a path a request names), so the
-// SDK reads the files in before sending, and can write a returned model out
-// the same way.
+// models write them. The server never opens a path a request names, so the
+// SDK reads the files: it streams their bytes after the model (the
+// external_data stream of core/graph/external_stream.h), or reads them inline
+// for a model under 2 GB, and writes a returned model out either way.
 #ifndef QUANTD_CLIENT_EXTERNAL_DATA_H_
 #define QUANTD_CLIENT_EXTERNAL_DATA_H_
 
@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/quantd_client.h"
 
 namespace quantd::client {
 
@@ -29,18 +30,37 @@ struct ExternalDataInfo {
 // server says what is wrong with them).
 bool UsesExternalData(absl::string_view model_bytes);
 
-// The model with every external tensor's bytes read into raw_data from the
-// file its `location` names relative to `base_dir` (the model file's
-// directory), at `offset` for `length` bytes (the tensor's size when absent).
-// INVALID_ARGUMENT naming the tensor for: an absolute location, a ".."
-// component, a location that resolves outside base_dir (through symlinks
-// too), a file that is missing or not regular, an offset or length past
-// the file's end, a length other than the tensor's size, a tensor of no
-// fixed size (strings). RESOURCE_EXHAUSTED when the result would pass the
-// 2 GB a protobuf message can hold.
+// A model saved with external data, ready to send without holding its data
+// in memory: the ModelProto with every external tensor relocated into one
+// stream (location "quantd:external_data", packed in the order of
+// graph::ForEachTensor), and a source that reads the stream from the data
+// files while the SDK sends it. Any size: the only way to send a model over
+// 2 GB. Every reference is checked here, before anything is sent:
+// INVALID_ARGUMENT naming the tensor for an absolute location, a ".."
+// component, a location that resolves outside base_dir (the model file's
+// directory; through symlinks too), a file that is missing or not regular,
+// an offset or length past the file's end, a length other than the
+// tensor's size, a tensor of no fixed size (strings).
+struct StreamedModel {
+  std::string model;
+  ExternalDataSource external;
+  ExternalDataInfo info;
+};
+absl::StatusOr<StreamedModel> OpenModelForStreaming(
+    absl::string_view model_bytes, const std::string& base_dir);
+
+// The model with every external tensor's bytes read into raw_data (checks
+// as OpenModelForStreaming's). RESOURCE_EXHAUSTED when the result would pass
+// the 2 GB a protobuf message can hold.
 absl::StatusOr<std::string> InlineExternalData(
     absl::string_view model_bytes, const std::string& base_dir,
     ExternalDataInfo* info = nullptr);
+
+// A model whose tensors are located in `external_data` (a returned
+// QuantizeOutcome) with every tensor's bytes inside it; RESOURCE_EXHAUSTED
+// past 2 GB.
+absl::StatusOr<std::string> InlineStreamedData(absl::string_view model_bytes,
+                                               std::string external_data);
 
 // Writes the serialized model to `path` with every tensor of at least
 // `min_bytes` bytes of raw_data moved, in order, into one data file beside it
@@ -52,6 +72,17 @@ absl::Status WriteModelWithExternalData(absl::string_view model_bytes,
                                         const std::string& path,
                                         int64_t min_bytes = 1024,
                                         ExternalDataInfo* info = nullptr);
+
+// Writes a Quantize result to `path`: with `as_external`, as ONNX's model
+// and data file (`path` + ".data"; the returned stream is already laid out
+// as one, so it is written as it came); otherwise as one file with every
+// tensor inline (RESOURCE_EXHAUSTED past 2 GB). A result without external
+// data is written as WriteModelWithExternalData or as it came. Data file
+// first, each atomically.
+absl::Status SaveQuantizedModel(const std::string& model_bytes,
+                                std::string external_data,
+                                const std::string& path, bool as_external,
+                                ExternalDataInfo* info = nullptr);
 
 }  // namespace quantd::client
 

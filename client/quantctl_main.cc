@@ -670,28 +670,41 @@ void PrintSummary(const quantd::v1::QuantizeSummary& s) {
   PrintAccuracySearch(s);
 }
 
-// --model: the file, with any external data it names read in from beside
-// it (quantd takes a model as one message). `external` says whether it had
-// any.
-absl::StatusOr<std::string> ReadModel(const std::string& path,
-                                      bool* external = nullptr) {
+// --model: the file and, for a model saved with external data, its data
+// files beside it, read while the model is sent (any size).
+struct ModelFile {
+  std::string bytes;
+  quantd::client::ExternalDataSource external;
+  bool uses_external_data = false;
+  quantd::client::ModelInput input() const {
+    return quantd::client::ModelInput(bytes, external);
+  }
+};
+
+absl::StatusOr<ModelFile> ReadModel(const std::string& path) {
+  ModelFile file;
   absl::StatusOr<std::string> bytes = quantd::client::ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  const bool uses = quantd::client::UsesExternalData(*bytes);
-  if (external != nullptr) *external = uses;
-  if (!uses) return bytes;
-  quantd::client::ExternalDataInfo info;
-  absl::StatusOr<std::string> inlined = quantd::client::InlineExternalData(
-      *bytes, std::filesystem::path(path).parent_path().string(), &info);
-  if (!inlined.ok()) {
-    return absl::Status(inlined.status().code(),
-                        absl::StrCat(path, ": ", inlined.status().message()));
+  file.uses_external_data = quantd::client::UsesExternalData(*bytes);
+  if (!file.uses_external_data) {
+    file.bytes = *std::move(bytes);
+    return file;
+  }
+  absl::StatusOr<quantd::client::StreamedModel> streamed =
+      quantd::client::OpenModelForStreaming(
+          *bytes, std::filesystem::path(path).parent_path().string());
+  if (!streamed.ok()) {
+    return absl::Status(streamed.status().code(),
+                        absl::StrCat(path, ": ", streamed.status().message()));
   }
   absl::FPrintF(stderr,
-                "read %d external tensors (%d bytes) from %d data file(s) "
+                "sending %d external tensors (%d bytes) from %d data file(s) "
                 "beside %s\n",
-                info.tensors, info.bytes, info.files, path);
-  return inlined;
+                streamed->info.tensors, streamed->info.bytes,
+                streamed->info.files, path);
+  file.bytes = std::move(streamed->model);
+  file.external = std::move(streamed->external);
+  return file;
 }
 
 // --calibration: a CalibrationResult in binary proto format.
@@ -788,11 +801,11 @@ int RunQuantize() {
                                    save_external,
                                    "'; it must be auto, true or false"));
   }
-  bool input_external = false;
-  absl::StatusOr<std::string> model = ReadModel(model_path, &input_external);
+  absl::StatusOr<ModelFile> model = ReadModel(model_path);
   if (!model.ok()) return Fail(model.status());
   const bool output_external =
-      save_external == "true" || (save_external == "auto" && input_external);
+      save_external == "true" ||
+      (save_external == "auto" && model->uses_external_data);
 
   const std::string report_path = absl::GetFlag(FLAGS_report);
   quantd::client::QuantizeReportInput report;
@@ -909,15 +922,13 @@ int RunQuantize() {
   }
   Client client(*client_options);
   absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
-      client.Quantize(std::move(config), *model, callbacks, std::move(batches),
-                      std::move(rewind));
+      client.Quantize(std::move(config), model->input(), callbacks,
+                      std::move(batches), std::move(rewind));
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!outcome.ok()) return Fail(outcome.status());
-  if (absl::Status status = output_external
-                                ? quantd::client::WriteModelWithExternalData(
-                                      outcome->model, output_path)
-                                : quantd::client::WriteFileAtomically(
-                                      output_path, outcome->model);
+  if (absl::Status status = quantd::client::SaveQuantizedModel(
+          outcome->model, std::move(outcome->external_data), output_path,
+          output_external);
       !status.ok()) {
     return Fail(status);
   }
@@ -1002,7 +1013,7 @@ int RunCalibrate() {
   absl::StatusOr<std::unique_ptr<quantd::client::CalibrationData>> data =
       OpenCalibrationData(data_flags);
   if (!data.ok()) return Fail(data.status());
-  absl::StatusOr<std::string> model = ReadModel(model_path);
+  absl::StatusOr<ModelFile> model = ReadModel(model_path);
   if (!model.ok()) return Fail(model.status());
 
   const bool show_progress = isatty(STDERR_FILENO) != 0;
@@ -1012,7 +1023,7 @@ int RunCalibrate() {
   }
   Client client(*client_options);
   absl::StatusOr<quantd::v1::CalibrationResult> result = client.Calibrate(
-      std::move(config), *model, (*data)->AsSource(),
+      std::move(config), model->input(), (*data)->AsSource(),
       show_progress ? PrintProgress
                     : std::function<void(const quantd::v1::Progress&)>(),
       [&data] {

@@ -195,18 +195,20 @@ absl::Status Exchange(grpc::ClientContext* context,
 }
 
 // The request sequence both RPCs share: the config, the model in chunks,
-// then the batches of `batches` (if any).
+// its external data in chunks, then the batches of `batches` (if any).
 class RequestSequence {
  public:
-  RequestSequence(absl::string_view model, size_t chunk_bytes,
+  RequestSequence(const ModelInput& model, size_t chunk_bytes,
                   const BatchSource* batches)
-      : model_(model),
+      : model_(model.bytes),
+        external_(model.external),
         chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
         batches_(batches) {}
 
-  enum class Kind { kConfig, kChunk, kBatch, kEnd };
+  enum class Kind { kConfig, kChunk, kExternalChunk, kBatch, kEnd };
 
-  // What comes next; for kChunk, *chunk is set; for kBatch, *batch.
+  // What comes next; for kChunk and kExternalChunk, *chunk is set (valid
+  // until the next call); for kBatch, *batch.
   absl::StatusOr<Kind> Next(absl::string_view* chunk,
                             quantd::v1::TensorBatch* batch) {
     if (!config_sent_) {
@@ -217,6 +219,18 @@ class RequestSequence {
       *chunk = model_.substr(offset_, chunk_bytes_);
       offset_ += chunk->size();
       return Kind::kChunk;
+    }
+    if (external_offset_ < external_.size) {
+      const size_t n = static_cast<size_t>(
+          std::min<uint64_t>(chunk_bytes_, external_.size - external_offset_));
+      buffer_.resize(n);
+      if (absl::Status s = external_.read(external_offset_, n, buffer_.data());
+          !s.ok()) {
+        return s;
+      }
+      external_offset_ += n;
+      *chunk = buffer_;
+      return Kind::kExternalChunk;
     }
     if (batches_ == nullptr || *batches_ == nullptr || batches_done_) {
       return Kind::kEnd;
@@ -237,6 +251,9 @@ class RequestSequence {
 
  private:
   const absl::string_view model_;
+  const ExternalDataSource& external_;
+  uint64_t external_offset_ = 0;
+  std::string buffer_;  // The external chunk being sent.
   const size_t chunk_bytes_;
   const BatchSource* const batches_;
   bool config_sent_ = false;
@@ -261,6 +278,9 @@ absl::StatusOr<bool> FillNextRequest(RequestSequence* sequence,
       return true;
     case RequestSequence::Kind::kChunk:
       request->set_model_chunk(chunk.data(), chunk.size());
+      return true;
+    case RequestSequence::Kind::kExternalChunk:
+      request->set_external_data_chunk(chunk.data(), chunk.size());
       return true;
     case RequestSequence::Kind::kBatch:
       return true;
@@ -476,18 +496,18 @@ void Client::PrepareContext(grpc::ClientContext* context,
 }
 
 absl::StatusOr<QuantizeOutcome> Client::Quantize(
-    quantd::v1::QuantizeConfig config, absl::string_view model_bytes,
+    quantd::v1::QuantizeConfig config, const ModelInput& model,
     const QuantizeCallbacks& callbacks, BatchSource calibration_batches,
     BatchRewind rewind_batches) {
-  config.set_model_size_bytes(model_bytes.size());
+  config.set_model_size_bytes(model.bytes.size());
+  config.set_external_data_bytes(model.external.size);
   QuantizeOutcome outcome;
   bool batches_pulled = false;
   auto attempt = [&](grpc::ClientContext* context) -> Attempt {
     outcome = QuantizeOutcome();
     std::unique_ptr<grpc::ClientReaderWriter<QuantizeRequest, QuantizeResponse>>
         stream = stub_->Quantize(context);
-    RequestSequence sequence(model_bytes, options_.chunk_bytes,
-                             &calibration_batches);
+    RequestSequence sequence(model, options_.chunk_bytes, &calibration_batches);
     bool source_failed = false;
     auto next = [&](QuantizeRequest* request) -> absl::StatusOr<bool> {
       absl::StatusOr<bool> more = FillNextRequest(
@@ -503,14 +523,20 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
       switch (response->event_case()) {
         case QuantizeResponse::kProgress:
           // The output's size, announced before its chunks: one buffer.
-          // Bounded: a model cannot pass protobuf's 2 GiB.
+          // Bounded: a model cannot pass protobuf's 2 GiB. The external
+          // data's total is not (the bytes themselves are the bound).
           if (response->progress().stage() == quantd::v1::STAGE_SEND &&
-              response->progress().total() > 0 &&
-              response->progress().total() <= (int64_t{2} << 30) &&
-              outcome.model.empty()) {
-            outcome.model.reserve(
-                static_cast<size_t>(response->progress().total()));
-            AdviseHugePages(outcome.model.data(), outcome.model.capacity());
+              response->progress().total() > 0) {
+            const auto total =
+                static_cast<size_t>(response->progress().total());
+            if (response->progress().message() ==
+                    "output external data bytes" &&
+                outcome.external_data.empty()) {
+              outcome.external_data.reserve(total);
+            } else if (total <= (size_t{2} << 30) && outcome.model.empty()) {
+              outcome.model.reserve(total);
+              AdviseHugePages(outcome.model.data(), outcome.model.capacity());
+            }
           }
           if (callbacks.on_progress) {
             callbacks.on_progress(response->progress());
@@ -527,6 +553,10 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
         case QuantizeResponse::kModelChunk:
           results_seen = true;
           outcome.model.append(response->model_chunk());
+          break;
+        case QuantizeResponse::kExternalDataChunk:
+          results_seen = true;
+          outcome.external_data.append(response->external_data_chunk());
           break;
         case QuantizeResponse::kSummary:
           results_seen = true;
@@ -559,10 +589,12 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
                   "; expected exactly one, last")),
               ""};
     }
-    if (outcome.summary.output_bytes() != outcome.model.size()) {
+    if (outcome.summary.output_bytes() !=
+        outcome.model.size() + outcome.external_data.size()) {
       return {absl::InternalError(absl::StrCat(
                   "protocol error: received ", outcome.model.size(),
-                  " model bytes but the summary says ",
+                  " model bytes and ", outcome.external_data.size(),
+                  " of external data but the summary says ",
                   outcome.summary.output_bytes())),
               ""};
     }
@@ -581,11 +613,12 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
 }
 
 absl::StatusOr<quantd::v1::CalibrationResult> Client::Calibrate(
-    quantd::v1::CalibrateConfig config, absl::string_view model_bytes,
+    quantd::v1::CalibrateConfig config, const ModelInput& model,
     BatchSource next_batch,
     std::function<void(const quantd::v1::Progress&)> on_progress,
     BatchRewind rewind) {
-  config.set_model_size_bytes(model_bytes.size());
+  config.set_model_size_bytes(model.bytes.size());
+  config.set_external_data_bytes(model.external.size);
   std::optional<quantd::v1::CalibrationResult> result;
   bool batches_pulled = false;
   auto attempt = [&](grpc::ClientContext* context) -> Attempt {
@@ -593,7 +626,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> Client::Calibrate(
     std::unique_ptr<
         grpc::ClientReaderWriter<CalibrateRequest, CalibrateResponse>>
         stream = stub_->Calibrate(context);
-    RequestSequence sequence(model_bytes, options_.chunk_bytes, &next_batch);
+    RequestSequence sequence(model, options_.chunk_bytes, &next_batch);
     bool source_failed = false;
     auto next = [&](CalibrateRequest* request) -> absl::StatusOr<bool> {
       absl::StatusOr<bool> more =

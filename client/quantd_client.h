@@ -24,8 +24,39 @@ namespace quantd::client {
 
 struct QuantizeOutcome {
   std::string model;  // The serialized output ONNX model.
+  // The output's external_data stream: not empty when the model's large
+  // tensors came back beside it (always for a model sent with external
+  // data). Its tensors are located at "quantd:external_data" with offsets
+  // into these bytes; SaveQuantizedModel (client/external_data.h) writes
+  // both as ONNX's model + data file, or inlines them.
+  std::string external_data;
   std::vector<quantd::v1::TensorReport> reports;
   quantd::v1::QuantizeSummary summary;
+};
+
+// A model's external_data stream, read while it is sent (so a model of any
+// size never sits in the client's memory at once): `read` fills `out` with
+// stream bytes [offset, offset + size). OpenModelForStreaming
+// (client/external_data.h) makes one from a model saved with external data.
+struct ExternalDataSource {
+  uint64_t size = 0;
+  std::function<absl::Status(uint64_t offset, size_t size, char* out)> read;
+};
+
+// What Quantize and Calibrate send: the serialized ModelProto and, for a
+// model sent with external data, the stream its EXTERNAL tensors are
+// located in. Holds views: the bytes must outlive the call.
+struct ModelInput {
+  ModelInput(absl::string_view model_bytes)  // NOLINT: implicit on purpose
+      : bytes(model_bytes) {}
+  ModelInput(const std::string& model_bytes)  // NOLINT: implicit on purpose
+      : bytes(model_bytes) {}
+  ModelInput(const char* model_bytes)  // NOLINT: implicit on purpose
+      : bytes(model_bytes) {}
+  ModelInput(absl::string_view model_bytes, ExternalDataSource external_data)
+      : bytes(model_bytes), external(std::move(external_data)) {}
+  absl::string_view bytes;
+  ExternalDataSource external;
 };
 
 // Called on the calling thread, as the events arrive; each may be empty.
@@ -151,10 +182,10 @@ class Client {
 
   explicit Client(Options options);
 
-  // Streams `model_bytes` with `config` (its model_size_bytes is filled in
-  // here) and collects the output. Errors carry the server's code and
-  // message; a stream that breaks the protocol (no summary, or several) is
-  // INTERNAL.
+  // Streams the model with `config` (its model_size_bytes and
+  // external_data_bytes are filled in here) and collects the output. Errors
+  // carry the server's code and message; a stream that breaks the protocol (no
+  // summary, or several) is INTERNAL.
   //
   // With `calibration_batches`, STATIC_RANGE in one call: the batches follow
   // the model in the stream (as `calibration_batch`es) and the server
@@ -163,19 +194,20 @@ class Client {
   // Retried on UNAVAILABLE as Options::Retry says; callbacks.on_progress
   // starts over with each attempt.
   absl::StatusOr<QuantizeOutcome> Quantize(
-      quantd::v1::QuantizeConfig config, absl::string_view model_bytes,
+      quantd::v1::QuantizeConfig config, const ModelInput& model,
       const QuantizeCallbacks& callbacks = {},
       BatchSource calibration_batches = nullptr,
       BatchRewind rewind_batches = nullptr);
 
-  // Streams `model_bytes` with `config` (its model_size_bytes is filled in
-  // here), then every batch of `next_batch`, and returns the activation
+  // Streams the model with `config` (its model_size_bytes and
+  // external_data_bytes are filled in here), then every batch of
+  // `next_batch`, and returns the activation
   // ranges the server collected. `on_progress` (may be empty) is called on
   // the calling thread. A stream without a result, or with anything after
   // it, is INTERNAL. Retried on UNAVAILABLE as Options::Retry says (after a
   // batch was pulled, only with `rewind`).
   absl::StatusOr<quantd::v1::CalibrationResult> Calibrate(
-      quantd::v1::CalibrateConfig config, absl::string_view model_bytes,
+      quantd::v1::CalibrateConfig config, const ModelInput& model,
       BatchSource next_batch,
       std::function<void(const quantd::v1::Progress&)> on_progress = nullptr,
       BatchRewind rewind = nullptr);

@@ -30,12 +30,27 @@ def header(rpc=QUANTIZE, method=UNSET, observer=MIN_MAX, job=OK):
     return bytes([rpc | method << 1 | observer << 3, job])
 
 
-def config(size=None, mode=None):
+def config(size=None, mode=None, external=b"\x00"):
     """Size modes of DeclaredSize: 0 u16, 1 zero, 2 max, 3 max+1, 4 2^64-1,
-    5 2^63, 6 u8, 7 u32."""
+    5 2^63, 6 u8, 7 u32. `external`: the DeclaredExternal bytes (none by
+    default; see external_size)."""
     if mode is None:
-        return bytes([0, 0]) + struct.pack("<H", size)
-    return bytes([0, mode])
+        return bytes([0, 0]) + struct.pack("<H", size) + external
+    return bytes([0, mode]) + external
+
+
+def external_size(size=None, mode=None):
+    """DeclaredExternal: a u8 size, or a DeclaredSize mode."""
+    if mode is None:
+        return bytes([2, size])
+    return bytes([3, mode])
+
+
+def external(n=None, mode=None):
+    """An external_data_chunk; length modes as chunk's."""
+    if mode is None:
+        return bytes([6, 0]) + struct.pack("<H", n)
+    return bytes([6, mode])
 
 
 def chunk(n=None, mode=None):
@@ -71,7 +86,7 @@ def empty():
 
 
 def end(cancel=False):
-    return bytes([6, 1 if cancel else 0])
+    return bytes([7, 1 if cancel else 0])
 
 
 def model(size=1000):
@@ -146,6 +161,37 @@ def seeds():
     yield "too_many_batches", (header(CALIBRATE) + model() + good * 7 + end())
     yield "too_many_batches_quantize", (header(method=STATIC) + model() +
                                         good * 8 + end())
+    # Models sent with external data.
+    ext = config(1000, external=external_size(200)) + chunk(mode=REST)
+    yield "external_whole", (header(method=DYNAMIC) + ext +
+                             external(mode=REST) + end())
+    yield "external_in_pieces", (header() + ext + external(50) +
+                                 external(mode=EMPTY) + external(mode=REST) +
+                                 end())
+    yield "external_then_batches", (header(method=STATIC) + ext +
+                                    external(mode=REST) + good + good + end())
+    yield "external_calibrate", (header(CALIBRATE) + ext +
+                                 external(mode=REST) + good + end())
+    yield "external_before_model_complete", (
+        header() + config(1000, external=external_size(200)) + chunk(10) +
+        external(mode=REST) + end())
+    yield "external_not_declared", (header() + model() + external(10) + end())
+    yield "external_too_long", (header() + ext + external(mode=REST_PLUS_1) +
+                                end())
+    yield "external_short_at_end", (header(CALIBRATE) + ext +
+                                    external(mode=REST_MINUS_1) + end())
+    yield "external_never_sent", header() + ext + end()
+    yield "external_batch_before_complete", (
+        header(method=STATIC) + ext + external(20) + good + end())
+    yield "external_then_model_chunk", (header() + ext + external(20) +
+                                        chunk(1) + end())
+    yield "external_over_limit", (header() +
+                                  config(1000, external=external_size(mode=2)) +
+                                  end())
+    yield "external_size_max_u64", (
+        header() + config(1000, external=external_size(mode=4)) + end())
+    yield "external_cancel_mid_stream", (header() + ext + external(100) +
+                                         end(cancel=True))
     # The client cancels: before config, mid-model, mid-batches, after an
     # error.
     yield "cancel_first", header() + end(cancel=True)

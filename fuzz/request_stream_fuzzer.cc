@@ -1,8 +1,8 @@
 // Fuzz target for the request-stream state machine that Quantize and
 // Calibrate share (server/job_reactor.cc, through quantize_call.cc and
 // calibrate_call.cc): the input decodes into one call, a sequence of
-// messages (configs, model chunks, batches, empty messages) with sizes that
-// may lie, and how the client ends it (half-close or cancel). The call runs
+// messages (configs, model chunks, external_data chunks, batches, empty
+// messages) with sizes that may lie, and how the client ends it (half-close or cancel). The call runs
 // against the real QuantizationServiceImpl, started once per process on a
 // localhost port (QUANTD_FUZZ_INPROC=1: in-process channel), with a fake
 // JobRunner whose jobs pop every batch, check each tensor with core's
@@ -15,9 +15,10 @@
 //  - the code is the one the protocol (quantization_service.proto) gives
 //    the sequence, computed independently by Expect() below: OK only for a
 //    well-formed stream whose job succeeded;
-//  - the job, when one ran, got exactly the model bytes sent and the
-//    batches sent, in order; an OK call's responses end with exactly one
-//    summary (after the whole model, echoed by the fake) or result;
+//  - the job, when one ran, got exactly the model bytes, the external data
+//    and the batches sent, in order; an OK call's responses end with
+//    exactly one summary (after the whole model and external data, echoed
+//    by the fake, each announced by its size) or result;
 //  - afterwards the service has no call, job, queued job or uploading byte
 //    left, and still answers GetServerInfo.
 // The client reads responses on a thread of its own while it writes, as a
@@ -29,13 +30,16 @@
 //               with calibrated ranges); bits 3-4: Calibrate observer
 //   u8 job      bits 0-2: the fake job's result (kOutcomes); bit 3: refuse
 //               a batch that TensorFromNamed refuses
-//   then actions, u8 op % 7 each, until the input or kMaxMessages ends:
-//     0 config      u8 size mode (DeclaredSize)
+//   then actions, u8 op % 8 each, until the input or kMaxMessages ends:
+//     0 config      u8 size mode (DeclaredSize), then u8 external size mode
+//                   (DeclaredExternal: 0, 1 none; 2 u8; 3 a DeclaredSize)
 //     1, 2 chunk    u8 length mode (ChunkLength); content from the offset
 //     3, 4 batch    u8 tensors % 4, each: u8 name, u8 dtype, u8 rank % 5,
 //                   u8 per dim, u8 data mode (+ u8 length for mode 1)
 //     5 empty       a message with no payload
-//     6 end         u8: odd cancels, even half-closes; stops decoding
+//     6 external    an external_data_chunk: u8 length mode (ChunkLength,
+//                   against the declared external size)
+//     7 end         u8: odd cancels, even half-closes; stops decoding
 //   No end action: half-close.
 //
 // Built two ways (fuzz/CMakeLists.txt): as a libFuzzer binary, and linked
@@ -134,13 +138,14 @@ int g_report_fd = 2;  // Where Fail writes (the original stderr).
 // ---------------------------------------------------------------------------
 // The plan: what the input decodes to.
 
-enum class Kind { kConfig, kChunk, kBatch, kEmpty };
+enum class Kind { kConfig, kChunk, kExternal, kBatch, kEmpty };
 
 struct Message {
   Kind kind = Kind::kEmpty;
-  uint64_t declared = 0;  // kConfig
-  std::string chunk;      // kChunk
-  TensorBatch batch;      // kBatch
+  uint64_t declared = 0;           // kConfig
+  uint64_t declared_external = 0;  // kConfig
+  std::string chunk;               // kChunk, kExternal
+  TensorBatch batch;               // kBatch
 };
 
 // What the fake job ends with when the stream was fine: mostly OK, or an
@@ -181,6 +186,8 @@ struct Plan {
 char ModelByte(uint64_t offset) {
   return static_cast<char>((offset * 2654435761u) >> 13);
 }
+// And external data bytes, different from the model's.
+char ExternalByte(uint64_t offset) { return ModelByte(offset + 977); }
 
 uint64_t DeclaredSize(ByteReader* in) {
   switch (in->Pick(8)) {
@@ -200,6 +207,19 @@ uint64_t DeclaredSize(ByteReader* in) {
       return in->U8();
     default:
       return in->U32();
+  }
+}
+
+// The external_data stream's declared size: mostly none.
+uint64_t DeclaredExternal(ByteReader* in) {
+  switch (in->Pick(4)) {
+    case 0:
+    case 1:
+      return 0;
+    case 2:
+      return in->U8();
+    default:
+      return DeclaredSize(in);
   }
 }
 
@@ -286,14 +306,20 @@ Plan Decode(ByteReader* in) {
   plan.strict = (job & 8) != 0;
   uint64_t declared = 0;
   uint64_t sent = 0;
+  uint64_t declared_external = 0;
+  uint64_t sent_external = 0;
   while (!in->empty() && plan.messages.size() < kMaxMessages) {
     Message m;
-    switch (in->Pick(7)) {
+    switch (in->Pick(8)) {
       case 0:
         m.kind = Kind::kConfig;
         m.declared = DeclaredSize(in);
+        m.declared_external = DeclaredExternal(in);
         // The first config is the one chunks are measured against.
-        if (declared == 0) declared = m.declared;
+        if (declared == 0) {
+          declared = m.declared;
+          declared_external = m.declared_external;
+        }
         break;
       case 1:
       case 2: {
@@ -317,6 +343,16 @@ Plan Decode(ByteReader* in) {
       case 5:
         m.kind = Kind::kEmpty;
         break;
+      case 6: {
+        m.kind = Kind::kExternal;
+        const size_t n = ChunkLength(in, declared_external, sent_external);
+        m.chunk.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+          m.chunk[i] = ExternalByte(sent_external + i);
+        }
+        sent_external += n;
+        break;
+      }
       default:
         plan.cancel = (in->U8() & 1) != 0;
         return plan;
@@ -340,6 +376,7 @@ struct Expectation {
   bool job_submitted = false;
   // What the job must have received (for job_decides; a prefix otherwise).
   std::string model;
+  std::string external;
   std::vector<const TensorBatch*> batches;
 };
 
@@ -352,11 +389,17 @@ bool IsUtf8Names(const TensorBatch& batch) {
 
 Expectation Expect(const Plan& plan) {
   Expectation e;
-  enum { kConfig, kModel, kBatches } state = kConfig;
+  enum { kConfig, kModel, kExternal, kBatches } state = kConfig;
   uint64_t declared = 0;
+  uint64_t declared_external = 0;
   auto refuse = [&](grpc::StatusCode code, std::string why) {
     e.refusal = code;
     e.why = std::move(why);
+  };
+  // The model and its external data are all there: a batch or the end may
+  // come.
+  auto complete = [&] {
+    return e.model.size() == declared && e.external.size() == declared_external;
   };
   for (size_t i = 0; i < plan.messages.size() && !e.refusal; ++i) {
     const Message& m = plan.messages[i];
@@ -366,49 +409,69 @@ Expectation Expect(const Plan& plan) {
       refuse(grpc::StatusCode::INVALID_ARGUMENT, "unparseable message" + at);
       break;
     }
-    switch (state) {
-      case kConfig:
-        if (m.kind != Kind::kConfig) {
-          refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                 "first is not config" + at);
-        } else if (m.declared == 0) {
-          refuse(grpc::StatusCode::INVALID_ARGUMENT, "no model size" + at);
-        } else if (m.declared > kMaxModelBytes) {
-          refuse(grpc::StatusCode::RESOURCE_EXHAUSTED, "model too big" + at);
-        } else {
-          declared = m.declared;
-          state = kModel;
-        }
-        break;
-      case kModel:
-        if (m.kind == Kind::kChunk) {
-          if (m.chunk.size() > declared - e.model.size()) {
-            refuse(grpc::StatusCode::INVALID_ARGUMENT, "model too long" + at);
-          } else {
-            e.model += m.chunk;
-          }
-        } else if (m.kind == Kind::kBatch) {
-          if (e.model.size() != declared) {
+    // A batch ends the upload, from either upload state.
+    if (m.kind == Kind::kBatch && (state == kModel || state == kExternal)) {
+      if (!complete()) {
+        refuse(grpc::StatusCode::INVALID_ARGUMENT,
+               "batch before the model and its external data" + at);
+      } else {
+        state = kBatches;
+        e.job_submitted = true;
+        e.batches.push_back(&m.batch);
+      }
+    } else {
+      switch (state) {
+        case kConfig:
+          if (m.kind != Kind::kConfig) {
             refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                   "batch before the model is complete" + at);
+                   "first is not config" + at);
+          } else if (m.declared == 0) {
+            refuse(grpc::StatusCode::INVALID_ARGUMENT, "no model size" + at);
+          } else if (m.declared > kMaxModelBytes ||
+                     m.declared_external > kMaxModelBytes - m.declared) {
+            refuse(grpc::StatusCode::RESOURCE_EXHAUSTED, "model too big" + at);
           } else {
-            state = kBatches;
-            e.job_submitted = true;
+            declared = m.declared;
+            declared_external = m.declared_external;
+            state = kModel;
+          }
+          break;
+        case kModel:
+        case kExternal:
+          if (m.kind == Kind::kChunk && state == kModel) {
+            if (m.chunk.size() > declared - e.model.size()) {
+              refuse(grpc::StatusCode::INVALID_ARGUMENT, "model too long" + at);
+            } else {
+              e.model += m.chunk;
+            }
+          } else if (m.kind == Kind::kExternal) {
+            if (e.model.size() != declared) {
+              refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                     "external data before the model is complete" + at);
+            } else if (declared_external == 0) {
+              refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                     "external data not declared" + at);
+            } else if (m.chunk.size() > declared_external - e.external.size()) {
+              refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                     "external data too long" + at);
+            } else {
+              state = kExternal;
+              e.external += m.chunk;
+            }
+          } else {
+            refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                   "not the next part of the upload" + at);
+          }
+          break;
+        case kBatches:
+          if (m.kind != Kind::kBatch) {
+            refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                   "not a batch after a batch" + at);
+          } else {
             e.batches.push_back(&m.batch);
           }
-        } else {
-          refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                 "neither chunk nor batch after config" + at);
-        }
-        break;
-      case kBatches:
-        if (m.kind != Kind::kBatch) {
-          refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                 "not a batch after a batch" + at);
-        } else {
-          e.batches.push_back(&m.batch);
-        }
-        break;
+          break;
+      }
     }
     if (!e.refusal && e.batches.size() > kMaxBatches) {
       refuse(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many batches" + at);
@@ -417,8 +480,9 @@ Expectation Expect(const Plan& plan) {
   if (e.refusal || plan.cancel) return e;
   if (state == kConfig) {
     refuse(grpc::StatusCode::INVALID_ARGUMENT, "no config before the end");
-  } else if (state == kModel && e.model.size() != declared) {
-    refuse(grpc::StatusCode::INVALID_ARGUMENT, "model short at the end");
+  } else if (state != kBatches && !complete()) {
+    refuse(grpc::StatusCode::INVALID_ARGUMENT,
+           "model or external data short at the end");
   } else {
     e.job_decides = true;
     e.job_submitted = true;
@@ -431,6 +495,7 @@ Expectation Expect(const Plan& plan) {
 
 struct JobRecord {
   std::string model;
+  std::string external;              // The external_data stream, joined.
   std::vector<std::string> batches;  // Serialized, in the order popped.
   absl::Status status;
 };
@@ -445,18 +510,25 @@ class FakeJobs final : public quantd::server::JobRunner {
   }
 
   void SubmitQuantize(quantd::v1::QuantizeConfig config,
-                      std::string model_bytes, quantd::QuantizeEvents events,
+                      quantd::ModelUpload model, quantd::QuantizeEvents events,
                       std::shared_ptr<const quantd::CancellationToken> cancel,
                       quantd::Engine::QuantizeDone done,
                       std::shared_ptr<quantd::BatchQueue> batches) override {
-    Start(std::move(model_bytes), std::move(batches), std::move(cancel),
+    Start(std::move(model), std::move(batches), std::move(cancel),
           std::move(events.on_progress),
           [done = std::move(done)](const JobRecord& record, int64_t n) {
             if (!record.status.ok()) return done(record.status);
             quantd::QuantizeResult result;
             result.model = record.model;
-            result.summary.set_input_bytes(record.model.size());
-            result.summary.set_output_bytes(record.model.size());
+            // Echoed back, so the response's external_data chunks are
+            // sent too.
+            if (!record.external.empty()) {
+              result.external.Append(record.external);
+            }
+            result.summary.set_input_bytes(record.model.size() +
+                                           record.external.size());
+            result.summary.set_output_bytes(record.model.size() +
+                                            record.external.size());
             result.summary.set_model_unchanged(true);
             result.summary.set_unchanged_reason(
                 absl::StrCat("fake: ", n, " batches"));
@@ -465,12 +537,12 @@ class FakeJobs final : public quantd::server::JobRunner {
   }
 
   void SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                       std::string model_bytes,
+                       quantd::ModelUpload model,
                        std::shared_ptr<quantd::BatchQueue> batches,
                        quantd::CalibrateEvents events,
                        std::shared_ptr<const quantd::CancellationToken> cancel,
                        quantd::Engine::CalibrateDone done) override {
-    Start(std::move(model_bytes), std::move(batches), std::move(cancel),
+    Start(std::move(model), std::move(batches), std::move(cancel),
           std::move(events.on_progress),
           [done = std::move(done), method = config.method()](
               const JobRecord& record, int64_t n) {
@@ -509,7 +581,8 @@ class FakeJobs final : public quantd::server::JobRunner {
  private:
   using Finish = std::function<void(const JobRecord&, int64_t)>;
 
-  void Start(std::string model, std::shared_ptr<quantd::BatchQueue> batches,
+  void Start(quantd::ModelUpload model,
+             std::shared_ptr<quantd::BatchQueue> batches,
              std::shared_ptr<const quantd::CancellationToken> cancel,
              std::function<void(const quantd::v1::Progress&)> on_progress,
              Finish finish) {
@@ -521,7 +594,10 @@ class FakeJobs final : public quantd::server::JobRunner {
                            finish = std::move(finish), outcome = outcome_,
                            strict = strict_]() mutable {
       JobRecord record;
-      record.model = std::move(model);
+      record.model = std::move(model.bytes);
+      for (const std::string& piece : model.external.pieces()) {
+        record.external += piece;
+      }
       absl::Status refused;
       int64_t n = 0;
       while (batches != nullptr) {
@@ -688,6 +764,7 @@ QuantizeRequest ToQuantize(const Plan& plan, const Message& m) {
     case Kind::kConfig: {
       quantd::v1::QuantizeConfig* c = r.mutable_config();
       c->set_model_size_bytes(m.declared);
+      c->set_external_data_bytes(m.declared_external);
       auto* method = c->mutable_options()->mutable_quantization_method();
       if (plan.method == 1 || plan.method == 3) {
         method->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
@@ -707,6 +784,9 @@ QuantizeRequest ToQuantize(const Plan& plan, const Message& m) {
     case Kind::kChunk:
       r.set_model_chunk(m.chunk);
       break;
+    case Kind::kExternal:
+      r.set_external_data_chunk(m.chunk);
+      break;
     case Kind::kBatch:
       *r.mutable_calibration_batch() = m.batch;
       break;
@@ -722,9 +802,13 @@ CalibrateRequest ToCalibrate(const Plan& plan, const Message& m) {
     case Kind::kConfig:
       r.mutable_config()->set_method(plan.observer);
       r.mutable_config()->set_model_size_bytes(m.declared);
+      r.mutable_config()->set_external_data_bytes(m.declared_external);
       break;
     case Kind::kChunk:
       r.set_model_chunk(m.chunk);
+      break;
+    case Kind::kExternal:
+      r.set_external_data_chunk(m.chunk);
       break;
     case Kind::kBatch:
       *r.mutable_batch() = m.batch;
@@ -802,11 +886,24 @@ std::string Describe(const grpc::Status& s) {
 void CheckOkResponses(const CallResult<QuantizeResponse>& r,
                       const Expectation& e, const std::string& input) {
   std::string model;
+  std::string external;
   size_t progress = 0;
   size_t sizes = 0;
+  size_t external_sizes = 0;
   for (size_t i = 0; i < r.responses.size(); ++i) {
     const QuantizeResponse& m = r.responses[i];
-    if (m.has_progress() && m.progress().stage() == quantd::v1::STAGE_SEND) {
+    if (m.has_progress() && m.progress().stage() == quantd::v1::STAGE_SEND &&
+        m.progress().message() == "output external data bytes") {
+      ++external_sizes;
+      if (!external.empty() || model.size() != e.model.size() ||
+          m.progress().total() != static_cast<int64_t>(e.external.size())) {
+        Fail(
+            "Quantize OK: the external data's size is not announced after "
+            "the model and before its chunks",
+            input);
+      }
+    } else if (m.has_progress() &&
+               m.progress().stage() == quantd::v1::STAGE_SEND) {
       ++sizes;
       if (!model.empty() ||
           m.progress().total() != static_cast<int64_t>(e.model.size())) {
@@ -819,6 +916,7 @@ void CheckOkResponses(const CallResult<QuantizeResponse>& r,
       ++progress;
     }
     if (m.has_model_chunk()) model += m.model_chunk();
+    if (m.has_external_data_chunk()) external += m.external_data_chunk();
     if (m.has_summary() != (i + 1 == r.responses.size())) {
       Fail("Quantize OK without exactly one summary, last", input);
     }
@@ -829,6 +927,14 @@ void CheckOkResponses(const CallResult<QuantizeResponse>& r,
          input);
   }
   if (model != e.model) Fail("Quantize OK: the echoed model differs", input);
+  if (external != e.external) {
+    Fail("Quantize OK: the echoed external data differs", input);
+  }
+  if (external_sizes != (e.external.empty() ? 0u : 1u)) {
+    Fail(absl::StrCat("Quantize OK with ", external_sizes,
+                      " external data size events"),
+         input);
+  }
   if (sizes != (e.model.empty() ? 0u : 1u)) {
     Fail(absl::StrCat("Quantize OK with ", sizes, " output size events"),
          input);
@@ -882,6 +988,9 @@ void Check(const CallResult<Response>& r, const Expectation& e,
   // A job only ever sees the stream's model and a prefix of its batches.
   if (job != nullptr) {
     if (job->model != e.model) Fail("the job got other model bytes", input);
+    if (job->external != e.external) {
+      Fail("the job got other external data", input);
+    }
     if (job->batches.size() > e.batches.size()) {
       Fail("the job got more batches than were sent", input);
     }

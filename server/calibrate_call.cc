@@ -34,14 +34,19 @@ class CalibrateReactor final
         return Part::kModelChunk;
       case CalibrateRequest::kBatch:
         return Part::kBatch;
+      case CalibrateRequest::kExternalDataChunk:
+        return Part::kExternalChunk;
       case CalibrateRequest::PAYLOAD_NOT_SET:
         break;
     }
     return Part::kNone;
   }
-  uint64_t TakeConfig(CalibrateRequest* request) override {
+  DeclaredUpload TakeConfig(CalibrateRequest* request) override {
     config_ = std::move(*request->mutable_config());
-    return config_.model_size_bytes();
+    return {config_.model_size_bytes(), config_.external_data_bytes()};
+  }
+  std::string* MutableExternalChunk(CalibrateRequest* request) override {
+    return request->mutable_external_data_chunk();
   }
   const std::string& Chunk(const CalibrateRequest& request) const override {
     return request.model_chunk();
@@ -53,7 +58,7 @@ class CalibrateReactor final
   // Core says what it thinks of a calibration without data.
   bool QueueWithoutBatches() const override { return true; }
 
-  void Submit(std::string model, std::shared_ptr<BatchQueue> batches) override {
+  void Submit(ModelUpload model, std::shared_ptr<BatchQueue> batches) override {
     quantd::CalibrateEvents events;
     events.on_progress = [this](const quantd::v1::Progress& progress) {
       CalibrateResponse response;

@@ -20,6 +20,8 @@ namespace quantd::server {
 
 // The field number both requests give `model_chunk`.
 inline constexpr int kRequestModelChunkField = 2;
+// And `external_data_chunk`.
+inline constexpr int kRequestExternalChunkField = 4;
 
 // Where the payload of a message that is exactly one length-delimited
 // field `field` lies in `slices` (a serialized message, as

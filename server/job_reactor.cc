@@ -34,6 +34,7 @@ void JobReactor<Request, Response>::OnReadDone(bool ok) {
     return;
   }
   if (receive_ == Receive::kModel && TakeModelChunk()) return;
+  if (receive_ == Receive::kExternal && TakeExternalChunk()) return;
   request_.Clear();
   if (!grpc::SerializationTraits<Request>::Deserialize(&read_buffer_, &request_)
            .ok()) {
@@ -52,6 +53,9 @@ void JobReactor<Request, Response>::OnReadDone(bool ok) {
       return;
     case Receive::kModel:
       OnModelPart();
+      return;
+    case Receive::kExternal:
+      OnExternalPart();
       return;
     case Receive::kBatches:
       OnBatchPart();
@@ -175,7 +179,9 @@ void JobReactor<Request, Response>::OnConfig() {
                             "first message must be config"));
     return;
   }
-  declared_ = TakeConfig(&request_);
+  const DeclaredUpload declared = TakeConfig(&request_);
+  declared_ = declared.model_bytes;
+  declared_external_ = declared.external_bytes;
   if (declared_ == 0) {
     FinishWith(grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -183,21 +189,28 @@ void JobReactor<Request, Response>::OnConfig() {
         "(> 0)"));
     return;
   }
-  if (declared_ > options_.max_model_bytes) {
-    FinishWith(
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     absl::StrCat("config.model_size_bytes = ", declared_,
-                                  " is over this server's limit of ",
-                                  options_.max_model_bytes, " bytes")));
+  // The model and its external data are one upload: one limit, one charge.
+  const std::string what =
+      declared_external_ == 0
+          ? absl::StrCat("config.model_size_bytes = ", declared_)
+          : absl::StrCat("config.model_size_bytes + external_data_bytes = ",
+                         declared_, " + ", declared_external_);
+  if (declared_ > options_.max_model_bytes ||
+      declared_external_ > options_.max_model_bytes - declared_) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(what, " is over this server's limit of ",
+                     options_.max_model_bytes, " bytes (max_model_bytes)")));
     return;
   }
+  const uint64_t total = declared_ + declared_external_;
   // Held until the job starts (StartJob, OnSlot) or the call ends, so calls
   // that upload slowly, never finish or wait in the queue cannot pin more
   // than the budget.
-  if (!uploads_->TryCharge(declared_)) {
+  if (!uploads_->TryCharge(total)) {
     FinishWith(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("config.model_size_bytes = ", declared_,
+        absl::StrCat(what,
                      " does not fit in this server's budget for models being "
                      "uploaded or queued (max_uploading_bytes = ",
                      uploads_->limit(), ", ", uploads_->in_use(),
@@ -205,7 +218,7 @@ void JobReactor<Request, Response>::OnConfig() {
                      "replica")));
     return;
   }
-  upload_charge_ = declared_;
+  upload_charge_ = total;
   receive_ = Receive::kModel;
   ReadNext();
 }
@@ -216,18 +229,23 @@ void JobReactor<Request, Response>::OnModelPart() {
     case Part::kModelChunk:
       break;
     case Part::kBatch:
-      if (model_.size() != declared_) {
-        FinishWith(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat(
-                "a ", BatchName(), " before the model is complete: received ",
-                model_.size(), " of config.model_size_bytes = ", declared_,
-                " bytes")));
-        return;
-      }
+      if (!UploadComplete(absl::StrCat("a ", BatchName()))) return;
       if (!StartJob(/*with_queue=*/true)) return;
       receive_ = Receive::kBatches;
       OnBatchPart();
+      return;
+    case Part::kExternalChunk:
+      if (model_.size() != declared_) {
+        FinishWith(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("an external_data_chunk before the model is "
+                         "complete: received ",
+                         model_.size(), " of the ", declared_,
+                         " bytes config.model_size_bytes declared")));
+        return;
+      }
+      receive_ = Receive::kExternal;
+      OnExternalPart();
       return;
     case Part::kConfig:
       FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -237,15 +255,113 @@ void JobReactor<Request, Response>::OnModelPart() {
       FinishWith(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat("a message after config must be a model_chunk "
-                       "(or, once the model is complete, a ",
+                       "(or, once the model is complete, an "
+                       "external_data_chunk or a ",
                        BatchName(), ")")));
       return;
   }
   const std::string& chunk = Chunk(request_);
   if (!MakeRoomForModelBytes(chunk.size())) return;
   model_.append(chunk);
-  call_.bytes_in = model_.size();
+  CountBytesIn();
   ReadNext();
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::UploadComplete(absl::string_view before) {
+  if (model_.size() != declared_) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat(before, " before the model is complete: received ",
+                     model_.size(), " of the ", declared_,
+                     " bytes config.model_size_bytes declared")));
+    return false;
+  }
+  if (external_.size() != declared_external_) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat(before, " before the external data is complete: received ",
+                     external_.size(), " of the ", declared_external_,
+                     " bytes config.external_data_bytes declared")));
+    return false;
+  }
+  return true;
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::FitsExternal(uint64_t bytes) {
+  if (declared_external_ == 0) {
+    FinishWith(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "an external_data_chunk, but config.external_data_bytes is 0: "
+        "declare the stream's size in the config"));
+    return false;
+  }
+  if (bytes > declared_external_ - external_.size()) {
+    FinishWith(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("received more external data than "
+                                  "config.external_data_bytes = ",
+                                  declared_external_, " (",
+                                  external_.size() + bytes, " so far)")));
+    return false;
+  }
+  return true;
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnExternalPart() {
+  switch (PartOf(request_)) {
+    case Part::kExternalChunk:
+      break;
+    case Part::kBatch:
+      if (!UploadComplete(absl::StrCat("a ", BatchName()))) return;
+      if (!StartJob(/*with_queue=*/true)) return;
+      receive_ = Receive::kBatches;
+      OnBatchPart();
+      return;
+    case Part::kModelChunk:
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "a model_chunk after an external_data_chunk: the whole model must "
+          "come first"));
+      return;
+    case Part::kConfig:
+      FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "config must be sent exactly once"));
+      return;
+    case Part::kNone:
+      FinishWith(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("a message after the model must be an "
+                                    "external_data_chunk or a ",
+                                    BatchName())));
+      return;
+  }
+  std::string* chunk = MutableExternalChunk(&request_);
+  if (!FitsExternal(chunk->size())) return;
+  external_.Append(std::move(*chunk));
+  CountBytesIn();
+  ReadNext();
+}
+
+template <typename Request, typename Response>
+bool JobReactor<Request, Response>::TakeExternalChunk() {
+  std::vector<grpc::Slice> slices;
+  WireField chunk;
+  if (!read_buffer_.Dump(&slices).ok() ||
+      !FindSoleBytesField(slices, kRequestExternalChunkField, &chunk)) {
+    return false;
+  }
+  ++messages_in_;
+  if (!FitsExternal(chunk.size)) return true;
+  std::string piece;
+  piece.reserve(chunk.size);
+  AppendSliceBytes(slices, chunk.offset, chunk.size, &piece);
+  external_.Append(std::move(piece));
+  CountBytesIn();
+  ReadNext();
+  return true;
 }
 
 template <typename Request, typename Response>
@@ -260,7 +376,7 @@ bool JobReactor<Request, Response>::TakeModelChunk() {
   ++messages_in_;
   if (!MakeRoomForModelBytes(chunk.size)) return true;
   AppendSliceBytes(slices, chunk.offset, chunk.size, &model_);
-  call_.bytes_in = model_.size();
+  CountBytesIn();
   ReadNext();
   return true;
 }
@@ -288,10 +404,15 @@ void JobReactor<Request, Response>::OnBatchPart() {
     case Part::kBatch:
       break;
     case Part::kModelChunk:
-      FinishWith(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       absl::StrCat("a model_chunk after a ", BatchName(),
-                                    ": the whole model must come first")));
+    case Part::kExternalChunk:
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat(PartOf(request_) == Part::kModelChunk
+                           ? "a model_chunk"
+                           : "an external_data_chunk",
+                       " after a ", BatchName(),
+                       ": the whole model and its external data must come "
+                       "first")));
       return;
     case Part::kConfig:
       FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -329,7 +450,8 @@ void JobReactor<Request, Response>::OnHalfClose() {
   // expired call, not a malformed one.
   const bool cut_short =
       receive_ == Receive::kConfig ||
-      (receive_ == Receive::kModel && model_.size() != declared_);
+      ((receive_ == Receive::kModel || receive_ == Receive::kExternal) &&
+       (model_.size() != declared_ || external_.size() != declared_external_));
   if (cut_short && DeadlinePassed()) {
     FinishWith(CancelStatus(" while receiving the request"));
     return;
@@ -340,14 +462,8 @@ void JobReactor<Request, Response>::OnHalfClose() {
                               "empty stream: expected a config message"));
       return;
     case Receive::kModel:
-      if (model_.size() != declared_) {
-        FinishWith(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("the stream ended after ", model_.size(),
-                         " model bytes; config.model_size_bytes declared ",
-                         declared_)));
-        return;
-      }
+    case Receive::kExternal:
+      if (!UploadComplete("the end of the stream")) return;
       if (!StartJob(/*with_queue=*/QueueWithoutBatches())) return;
       if (queue_for_reads_ != nullptr) queue_for_reads_->Close();
       return;
@@ -390,7 +506,7 @@ bool JobReactor<Request, Response>::StartJob(bool with_queue) {
       // charged to the upload budget, which so bounds the memory of the
       // whole queue.
       ReleaseUpload();
-      Submit(std::move(model_), queue_for_reads_);
+      Submit(TakeUpload(), queue_for_reads_);
       return true;
     case JobLimiter::Admission::kQueued:
       return true;
@@ -414,7 +530,7 @@ void JobReactor<Request, Response>::OnSlot() {
     limiter_->Release();
   } else {
     ReleaseUpload();
-    Submit(std::move(model_), queue_for_reads_);
+    Submit(TakeUpload(), queue_for_reads_);
   }
   Unref();  // The wait's.
 }

@@ -49,10 +49,17 @@ struct CallDeps {
 using quantd::v1::TensorBatch;
 
 // What a message of the request stream carries, whatever the RPC.
-enum class Part { kConfig, kModelChunk, kBatch, kNone };
+enum class Part { kConfig, kModelChunk, kExternalChunk, kBatch, kNone };
+
+// What a config says the upload will be.
+struct DeclaredUpload {
+  uint64_t model_bytes = 0;
+  uint64_t external_bytes = 0;  // The external_data stream after the model.
+};
 
 // The machinery Quantize and Calibrate share: a request stream of one config,
-// the model as chunks and then (optionally) calibration batches; a core job
+// the model as chunks, its external_data stream (models sent with external
+// data) and then (optionally) calibration batches; a core job
 // submitted once the model is complete; and a response stream of the job's
 // events followed by its result.
 //
@@ -137,9 +144,10 @@ class JobReactor
   // ---- What a subclass says about its RPC. Called on the receive side.
   // (Model chunks usually bypass Request: see TakeModelChunk.)
   virtual Part PartOf(const Request& request) const = 0;
-  // Takes the config out of `request` and returns the declared model size.
-  virtual uint64_t TakeConfig(Request* request) = 0;
+  // Takes the config out of `request` and returns the declared sizes.
+  virtual DeclaredUpload TakeConfig(Request* request) = 0;
   virtual const std::string& Chunk(const Request& request) const = 0;
+  virtual std::string* MutableExternalChunk(Request* request) = 0;
   virtual TensorBatch* MutableBatch(Request* request) = 0;
   // The batch field's name, for error messages.
   virtual const char* BatchName() const = 0;
@@ -148,7 +156,7 @@ class JobReactor
   virtual bool QueueWithoutBatches() const = 0;
   // Submits the job through jobs() with `model` and `batches` (null when
   // there are none); the job must call JobDone exactly once.
-  virtual void Submit(std::string model,
+  virtual void Submit(ModelUpload model,
                       std::shared_ptr<BatchQueue> batches) = 0;
 
   // ---- Send side. Under mu_: what follows the events once they are all
@@ -182,12 +190,12 @@ class JobReactor
   absl::Mutex mu_;
 
  private:
-  enum class Receive { kConfig, kModel, kBatches };
+  enum class Receive { kConfig, kModel, kExternal, kBatches };
   enum class Action { kNone, kWrite, kFinish };
 
   void Unref() {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    const bool big = declared_ >= kTrimHeapAfterModelBytes;
+    const bool big = declared_ + declared_external_ >= kTrimHeapAfterModelBytes;
     IdleHeapTrimmer* const trimmer = trimmer_;
     ReleaseUpload();
     delete this;
@@ -232,6 +240,28 @@ class JobReactor
   // Checks `bytes` more fit the declared size and makes room for them;
   // false (the call finishing) when not.
   bool MakeRoomForModelBytes(uint64_t bytes);
+
+  // The first external_data_chunk (model complete, a stream declared),
+  // then each one after it.
+  void OnExternalPart();
+  // As TakeModelChunk, for an external_data_chunk: its bytes become one
+  // piece of external_ without a pass through request_.
+  bool TakeExternalChunk();
+  // Checks a piece of `bytes` fits the declared stream; false (the call
+  // finishing) when not.
+  bool FitsExternal(uint64_t bytes);
+  // The model, and its stream if one was declared, are complete: what a
+  // batch or the end of the stream may follow. Otherwise finishes the call
+  // with INVALID_ARGUMENT saying what is missing (`before` says what came
+  // too early) and returns false.
+  bool UploadComplete(absl::string_view before);
+  ModelUpload TakeUpload() {
+    ModelUpload upload(std::move(model_));
+    upload.external = std::move(external_);
+    return upload;
+  }
+  // Everything received so far, for the call's record.
+  void CountBytesIn() { call_.bytes_in = model_.size() + external_.size(); }
 
   void OnBatchPart();
 
@@ -291,7 +321,9 @@ class JobReactor
   uint64_t messages_in_ = 0;  // Parsed so far, for messages.
   Receive receive_ = Receive::kConfig;
   uint64_t declared_ = 0;
+  uint64_t declared_external_ = 0;
   std::string model_;
+  graph::ExternalDataStream external_;
   double receive_seconds_ = 0;
   std::shared_ptr<BatchQueue> queue_for_reads_;
 

@@ -21,13 +21,13 @@ class JobRunner {
   virtual ~JobRunner() = default;
 
   virtual void SubmitQuantize(
-      quantd::v1::QuantizeConfig config, std::string model_bytes,
+      quantd::v1::QuantizeConfig config, ModelUpload model,
       QuantizeEvents events, std::shared_ptr<const CancellationToken> cancel,
       Engine::QuantizeDone done,
       std::shared_ptr<BatchQueue> calibration_batches) = 0;
 
   virtual void SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                               std::string model_bytes,
+                               ModelUpload model,
                                std::shared_ptr<BatchQueue> batches,
                                CalibrateEvents events,
                                std::shared_ptr<const CancellationToken> cancel,
@@ -44,22 +44,21 @@ class EngineJobRunner final : public JobRunner {
   explicit EngineJobRunner(Engine* engine) : engine_(engine) {}
 
   void SubmitQuantize(
-      quantd::v1::QuantizeConfig config, std::string model_bytes,
+      quantd::v1::QuantizeConfig config, ModelUpload model,
       QuantizeEvents events, std::shared_ptr<const CancellationToken> cancel,
       Engine::QuantizeDone done,
       std::shared_ptr<BatchQueue> calibration_batches) override {
-    engine_->SubmitQuantize(std::move(config), std::move(model_bytes),
+    engine_->SubmitQuantize(std::move(config), std::move(model),
                             std::move(events), std::move(cancel),
                             std::move(done), std::move(calibration_batches));
   }
 
-  void SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                       std::string model_bytes,
+  void SubmitCalibrate(quantd::v1::CalibrateConfig config, ModelUpload model,
                        std::shared_ptr<BatchQueue> batches,
                        CalibrateEvents events,
                        std::shared_ptr<const CancellationToken> cancel,
                        Engine::CalibrateDone done) override {
-    engine_->SubmitCalibrate(std::move(config), std::move(model_bytes),
+    engine_->SubmitCalibrate(std::move(config), std::move(model),
                              std::move(batches), std::move(events),
                              std::move(cancel), std::move(done));
   }

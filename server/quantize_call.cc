@@ -51,14 +51,19 @@ class QuantizeReactor final
         return Part::kModelChunk;
       case QuantizeRequest::kCalibrationBatch:
         return Part::kBatch;
+      case QuantizeRequest::kExternalDataChunk:
+        return Part::kExternalChunk;
       case QuantizeRequest::PAYLOAD_NOT_SET:
         break;
     }
     return Part::kNone;
   }
-  uint64_t TakeConfig(QuantizeRequest* request) override {
+  DeclaredUpload TakeConfig(QuantizeRequest* request) override {
     config_ = std::move(*request->mutable_config());
-    return config_.model_size_bytes();
+    return {config_.model_size_bytes(), config_.external_data_bytes()};
+  }
+  std::string* MutableExternalChunk(QuantizeRequest* request) override {
+    return request->mutable_external_data_chunk();
   }
   const std::string& Chunk(const QuantizeRequest& request) const override {
     return request.model_chunk();
@@ -77,7 +82,7 @@ class QuantizeReactor final
            config_.calibration().ranges().empty();
   }
 
-  void Submit(std::string model, std::shared_ptr<BatchQueue> batches) override {
+  void Submit(ModelUpload model, std::shared_ptr<BatchQueue> batches) override {
     quantd::QuantizeEvents events;
     events.on_progress = [this](const quantd::v1::Progress& progress) {
       QuantizeResponse response;
@@ -135,6 +140,36 @@ class QuantizeReactor final
       call().bytes_out += n;
       return Tail::kWrite;
     }
+    if (!external_announced_ && !result_->external.empty()) {
+      external_announced_ = true;
+      quantd::v1::Progress* send = out->mutable_progress();
+      send->set_stage(quantd::v1::STAGE_SEND);
+      send->set_total(static_cast<int64_t>(result_->external.size()));
+      send->set_message("output external data bytes");
+      external_pieces_ = result_->external.TakePieces();
+      return Tail::kWrite;
+    }
+    // The external data the same way, piece by piece (a piece is a tensor's
+    // bytes), each piece shared with gRPC until it is written.
+    while (piece_ < external_pieces_.size()) {
+      if (piece_owner_ == nullptr) {
+        piece_owner_ = std::make_shared<const std::string>(
+            std::move(external_pieces_[piece_]));
+        piece_offset_ = 0;
+      }
+      if (piece_offset_ < piece_owner_->size()) {
+        const size_t n = std::min<uint64_t>(
+            options().model_chunk_bytes, piece_owner_->size() - piece_offset_);
+        *raw = SoleBytesFieldMessage(
+            QuantizeResponse::kExternalDataChunkFieldNumber, piece_owner_,
+            piece_offset_, n);
+        piece_offset_ += n;
+        call().bytes_out += n;
+        return Tail::kWrite;
+      }
+      piece_owner_.reset();  // Freed once gRPC lets go of it.
+      ++piece_;
+    }
     // Everything else is out: the summary goes last.
     summary_sent_ = true;
     quantd::v1::QuantizeSummary* summary = &result_->summary;
@@ -157,6 +192,13 @@ class QuantizeReactor final
   // flight.
   std::shared_ptr<const std::string> model_ ABSL_GUARDED_BY(mu_);
   uint64_t send_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  // The output's external_data stream: its pieces, the one being sent
+  // (shared with the chunks in flight) and the position in it.
+  bool external_announced_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> external_pieces_ ABSL_GUARDED_BY(mu_);
+  size_t piece_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const std::string> piece_owner_ ABSL_GUARDED_BY(mu_);
+  uint64_t piece_offset_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time send_start_ ABSL_GUARDED_BY(mu_);
   bool summary_sent_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -65,7 +65,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> CalibrateFromQueue(
 namespace {
 
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
-    const quantd::v1::CalibrateConfig& config, std::string model_bytes,
+    const quantd::v1::CalibrateConfig& config, ModelUpload upload,
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits) {
@@ -73,12 +73,18 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
                           ResolveCalibrateRequest(config));
 
   Report(events, quantd::v1::STAGE_PARSE, 0, 1,
-         absl::StrCat("parsing ", model_bytes.size(), " bytes"));
+         absl::StrCat("parsing ", upload.bytes.size(), " bytes"));
   QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model,
-                          graph::ParseModel(model_bytes, &cancel));
-  std::string().swap(model_bytes);
+                          graph::ParseModel(upload.bytes, &cancel));
+  std::string().swap(upload.bytes);
   // Before any other work: an oversized model costs one parse, no more.
   QUANTD_RETURN_IF_ERROR(CheckJobLimits(model, limits));
+  if (!upload.external.empty()) {
+    QUANTD_RETURN_IF_ERROR(graph::AttachExternalData(&upload.external,
+                                                     /*keep_stream=*/false,
+                                                     &model)
+                               .status());
+  }
   Report(events, quantd::v1::STAGE_VALIDATE, 0, 1, "checking the model");
   // As Quantize does: sorted before the checks, which want node order.
   QUANTD_RETURN_IF_ERROR(
@@ -120,7 +126,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
 }  // namespace
 
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
-    const quantd::v1::CalibrateConfig& config, std::string model_bytes,
+    const quantd::v1::CalibrateConfig& config, ModelUpload model,
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits) {
@@ -132,8 +138,8 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
   // Running out of memory fails this call, not the process (the job's
   // memory is freed by the unwinding).
   try {
-    return RunCalibrateJob(config, std::move(model_bytes), batches, events,
-                           cancel, pool, limits);
+    return RunCalibrateJob(config, std::move(model), batches, events, cancel,
+                           pool, limits);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "the Calibrate job ran out of memory; send smaller batches, or ask "

@@ -48,7 +48,7 @@ void Engine::RunOnOwnThread(std::function<void()> job) {
 }
 
 void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,
-                            std::string model_bytes, QuantizeEvents events,
+                            ModelUpload model, QuantizeEvents events,
                             std::shared_ptr<const CancellationToken> cancel,
                             QuantizeDone done,
                             std::shared_ptr<BatchQueue> calibration_batches) {
@@ -56,7 +56,7 @@ void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,
   const JobLimits limits = limits_;
   // std::function needs a copyable callable; the model bytes can be large,
   // so they travel in a shared_ptr and are moved out exactly once.
-  auto bytes = std::make_shared<std::string>(std::move(model_bytes));
+  auto bytes = std::make_shared<ModelUpload>(std::move(model));
   auto job = [config = std::move(config), bytes, events = std::move(events),
               cancel = std::move(cancel), done = std::move(done), pool,
               calibration_batches, limits] {
@@ -75,14 +75,14 @@ void Engine::SubmitQuantize(quantd::v1::QuantizeConfig config,
 }
 
 void Engine::SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                             std::string model_bytes,
+                             ModelUpload model,
                              std::shared_ptr<BatchQueue> batches,
                              CalibrateEvents events,
                              std::shared_ptr<const CancellationToken> cancel,
                              CalibrateDone done) {
   ThreadPool* pool = pool_.get();
   const JobLimits limits = limits_;
-  auto bytes = std::make_shared<std::string>(std::move(model_bytes));
+  auto bytes = std::make_shared<ModelUpload>(std::move(model));
   RunOnOwnThread([config = std::move(config), bytes,
                   batches = std::move(batches), events = std::move(events),
                   cancel = std::move(cancel), done = std::move(done), pool,

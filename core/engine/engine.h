@@ -15,6 +15,7 @@
 #include "core/base/thread_pool.h"
 #include "core/engine/batch_queue.h"
 #include "core/engine/limits.h"
+#include "core/graph/external_stream.h"
 #include "quantd/v1/quantization_service.pb.h"
 
 namespace quantd {
@@ -26,13 +27,30 @@ struct QuantizeEvents {
   std::function<void(const quantd::v1::TensorReport&)> on_tensor_report;
 };
 
+// A model as a request carries it: the serialized ModelProto and, for a
+// model sent with external data (one over 2 GB), the stream its EXTERNAL
+// tensors are located in (see core/graph/external_stream.h).
+struct ModelUpload {
+  ModelUpload() = default;
+  // Implicit: most models are just their bytes.
+  ModelUpload(std::string model_bytes)  // NOLINT(google-explicit-constructor)
+      : bytes(std::move(model_bytes)) {}
+  std::string bytes;
+  graph::ExternalDataStream external;
+};
+
 struct QuantizeResult {
   std::string model;  // The serialized output ONNX model.
+  // Not empty when the output's large tensors travel beside it: always when
+  // the input came with external data, and when the output would not fit in
+  // one protobuf message.
+  graph::ExternalDataStream external;
   quantd::v1::QuantizeSummary summary;
 };
 
 // One Quantize job, start to end, on the calling thread. Takes ownership of
-// the model bytes so it can free them as soon as they are parsed. `pool` (may
+// the model bytes so it can free them as soon as they are parsed (and the
+// external data stream as its tensors are attached). `pool` (may
 // be null) is used for per-tensor parallelism; the calling thread takes part,
 // so calling this from a pool thread cannot deadlock. For STATIC_RANGE,
 // `calibration_batches` (may be null) streams calibration batches that follow
@@ -43,7 +61,7 @@ struct QuantizeResult {
 // CANCELLED. Running out of memory (std::bad_alloc anywhere in the job) is
 // RESOURCE_EXHAUSTED for this call; the process carries on.
 absl::StatusOr<QuantizeResult> RunQuantize(
-    const quantd::v1::QuantizeConfig& config, std::string model_bytes,
+    const quantd::v1::QuantizeConfig& config, ModelUpload model,
     const QuantizeEvents& events, const CancellationToken& cancel,
     ThreadPool* pool, BatchQueue* calibration_batches = nullptr,
     const JobLimits& limits = JobLimits());
@@ -56,7 +74,7 @@ struct CalibrateEvents {
 // popped from `batches` until it is closed, and return the ranges. Limits,
 // cancellation and out-of-memory as for RunQuantize.
 absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrate(
-    const quantd::v1::CalibrateConfig& config, std::string model_bytes,
+    const quantd::v1::CalibrateConfig& config, ModelUpload model,
     BatchQueue* batches, const CalibrateEvents& events,
     const CancellationToken& cancel, ThreadPool* pool,
     const JobLimits& limits = JobLimits());
@@ -81,7 +99,7 @@ class Engine {
   // its own (its heavy work still fans out over the pool): a slow client
   // never holds a pool thread.
   void SubmitQuantize(
-      quantd::v1::QuantizeConfig config, std::string model_bytes,
+      quantd::v1::QuantizeConfig config, ModelUpload model,
       QuantizeEvents events, std::shared_ptr<const CancellationToken> cancel,
       QuantizeDone done,
       std::shared_ptr<BatchQueue> calibration_batches = nullptr);
@@ -90,8 +108,7 @@ class Engine {
       std::function<void(absl::StatusOr<quantd::v1::CalibrationResult>)>;
   // Runs RunCalibrate on a thread of its own (it waits on `batches`);
   // `done` is called exactly once.
-  void SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                       std::string model_bytes,
+  void SubmitCalibrate(quantd::v1::CalibrateConfig config, ModelUpload model,
                        std::shared_ptr<BatchQueue> batches,
                        CalibrateEvents events,
                        std::shared_ptr<const CancellationToken> cancel,

@@ -136,12 +136,12 @@ class QuantizeJob {
                      "GPTQ input-statistics budget of this call (quantd "
                      "--max_observer_bytes)") {}
 
-  absl::StatusOr<QuantizeResult> Run(std::string bytes);
+  absl::StatusOr<QuantizeResult> Run(ModelUpload upload);
 
  private:
   bool PassThrough() const { return options_.pass_through; }
   const ResolvedOptions& resolved() const { return options_.resolved; }
-  absl::Status Parse(std::string* bytes);
+  absl::Status Parse(ModelUpload* upload);
   // STATIC_RANGE: the activation ranges, from config.calibration or from
   // the batches that follow the model in this call.
   absl::Status Calibrate();
@@ -286,6 +286,9 @@ class QuantizeJob {
   // output bytes match them (the input is freed after parsing).
   size_t input_size_ = 0;
   size_t input_hash_ = 0;
+  // The input came with an external_data stream: the output goes back the
+  // same way.
+  bool external_input_ = false;
   QuantizeResult result_;
   Stage stage_ = quantd::v1::STAGE_UNSPECIFIED;
   int64_t stage_total_ = 0;
@@ -325,13 +328,26 @@ void QuantizeJob::FillOptionWords() {
   s.set_precision(PrecisionName(resolved().precision));
 }
 
-absl::Status QuantizeJob::Parse(std::string* bytes) {
-  result_.summary.set_input_bytes(bytes->size());
+absl::Status QuantizeJob::Parse(ModelUpload* upload) {
+  std::string* bytes = &upload->bytes;
+  result_.summary.set_input_bytes(bytes->size() + upload->external.size());
   StartStage(quantd::v1::STAGE_PARSE, 1,
              absl::StrCat("parsing ", bytes->size(), " bytes"));
   QUANTD_ASSIGN_OR_RETURN(model_, graph::ParseModel(*bytes, &cancel_));
   // Before any other work: an oversized model costs one parse, no more.
   QUANTD_RETURN_IF_ERROR(CheckJobLimits(model_, limits_));
+  external_input_ = !upload->external.empty();
+  if (external_input_) {
+    // A pass-through answers with the stream as it came; every other job
+    // takes it apart into the model as it goes.
+    QUANTD_ASSIGN_OR_RETURN(
+        const graph::AttachedExternalData attached,
+        graph::AttachExternalData(&upload->external,
+                                  /*keep_stream=*/PassThrough(), &model_));
+    result_.summary.add_validations(absl::StrCat(
+        "read ", attached.tensors, " tensors (", attached.bytes,
+        " bytes) from the request's external_data stream"));
+  }
   input_size_ = bytes->size();
   // The parsed model now holds everything; keep at most one copy around
   // unless the bytes are the answer (then nothing needs comparing either).
@@ -1581,12 +1597,19 @@ absl::Status QuantizeJob::Serialize() {
   }
   for (auto& v : validations) result_.summary.add_validations(std::move(v));
   result_.summary.set_output_opset(graph::DefaultOpset(model_));
+  // One protobuf message holds at most 2 GB: past that, or when the input
+  // came that way, the large tensors leave beside the model.
+  if (external_input_ || model_.ByteSizeLong() > graph::kMaxMessageBytes) {
+    result_.external = graph::DetachExternalData(graph::kExternalMinBytes, &model_);
+  }
   QUANTD_ASSIGN_OR_RETURN(std::string bytes,
                           graph::SerializeModel(model_, &cancel_));
   onnx::ModelProto().Swap(&model_);
   result_.model = std::move(bytes);
-  result_.summary.set_output_bytes(result_.model.size());
-  if (result_.model.size() == input_size_ &&
+  result_.summary.set_output_bytes(result_.model.size() +
+                                   result_.external.size());
+  if (result_.external.empty() && !external_input_ &&
+      result_.model.size() == input_size_ &&
       absl::HashOf(absl::string_view(result_.model)) == input_hash_) {
     result_.summary.set_model_unchanged(true);
     result_.summary.set_unchanged_reason(
@@ -1597,21 +1620,22 @@ absl::Status QuantizeJob::Serialize() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
+absl::StatusOr<QuantizeResult> QuantizeJob::Run(ModelUpload upload) {
   // Options first: refusing a request should not cost a parse.
   QUANTD_ASSIGN_OR_RETURN(
       options_,
       ResolveQuantizeRequest(config_, calibration_batches_ != nullptr));
   FillOptionWords();
-  absl::Status s = Parse(&bytes);
+  absl::Status s = Parse(&upload);
   if (!s.ok()) return s;
   if (PassThrough()) {
     quantd::v1::QuantizeSummary& summary = result_.summary;
     summary.set_model_unchanged(true);
     summary.set_unchanged_reason(options_.unchanged_reason);
     summary.set_output_opset(summary.input_opset());
-    summary.set_output_bytes(bytes.size());
-    result_.model = std::move(bytes);
+    summary.set_output_bytes(upload.bytes.size() + upload.external.size());
+    result_.model = std::move(upload.bytes);
+    result_.external = std::move(upload.external);
     return std::move(result_);
   }
   s = Equalize();
@@ -1631,7 +1655,7 @@ absl::StatusOr<QuantizeResult> QuantizeJob::Run(std::string bytes) {
 }  // namespace
 
 absl::StatusOr<QuantizeResult> RunQuantize(
-    const quantd::v1::QuantizeConfig& config, std::string model_bytes,
+    const quantd::v1::QuantizeConfig& config, ModelUpload model,
     const QuantizeEvents& events, const CancellationToken& cancel,
     ThreadPool* pool, BatchQueue* calibration_batches,
     const JobLimits& limits) {
@@ -1647,7 +1671,7 @@ absl::StatusOr<QuantizeResult> RunQuantize(
   try {
     return QuantizeJob(config, events, cancel, pool, calibration_batches,
                        limits)
-        .Run(std::move(model_bytes));
+        .Run(std::move(model));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "the Quantize job ran out of memory; send a smaller model or smaller "

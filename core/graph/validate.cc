@@ -213,10 +213,11 @@ class FieldChecker {
       }
       return absl::InvalidArgumentError(absl::StrCat(
           where, " keeps its values in an external file ", Quoted(file),
-          ", which quantd never opens: send the model with its weights "
-          "inside, up to 2 GiB (quantctl and the C++ SDK's "
-          "InlineExternalData read the data files in; or "
-          "onnx.save_model(model, path, save_as_external_data=False))"));
+          ", which quantd never opens: send its bytes in the request's "
+          "external_data stream (quantctl and the C++ SDK do: "
+          "OpenModelForStreaming), or the model with its weights inside, up "
+          "to 2 GiB (onnx.save_model(model, path, "
+          "save_as_external_data=False))"));
     }
     if (t.has_segment()) {
       return absl::InvalidArgumentError(absl::StrCat(

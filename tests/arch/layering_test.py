@@ -21,6 +21,8 @@ FILE_LAYER = {
     "core/executor/npy.cc": "tensor_io",
     "core/graph/tensor_util.h": "tensor_io",
     "core/graph/tensor_util.cc": "tensor_io",
+    "core/graph/external_stream.h": "tensor_io",
+    "core/graph/external_stream.cc": "tensor_io",
 }
 
 # Each layer and the layers it may include (itself always allowed).

@@ -352,5 +352,98 @@ TEST_F(ExternalDataTest, NothingBigEnoughWritesNoDataFile) {
   EXPECT_FALSE(fs::exists(Path("g.onnx")));
 }
 
+TEST_F(ExternalDataTest, StreamedModelReadsEveryTensorFromItsFile) {
+  const onnx::ModelProto original = ModelWithTensorsEverywhere();
+  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
+                                         Path("m.onnx"), 1024)
+                  .ok());
+  absl::StatusOr<StreamedModel> streamed =
+      OpenModelForStreaming(Read(Path("m.onnx")), dir_.string());
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(streamed->info.tensors, 6);
+  EXPECT_EQ(streamed->info.files, 1);
+  // Packed: the stream is exactly the tensors' bytes.
+  EXPECT_EQ(streamed->external.size,
+            static_cast<uint64_t>(streamed->info.bytes));
+  onnx::ModelProto sent;
+  ASSERT_TRUE(sent.ParseFromString(streamed->model));
+  EXPECT_EQ(sent.graph().initializer(0).external_data(0).value(),
+            "quantd:external_data");
+
+  // Read in odd-sized pieces, as the SDK's chunks would, and put back in.
+  std::string stream(streamed->external.size, '\0');
+  for (uint64_t at = 0; at < stream.size(); at += 1000) {
+    const size_t n = std::min<size_t>(1000, stream.size() - at);
+    ASSERT_TRUE(streamed->external.read(at, n, stream.data() + at).ok());
+  }
+  char past[8];
+  EXPECT_FALSE(streamed->external.read(stream.size() - 4, 8, past).ok());
+  absl::StatusOr<std::string> inlined =
+      InlineStreamedData(streamed->model, stream);
+  ASSERT_TRUE(inlined.ok()) << inlined.status();
+  onnx::ModelProto back;
+  ASSERT_TRUE(back.ParseFromString(*inlined));
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(back, original));
+}
+
+TEST_F(ExternalDataTest, AStreamOverTwoGigabytesIsNotRead) {
+  // Any size can be streamed: opening reads no tensor bytes.
+  const int64_t n = 600'000'000;
+  const std::string model = ExternalModel(n, {{"location", "w.bin"}}, 0);
+  ASSERT_EQ(truncate(Path("w.bin").c_str(), n * 4), 0);
+  absl::StatusOr<StreamedModel> streamed =
+      OpenModelForStreaming(model, dir_.string());
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(streamed->external.size, static_cast<uint64_t>(n) * 4);
+  char tail[8];
+  ASSERT_TRUE(streamed->external.read(n * 4 - 8, 8, tail).ok());
+  // Its references are checked like InlineExternalData's.
+  EXPECT_EQ(OpenModelForStreaming(
+                ExternalModel(4, {{"location", "../w.bin"}}, 16), dir_.string())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ExternalDataTest, AQuantizeResultIsSavedEitherWay) {
+  // A result as the server sends it: the model and its stream.
+  onnx::ModelProto original = ModelWithTensorsEverywhere();
+  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
+                                         Path("in.onnx"), 1024)
+                  .ok());
+  absl::StatusOr<StreamedModel> result =
+      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
+  ASSERT_TRUE(result.ok());
+  std::string stream(result->external.size, '\0');
+  ASSERT_TRUE(result->external.read(0, stream.size(), stream.data()).ok());
+
+  ExternalDataInfo wrote;
+  ASSERT_TRUE(SaveQuantizedModel(result->model, stream, Path("out.onnx"),
+                                 /*as_external=*/true, &wrote)
+                  .ok());
+  EXPECT_EQ(wrote.tensors, 6);
+  EXPECT_EQ(Read(Path("out.onnx.data")), stream);  // Written as it came.
+  absl::StatusOr<std::string> from_file =
+      InlineExternalData(Read(Path("out.onnx")), dir_.string());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  onnx::ModelProto back;
+  ASSERT_TRUE(back.ParseFromString(*from_file));
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(back, original));
+
+  ASSERT_TRUE(SaveQuantizedModel(result->model, stream, Path("one.onnx"),
+                                 /*as_external=*/false)
+                  .ok());
+  EXPECT_FALSE(fs::exists(Path("one.onnx.data")));
+  EXPECT_EQ(Read(Path("one.onnx")), *from_file);
+
+  // A tensor outside what the server sent: refused, nothing written.
+  EXPECT_FALSE(SaveQuantizedModel(result->model, stream.substr(0, 100),
+                                  Path("bad.onnx"), true)
+                   .ok());
+  EXPECT_FALSE(fs::exists(Path("bad.onnx")));
+}
+
 }  // namespace
 }  // namespace quantd::client

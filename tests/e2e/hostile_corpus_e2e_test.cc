@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/graph/external_stream.h"
+#include "core/graph/tensor_util.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -238,6 +240,30 @@ QuantizeRequest ChunkMessage(const std::string& bytes) {
   QuantizeRequest r;
   r.set_model_chunk(bytes);
   return r;
+}
+QuantizeRequest ExternalMessage(const std::string& bytes) {
+  QuantizeRequest r;
+  r.set_external_data_chunk(bytes);
+  return r;
+}
+
+// `model` sent with external data: every tensor's bytes in the stream.
+struct Streamed {
+  std::string model;
+  std::string external;
+};
+Streamed WithExternalData(
+    const std::string& model,
+    const std::function<void(onnx::ModelProto*)>& edit = nullptr) {
+  onnx::ModelProto m;
+  EXPECT_TRUE(m.ParseFromString(model));
+  quantd::graph::ExternalDataStream stream =
+      quantd::graph::DetachExternalData(1, &m);
+  if (edit) edit(&m);
+  Streamed out;
+  out.model = m.SerializeAsString();
+  for (const std::string& p : stream.pieces()) out.external += p;
+  return out;
 }
 
 std::vector<Case> HostileCorpusE2eTest::Corpus() {
@@ -921,6 +947,174 @@ std::vector<Case> HostileCorpusE2eTest::Corpus() {
                                      ChunkMessage(model_.substr(0, 10)), batch,
                                      ChunkMessage(model_.substr(10))});
                }});
+  // --- Models sent with external data (the external_data stream).
+  auto streamed_case = [&](std::string name, Code code, std::string fragment,
+                           std::function<std::vector<QuantizeRequest>(
+                               const Streamed&, QuantizeConfig)>
+                               sequence,
+                           std::function<void(onnx::ModelProto*)> edit =
+                               nullptr) {
+    c.push_back(
+        {std::move(name), code, std::move(fragment), [this, sequence, edit] {
+           const Streamed s = WithExternalData(model_, edit);
+           QuantizeConfig config = DynamicRangeConfig();
+           config.set_model_size_bytes(s.model.size());
+           config.set_external_data_bytes(s.external.size());
+           return RawQuantize(sequence(s, config));
+         }});
+  };
+  auto in_order = [](const Streamed& s, QuantizeConfig config) {
+    return std::vector<QuantizeRequest>{ConfigMessage(config),
+                                        ChunkMessage(s.model),
+                                        ExternalMessage(s.external)};
+  };
+  streamed_case("external data, well formed", Code::OK, "", in_order);
+  streamed_case("external data in one-byte pieces", Code::OK, "",
+                [](const Streamed& s, QuantizeConfig config) {
+                  std::vector<QuantizeRequest> r = {ConfigMessage(config),
+                                                    ChunkMessage(s.model)};
+                  for (size_t i = 0; i < s.external.size() && i < 300; ++i) {
+                    r.push_back(ExternalMessage(s.external.substr(i, 1)));
+                  }
+                  r.push_back(ExternalMessage(s.external.substr(300)));
+                  return r;
+                });
+  streamed_case("external data before the model ends", Code::INVALID_ARGUMENT,
+                "before the model is complete",
+                [](const Streamed& s, QuantizeConfig config) {
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model.substr(0, 5)),
+                      ExternalMessage(s.external),
+                      ChunkMessage(s.model.substr(5))};
+                });
+  streamed_case("external data not declared", Code::INVALID_ARGUMENT,
+                "external_data_bytes is 0",
+                [](const Streamed& s, QuantizeConfig config) {
+                  config.set_external_data_bytes(0);
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model),
+                      ExternalMessage(s.external)};
+                });
+  streamed_case("more external data than declared", Code::INVALID_ARGUMENT,
+                "more external data than",
+                [](const Streamed& s, QuantizeConfig config) {
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model),
+                      ExternalMessage(s.external), ExternalMessage("x")};
+                });
+  streamed_case("less external data than declared", Code::INVALID_ARGUMENT,
+                "before the external data is complete",
+                [](const Streamed& s, QuantizeConfig config) {
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model),
+                      ExternalMessage(s.external.substr(1))};
+                });
+  streamed_case("declared external data never sent", Code::INVALID_ARGUMENT,
+                "before the external data is complete",
+                [](const Streamed& s, QuantizeConfig config) {
+                  return std::vector<QuantizeRequest>{ConfigMessage(config),
+                                                      ChunkMessage(s.model)};
+                });
+  streamed_case("a batch before the external data ends", Code::INVALID_ARGUMENT,
+                "before the external data is complete",
+                [](const Streamed& s, QuantizeConfig config) {
+                  QuantizeRequest batch;
+                  *batch.mutable_calibration_batch() = InputBatch(kDim);
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model),
+                      ExternalMessage(s.external.substr(0, 8)), batch};
+                });
+  streamed_case("a model chunk after external data", Code::INVALID_ARGUMENT,
+                "the whole model must come first",
+                [](const Streamed& s, QuantizeConfig config) {
+                  return std::vector<QuantizeRequest>{
+                      ConfigMessage(config), ChunkMessage(s.model),
+                      ExternalMessage(s.external.substr(0, 8)),
+                      ChunkMessage("x")};
+                });
+  streamed_case("external data past the size limit", Code::RESOURCE_EXHAUSTED,
+                "external_data_bytes",
+                [](const Streamed& s, QuantizeConfig config) {
+                  config.set_external_data_bytes(uint64_t{1} << 62);
+                  return std::vector<QuantizeRequest>{ConfigMessage(config),
+                                                      ChunkMessage(s.model)};
+                });
+  streamed_case("external data declared near 2^64", Code::RESOURCE_EXHAUSTED,
+                "max_model_bytes",
+                [](const Streamed& s, QuantizeConfig config) {
+                  config.set_external_data_bytes(~uint64_t{0});
+                  return std::vector<QuantizeRequest>{ConfigMessage(config),
+                                                      ChunkMessage(s.model)};
+                });
+  streamed_case(
+      "external data no tensor refers to", Code::INVALID_ARGUMENT,
+      "no tensor of the model",
+      [](const Streamed& s, QuantizeConfig config) {
+        // The original model: every tensor inline.
+        return std::vector<QuantizeRequest>{ConfigMessage(config),
+                                            ChunkMessage(s.model),
+                                            ExternalMessage(s.external)};
+      },
+      [](onnx::ModelProto* m) {
+        (void)quantd::graph::ForEachTensor(m, [](onnx::TensorProto* t) {
+          if (!t->external_data().empty()) {
+            t->clear_external_data();
+            t->clear_data_location();
+            t->set_raw_data(
+                std::string(quantd::graph::RawDataBytes(*t).value(), '\0'));
+          }
+          return absl::OkStatus();
+        });
+      });
+  streamed_case("external tensor naming a file beside a stream",
+                Code::INVALID_ARGUMENT, "never opens", in_order,
+                [](onnx::ModelProto* m) {
+                  m->mutable_graph()
+                      ->mutable_initializer(0)
+                      ->mutable_external_data(0)
+                      ->set_value("/etc/passwd");
+                });
+  streamed_case("external tensor past the stream", Code::INVALID_ARGUMENT,
+                "of the external_data stream, which has", in_order,
+                [](onnx::ModelProto* m) {
+                  m->mutable_graph()
+                      ->mutable_initializer(0)
+                      ->mutable_external_data(1)
+                      ->set_value("1000000");
+                });
+  streamed_case("two external tensors in the same bytes",
+                Code::INVALID_ARGUMENT, "overlaps", in_order,
+                [](onnx::ModelProto* m) {
+                  onnx::GraphProto* g = m->mutable_graph();
+                  ASSERT_GE(g->initializer_size(), 2);
+                  // Same dims: the second now reads the first's bytes.
+                  *g->mutable_initializer(1)->mutable_external_data() =
+                      g->initializer(0).external_data();
+                });
+  c.push_back(
+      {"calibrate a model sent with external data", Code::OK, "", [this] {
+         const Streamed s = WithExternalData(model_);
+         std::vector<CalibrateRequest> r(4);
+         r[0].mutable_config()->set_method("min_max");
+         r[0].mutable_config()->set_model_size_bytes(s.model.size());
+         r[0].mutable_config()->set_external_data_bytes(s.external.size());
+         r[1].set_model_chunk(s.model);
+         r[2].set_external_data_chunk(s.external);
+         *r[3].mutable_batch() = InputBatch(kDim);
+         return RawCalibrate(r);
+       }});
+  c.push_back(
+      {"calibrate: a batch before the external data", Code::INVALID_ARGUMENT,
+       "before the external data is complete", [this] {
+         const Streamed s = WithExternalData(model_);
+         std::vector<CalibrateRequest> r(3);
+         r[0].mutable_config()->set_method("min_max");
+         r[0].mutable_config()->set_model_size_bytes(s.model.size());
+         r[0].mutable_config()->set_external_data_bytes(s.external.size());
+         r[1].set_model_chunk(s.model);
+         *r[2].mutable_batch() = InputBatch(kDim);
+         return RawCalibrate(r);
+       }});
   c.push_back({"empty request message", Code::INVALID_ARGUMENT, "", [this] {
                  QuantizeConfig config = DynamicRangeConfig();
                  config.set_model_size_bytes(model_.size());

@@ -237,7 +237,7 @@ TEST_F(CalibrateServiceTest, MoreBytesThanDeclaredIsInvalidArgument) {
 TEST_F(CalibrateServiceTest, FewerBytesThanDeclaredIsInvalidArgument) {
   ExpectInvalid(
       Calibrate({CalibrateConfigRequest(10), CalibrateChunk("abc")}).status,
-      "after 3 model bytes");
+      "received 3 of the 10 bytes");
 }
 
 TEST_F(CalibrateServiceTest, BatchBeforeTheModelIsCompleteIsInvalidArgument) {
@@ -524,13 +524,13 @@ class FakeJobs final : public JobRunner {
     return jobs_finished_;
   }
 
-  void SubmitQuantize(quantd::v1::QuantizeConfig config,
-                      std::string model_bytes, QuantizeEvents events,
+  void SubmitQuantize(quantd::v1::QuantizeConfig config, ModelUpload upload,
+                      QuantizeEvents events,
                       std::shared_ptr<const CancellationToken> cancel,
                       Engine::QuantizeDone done,
                       std::shared_ptr<BatchQueue> batches) override {
     Start(
-        [this, model = std::move(model_bytes), events, cancel,
+        [this, model = std::move(upload.bytes), events, cancel,
          done = std::move(done), batches]() mutable {
           const int64_t n = Consume(batches.get(), *cancel, events.on_progress);
           if (cancel->IsCancelled()) {
@@ -549,8 +549,7 @@ class FakeJobs final : public JobRunner {
         batches != nullptr);
   }
 
-  void SubmitCalibrate(quantd::v1::CalibrateConfig config,
-                       std::string model_bytes,
+  void SubmitCalibrate(quantd::v1::CalibrateConfig config, ModelUpload upload,
                        std::shared_ptr<BatchQueue> batches,
                        CalibrateEvents events,
                        std::shared_ptr<const CancellationToken> cancel,

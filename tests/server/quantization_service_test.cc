@@ -286,7 +286,8 @@ TEST_F(QuantizationServiceTest, MoreBytesThanDeclaredIsInvalidArgument) {
 TEST_F(QuantizationServiceTest, FewerBytesThanDeclaredIsInvalidArgument) {
   const CallResult result = Call({ConfigRequest(10), ChunkRequest("abc")});
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(result.status.error_message(), HasSubstr("after 3 model bytes"));
+  EXPECT_THAT(result.status.error_message(),
+              HasSubstr("received 3 of the 10 bytes"));
 }
 
 TEST_F(QuantizationServiceTest, SecondConfigIsInvalidArgument) {
