@@ -591,12 +591,15 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
     }
     if (outcome.summary.output_bytes() !=
         outcome.model.size() + outcome.external_data.size()) {
-      return {absl::InternalError(absl::StrCat(
-                  "protocol error: received ", outcome.model.size(),
-                  " model bytes and ", outcome.external_data.size(),
-                  " of external data but the summary says ",
-                  outcome.summary.output_bytes())),
-              ""};
+      return {
+          absl::InternalError(absl::StrCat(
+              "protocol error: received ", outcome.model.size(), " model bytes",
+              outcome.external_data.empty()
+                  ? ""
+                  : absl::StrCat(" and ", outcome.external_data.size(),
+                                 " of external data"),
+              " but the summary says ", outcome.summary.output_bytes())),
+          ""};
     }
     return {absl::OkStatus(), ""};
   };

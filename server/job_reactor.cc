@@ -1,10 +1,12 @@
 #include "server/job_reactor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/base/huge_pages.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/status.h"
 
@@ -277,15 +279,29 @@ bool JobReactor<Request, Response>::UploadComplete(absl::string_view before) {
                      " bytes config.model_size_bytes declared")));
     return false;
   }
-  if (external_.size() != declared_external_) {
+  if (ExternalReceived() != declared_external_) {
     FinishWith(grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat(before, " before the external data is complete: received ",
-                     external_.size(), " of the ", declared_external_,
+                     ExternalReceived(), " of the ", declared_external_,
                      " bytes config.external_data_bytes declared")));
     return false;
   }
   return true;
+}
+
+template <typename Request, typename Response>
+std::string* JobReactor<Request, Response>::ExternalRoom(uint64_t bytes) {
+  if (external_tail_.capacity() - external_tail_.size() < bytes) {
+    external_.Append(std::move(external_tail_));
+    // Sized by what is still owed (FitsExternal checked `bytes` fits it).
+    const uint64_t owed = declared_external_ - ExternalReceived();
+    external_tail_ = std::string();
+    external_tail_.reserve(std::max<uint64_t>(
+        bytes, std::min<uint64_t>(owed, kExternalPieceBytes)));
+    AdviseHugePages(external_tail_.data(), external_tail_.capacity());
+  }
+  return &external_tail_;
 }
 
 template <typename Request, typename Response>
@@ -297,13 +313,13 @@ bool JobReactor<Request, Response>::FitsExternal(uint64_t bytes) {
         "declare the stream's size in the config"));
     return false;
   }
-  if (bytes > declared_external_ - external_.size()) {
+  if (bytes > declared_external_ - ExternalReceived()) {
     FinishWith(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                      absl::StrCat("received more external data than "
                                   "config.external_data_bytes = ",
                                   declared_external_, " (",
-                                  external_.size() + bytes, " so far)")));
+                                  ExternalReceived() + bytes, " so far)")));
     return false;
   }
   return true;
@@ -338,9 +354,9 @@ void JobReactor<Request, Response>::OnExternalPart() {
                                     BatchName())));
       return;
   }
-  std::string* chunk = MutableExternalChunk(&request_);
-  if (!FitsExternal(chunk->size())) return;
-  external_.Append(std::move(*chunk));
+  const std::string& chunk = *MutableExternalChunk(&request_);
+  if (!FitsExternal(chunk.size())) return;
+  ExternalRoom(chunk.size())->append(chunk);
   CountBytesIn();
   ReadNext();
 }
@@ -355,10 +371,7 @@ bool JobReactor<Request, Response>::TakeExternalChunk() {
   }
   ++messages_in_;
   if (!FitsExternal(chunk.size)) return true;
-  std::string piece;
-  piece.reserve(chunk.size);
-  AppendSliceBytes(slices, chunk.offset, chunk.size, &piece);
-  external_.Append(std::move(piece));
+  AppendSliceBytes(slices, chunk.offset, chunk.size, ExternalRoom(chunk.size));
   CountBytesIn();
   ReadNext();
   return true;
@@ -451,7 +464,8 @@ void JobReactor<Request, Response>::OnHalfClose() {
   const bool cut_short =
       receive_ == Receive::kConfig ||
       ((receive_ == Receive::kModel || receive_ == Receive::kExternal) &&
-       (model_.size() != declared_ || external_.size() != declared_external_));
+       (model_.size() != declared_ ||
+        ExternalReceived() != declared_external_));
   if (cut_short && DeadlinePassed()) {
     FinishWith(CancelStatus(" while receiving the request"));
     return;

@@ -257,11 +257,20 @@ class JobReactor
   bool UploadComplete(absl::string_view before);
   ModelUpload TakeUpload() {
     ModelUpload upload(std::move(model_));
+    external_.Append(std::move(external_tail_));
     upload.external = std::move(external_);
     return upload;
   }
+  uint64_t ExternalReceived() const {
+    return external_.size() + external_tail_.size();
+  }
+  // Where the next `bytes` of external data go: the tail piece, or a new
+  // one (of up to kExternalPieceBytes) when it is full. Pieces much larger
+  // than a message, on huge pages: received bytes are written once into
+  // memory that faults in 2 MiB at a time.
+  std::string* ExternalRoom(uint64_t bytes);
   // Everything received so far, for the call's record.
-  void CountBytesIn() { call_.bytes_in = model_.size() + external_.size(); }
+  void CountBytesIn() { call_.bytes_in = model_.size() + ExternalReceived(); }
 
   void OnBatchPart();
 
@@ -324,6 +333,8 @@ class JobReactor
   uint64_t declared_external_ = 0;
   std::string model_;
   graph::ExternalDataStream external_;
+  std::string external_tail_;  // The piece being filled.
+  static constexpr uint64_t kExternalPieceBytes = uint64_t{64} << 20;
   double receive_seconds_ = 0;
   std::shared_ptr<BatchQueue> queue_for_reads_;
 

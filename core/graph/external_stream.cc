@@ -1,10 +1,10 @@
 #include "core/graph/external_stream.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/huge_pages.h"
 #include "core/base/status_macros.h"
 #include "core/graph/tensor_util.h"
 
@@ -68,17 +68,17 @@ absl::Status ForEachTensor(onnx::ModelProto* model, const TensorVisitor& fn) {
   if (model->has_graph()) {
     QUANTD_RETURN_IF_ERROR(ForEachTensor(model->mutable_graph(), fn));
   }
-  for (onnx::FunctionProto& f : *model->mutable_functions()) {
-    for (onnx::NodeProto& n : *f.mutable_node()) {
-      QUANTD_RETURN_IF_ERROR(ForEachTensor(&n, fn));
-    }
-  }
   for (onnx::TrainingInfoProto& info : *model->mutable_training_info()) {
     if (info.has_initialization()) {
       QUANTD_RETURN_IF_ERROR(ForEachTensor(info.mutable_initialization(), fn));
     }
     if (info.has_algorithm()) {
       QUANTD_RETURN_IF_ERROR(ForEachTensor(info.mutable_algorithm(), fn));
+    }
+  }
+  for (onnx::FunctionProto& f : *model->mutable_functions()) {
+    for (onnx::NodeProto& n : *f.mutable_node()) {
+      QUANTD_RETURN_IF_ERROR(ForEachTensor(&n, fn));
     }
   }
   return absl::OkStatus();
@@ -228,8 +228,13 @@ absl::StatusOr<AttachedExternalData> AttachExternalData(
       if (!keep_stream) std::string().swap(owned[piece]);
       ++piece;
     }
+    // Appended piece by piece into reserved memory: written once, not
+    // zero-filled first; big tensors on huge pages (each fresh page is a
+    // fault).
     std::string* raw = w.tensor->mutable_raw_data();
-    raw->resize(w.length);
+    raw->clear();
+    raw->reserve(w.length);
+    AdviseHugePages(raw->data(), raw->capacity());
     uint64_t done = 0;
     size_t p = piece;
     uint64_t p_start = piece_start;
@@ -237,7 +242,7 @@ absl::StatusOr<AttachedExternalData> AttachExternalData(
       const std::string& from = pieces[p];
       const uint64_t at = w.offset + done - p_start;
       const uint64_t n = std::min<uint64_t>(from.size() - at, w.length - done);
-      std::memcpy(raw->data() + done, from.data() + at, n);
+      raw->append(from, at, n);
       done += n;
       if (done < w.length) {
         p_start += from.size();

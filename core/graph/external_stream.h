@@ -41,7 +41,8 @@ inline constexpr int64_t kExternalDataAlignment = 64;
 
 // Visits every TensorProto of the model: initializers and sparse
 // initializers of the graph and of every subgraph, tensor-valued attributes
-// (Constant and others), function bodies and training info, in that order.
+// (Constant and others), training info and function bodies, in that order
+// (the Python SDK's walk is the same).
 using TensorVisitor = std::function<absl::Status(onnx::TensorProto*)>;
 absl::Status ForEachTensor(onnx::ModelProto* model, const TensorVisitor& fn);
 

@@ -15,7 +15,8 @@ client/python/README.md.
 
 from ._proto import options_pb2, service_pb2
 from .batches import ArrayBatches, BatchLike, NpyBatches, named_tensor, read_tensor_file, to_tensor_batch
-from .external_data import inline_external_data, uses_external_data, write_model_with_external_data
+from .external_data import (StreamedModel, inline_external_data, inline_streamed_data,
+                            open_for_streaming, uses_external_data, write_model_with_external_data)
 from .client import (CalibrationResult, QuantdClient, QuantdError, QuantizeResult, ServingStatus,
                      TensorRange, TlsOptions)
 
@@ -23,5 +24,6 @@ __all__ = [
     "ArrayBatches", "BatchLike", "CalibrationResult", "NpyBatches", "QuantdClient", "QuantdError",
     "QuantizeResult", "ServingStatus", "TensorRange", "TlsOptions", "named_tensor", "options_pb2",
     "read_tensor_file", "service_pb2", "to_tensor_batch", "inline_external_data",
-    "uses_external_data", "write_model_with_external_data",
+    "uses_external_data", "write_model_with_external_data", "StreamedModel",
+    "inline_streamed_data", "open_for_streaming",
 ]

@@ -105,13 +105,27 @@ class QuantizeResult:
     model: bytes
     summary: QuantizeSummary
     reports: List[TensorReport] = field(default_factory=list)
+    # The output's external data stream: not empty when the model's large
+    # tensors came back beside it (always for a model sent with external
+    # data); save() writes both.
+    external_data: bytes = b""
 
-    def save(self, path: PathLike, save_as_external_data: bool = False) -> None:
+    def save(self, path: PathLike, save_as_external_data: Optional[bool] = None) -> None:
         """Writes the model atomically (a temporary file renamed in place).
         save_as_external_data: tensors of 1 KiB and more go to path + ".data"
         beside it, as onnx.save_model(..., save_as_external_data=True) writes
-        them (quantctl --save_as_external_data; needs the onnx package)."""
-        if save_as_external_data:
+        them (quantctl --save_as_external_data; needs the onnx package);
+        None (the default) keeps the form the result came in."""
+        if save_as_external_data is None:
+            save_as_external_data = bool(self.external_data)
+        if self.external_data:
+            if save_as_external_data:
+                external_data.write_streamed_model(self.model, self.external_data, path,
+                                                   write=_write_atomically)
+            else:
+                _write_atomically(path, external_data.inline_streamed_data(
+                    self.model, self.external_data))
+        elif save_as_external_data:
             external_data.write_model_with_external_data(self.model, path,
                                                          write=_write_atomically)
         else:
@@ -173,17 +187,27 @@ def _to_message(value, message_type, what: str) -> Message:
                     f"not {type(value).__name__}")
 
 
-def _read_model(model: ModelLike) -> bytes:
-    """The model's bytes; from a path, with any external data it names read
-    in from beside it (external_data.py)."""
+def _read_model(model: ModelLike) -> Tuple[bytes, Optional["external_data.StreamedModel"]]:
+    """The model's bytes and, for a path to a model saved with external
+    data, the stream its tensors are sent in (read from beside it while it
+    is sent: external_data.py)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
+        return bytes(model), None
     with open(model, "rb") as f:
         data = f.read()
     if external_data.uses_external_data(data):
-        data, _ = external_data.inline_external_data(
+        streamed = external_data.open_for_streaming(
             data, os.path.dirname(os.path.abspath(os.fspath(model))))
-    return data
+        return streamed.model, streamed
+    return data, None
+
+
+def _stream_chunks(streamed: Optional["external_data.StreamedModel"],
+                   chunk_bytes: int) -> Iterator[bytes]:
+    if streamed is None:
+        return
+    for at in range(0, streamed.size, chunk_bytes):
+        yield streamed.read(at, min(chunk_bytes, streamed.size - at))
 
 
 def _channel_target(target: Union[str, Sequence[str]]) -> str:
@@ -466,8 +490,9 @@ class QuantdClient:
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
         """
-        data = _read_model(model)
-        config = service_pb2.QuantizeConfig(model_size_bytes=len(data))
+        data, streamed = _read_model(model)
+        config = service_pb2.QuantizeConfig(
+            model_size_bytes=len(data), external_data_bytes=streamed.size if streamed else 0)
         if options is not None:
             config.options.CopyFrom(_to_message(options, options_pb2.QuantizationOptions, "options"))
         if calibration is not None:
@@ -534,6 +559,8 @@ class QuantdClient:
             yield service_pb2.QuantizeRequest(config=config)
             for chunk in self._chunks(data):
                 yield service_pb2.QuantizeRequest(model_chunk=chunk)
+            for chunk in _stream_chunks(streamed, self.chunk_bytes):
+                yield service_pb2.QuantizeRequest(external_data_chunk=chunk)
             for batch in batches:
                 yield service_pb2.QuantizeRequest(calibration_batch=to_tensor_batch(batch))
 
@@ -548,6 +575,7 @@ class QuantdClient:
                           on_tensor_report: Optional[Callable[[TensorReport], None]]
                           ) -> QuantizeResult:
         model_parts: List[bytes] = []
+        external_parts: List[bytes] = []
         reports: List[TensorReport] = []
         summaries: List[QuantizeSummary] = []
         after_summary = False
@@ -565,6 +593,8 @@ class QuantdClient:
                     on_tensor_report(response.tensor_report)
             elif event == "model_chunk":
                 model_parts.append(response.model_chunk)
+            elif event == "external_data_chunk":
+                external_parts.append(response.external_data_chunk)
             elif event == "summary":
                 summaries.append(response.summary)
             # Anything else is a newer server's event: skipped.
@@ -574,11 +604,13 @@ class QuantdClient:
                               f"{' and messages after one' if after_summary else ''}; "
                               "expected exactly one, last")
         output = b"".join(model_parts)
-        if summaries[0].output_bytes != len(output):
+        external = b"".join(external_parts)
+        if summaries[0].output_bytes != len(output) + len(external):
             raise QuantdError(grpc.StatusCode.INTERNAL,
-                              f"protocol error: received {len(output)} model bytes but the "
-                              f"summary says {summaries[0].output_bytes}")
-        return QuantizeResult(output, summaries[0], reports)
+                              f"protocol error: received {len(output)} model bytes"
+                              f"{f' and {len(external)} of external data' if external else ''}"
+                              f" but the summary says {summaries[0].output_bytes}")
+        return QuantizeResult(output, summaries[0], reports, external)
 
     # -- Calibrate -------------------------------------------------------
 
@@ -592,13 +624,14 @@ class QuantdClient:
         collected. `method` ("min_max", "moving_average", "percentile",
         "mse", "entropy", "entropy_unguarded", "last_value") overrides
         config.method."""
-        data = _read_model(model)
+        data, streamed = _read_model(model)
         cfg = service_pb2.CalibrateConfig()
         if config is not None:
             cfg.CopyFrom(_to_message(config, service_pb2.CalibrateConfig, "config"))
         if method is not None:
             cfg.method = method
         cfg.model_size_bytes = len(data)
+        cfg.external_data_bytes = streamed.size if streamed else 0
 
         source = _Batches(batches)
 
@@ -606,6 +639,8 @@ class QuantdClient:
             yield service_pb2.CalibrateRequest(config=cfg)
             for chunk in self._chunks(data):
                 yield service_pb2.CalibrateRequest(model_chunk=chunk)
+            for chunk in _stream_chunks(streamed, self.chunk_bytes):
+                yield service_pb2.CalibrateRequest(external_data_chunk=chunk)
             for batch in source:
                 yield service_pb2.CalibrateRequest(batch=to_tensor_batch(batch))
 

@@ -1,18 +1,23 @@
 """Models saved with ONNX external data: tensor bytes in files beside the
 .onnx (onnx.save_model(..., save_as_external_data=True), exporters of large
-models). quantd takes a model as one message whose tensors hold their own
-bytes (the server never opens a path a request names), so the SDK reads the
-files in before sending, and can write a returned model out the same way.
-The same rules as the C++ SDK's client/external_data.h.
+models). The server never opens a path a request names, so the SDK reads the
+files: it streams their bytes after the model (the request's external_data
+stream, where each tensor is located at "quantd:external_data" by offset and
+length; any size, so models over 2 GB go through), or reads them inline, and
+writes a returned model out either way. The same rules as the C++ SDK's
+client/external_data.h.
 
 Detecting external data reads only protobuf field headers; reading it in
 and writing it out need the `onnx` package (Debian python3-onnx)."""
 
 import os
-from typing import Dict, Iterator, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 _EXTERNAL = 1
 _MAX_MESSAGE_BYTES = 2**31 - 1
+STREAM_LOCATION = "quantd:external_data"
+_ALIGN = 64
 _MAX_DEPTH = 128
 
 # (message, field number) -> the message that field holds, for the fields on
@@ -155,21 +160,34 @@ def _raw_bytes(t) -> int:
     return (n * bits + 7) // 8
 
 
-def inline_external_data(data: bytes, base_dir: str) -> Tuple[bytes, Dict[str, int]]:
-    """The model with every external tensor's bytes read into raw_data from
-    the file its location names below `base_dir` (the model file's
-    directory), and counts {"tensors", "bytes", "files"}. ValueError naming
-    the tensor for an absolute location, a '..' component, a location that
-    resolves outside base_dir (symlinks too), a missing file, an offset or
-    length past the file's end, a length other than the tensor's size, or a
-    model over the 2 GB one message holds."""
+@dataclass
+class StreamedModel:
+    """A model ready to send with its external data streamed beside it: the
+    ModelProto with every external tensor located in one stream (packed, in
+    walk order), the stream's size, read(offset, n) -> bytes over the data
+    files, and counts {"tensors", "bytes", "files"}."""
+    model: bytes
+    size: int
+    read: Callable[[int, int], bytes]
+    counts: Dict[str, int] = field(default_factory=dict)
+
+
+def open_for_streaming(data: bytes, base_dir: str) -> StreamedModel:
+    """Checks every external reference of the serialized model and relocates
+    it into the stream; nothing is read yet. ValueError naming the tensor for
+    an absolute location, a '..' component, a location that resolves outside
+    base_dir (the model file's directory; symlinks too), a missing file, an
+    offset or length past the file's end, or a length other than the
+    tensor's size."""
     onnx = _onnx()
     model = onnx.ModelProto()
     model.ParseFromString(data)
     root = os.path.realpath(base_dir or ".")
     sizes: Dict[str, int] = {}
-    total = len(data)
     counts = {"tensors": 0, "bytes": 0, "files": 0}
+    # (stream offset, length, path, file offset)
+    segments: List[Tuple[int, int, str, int]] = []
+    size = 0
     for t in _tensors(model):
         if t.data_location != _EXTERNAL:
             continue
@@ -207,22 +225,110 @@ def inline_external_data(data: bytes, base_dir: str) -> Tuple[bytes, Dict[str, i
         if offset > sizes[path] or want > sizes[path] - offset:
             raise ValueError(f"external tensor '{t.name}' reads {want} bytes at offset {offset} "
                              f"of '{location}', which has {sizes[path]}")
-        total += want
-        if total > _MAX_MESSAGE_BYTES:
-            raise ValueError(f"the model with its external data is over {total} bytes; one "
-                             "protobuf message holds at most 2 GB, and quantd takes a model "
-                             "as one message")
-        with open(path, "rb") as f:
-            f.seek(offset)
-            raw = f.read(want)
-        if len(raw) != want:
-            raise ValueError(f"cannot read external tensor '{t.name}' from {location}")
-        t.raw_data = raw
-        del t.external_data[:]
-        t.ClearField("data_location")
+        if want:
+            segments.append((size, want, path, offset))
+        _set_ref(t, STREAM_LOCATION, size, want)
+        size += want
         counts["tensors"] += 1
         counts["bytes"] += want
-    return model.SerializeToString(), counts
+
+    def read(at: int, n: int) -> bytes:
+        if at < 0 or n < 0 or at + n > size:
+            raise ValueError(f"external data read of {n} bytes at {at} past the stream "
+                             f"({size} bytes)")
+        out = bytearray()
+        for start, length, path, file_offset in segments:
+            if at >= start + length or at + n <= start:
+                continue
+            lo = max(at, start)
+            hi = min(at + n, start + length)
+            with open(path, "rb") as f:
+                f.seek(file_offset + lo - start)
+                piece = f.read(hi - lo)
+            if len(piece) != hi - lo:
+                raise ValueError(f"cannot read external data from {path}: the file got shorter")
+            out += piece
+        return bytes(out)
+
+    return StreamedModel(model.SerializeToString(), size, read, counts)
+
+
+def _set_ref(t, location: str, offset: int, length: int) -> None:
+    del t.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)),
+                       ("length", str(length))):
+        e = t.external_data.add()
+        e.key = key
+        e.value = value
+    t.ClearField("raw_data")
+    t.data_location = _EXTERNAL
+
+
+def inline_external_data(data: bytes, base_dir: str) -> Tuple[bytes, Dict[str, int]]:
+    """The model with every external tensor's bytes read into raw_data (the
+    checks of open_for_streaming), and counts {"tensors", "bytes", "files"}.
+    ValueError also for a model over the 2 GB one message holds."""
+    streamed = open_for_streaming(data, base_dir)
+    total = len(data) + streamed.size
+    if total > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"the model with its external data is over {total} bytes; one "
+                         "protobuf message holds at most 2 GB: send it with its external "
+                         "data streamed (model paths do)")
+    return inline_streamed_data(streamed.model, streamed.read(0, streamed.size)), \
+        streamed.counts
+
+
+def inline_streamed_data(data: bytes, stream: bytes) -> bytes:
+    """A model whose tensors are located in `stream` (a QuantizeResult's
+    external_data) with every tensor's bytes inside it; ValueError for a
+    reference outside the stream or a result over 2 GB."""
+    onnx = _onnx()
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    for t in _tensors(model):
+        if t.data_location != _EXTERNAL:
+            continue
+        offset, length = _stream_ref(t, len(stream))
+        t.raw_data = stream[offset:offset + length]
+        del t.external_data[:]
+        t.ClearField("data_location")
+    if model.ByteSize() > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"the model with its tensors inline is {model.ByteSize()} bytes; one "
+                         "protobuf message holds at most 2 GB: save it with "
+                         "save_as_external_data=True")
+    return model.SerializeToString()
+
+
+def _stream_ref(t, stream_size: int) -> Tuple[int, int]:
+    entries = {e.key: e.value for e in t.external_data}
+    offset = int(entries.get("offset", "0"))
+    length = _raw_bytes(t)
+    if entries.get("location") != STREAM_LOCATION or offset + length > stream_size:
+        raise ValueError(f"tensor '{t.name}' is located outside the external data the "
+                         "server returned")
+    return offset, length
+
+
+def write_streamed_model(data: bytes, stream: bytes, path, write) -> Dict[str, int]:
+    """Writes a result that came with external data as path + path.data: the
+    stream is laid out as ONNX's data file (64-byte aligned offsets) and is
+    written as it came; the model only names it. The data file first."""
+    onnx = _onnx()
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    path = os.fspath(path)
+    name = os.path.basename(path) + ".data"
+    counts = {"tensors": 0, "bytes": 0, "files": 1}
+    for t in _tensors(model):
+        if t.data_location != _EXTERNAL:
+            continue
+        offset, length = _stream_ref(t, len(stream))
+        _set_ref(t, name, offset, length)
+        counts["tensors"] += 1
+        counts["bytes"] += length
+    write(os.path.join(os.path.dirname(path), name), stream)
+    write(path, model.SerializeToString())
+    return counts
 
 
 def write_model_with_external_data(data: bytes, path, min_bytes: int = 1024,

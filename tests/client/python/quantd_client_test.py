@@ -13,7 +13,8 @@ from onnx import numpy_helper
 
 from quantd_client._proto import options_pb2
 from quantd_client import (NpyBatches, QuantdClient, QuantdError, ServingStatus, TlsOptions,
-                           inline_external_data, options_pb2, service_pb2, uses_external_data)
+                           inline_external_data, inline_streamed_data, open_for_streaming,
+                           options_pb2, service_pb2, uses_external_data)
 from quantd_server import DIGITS_DIR, QuantdServer, Stopwatch, measured
 
 MODEL = os.path.join(DIGITS_DIR, "model.onnx")
@@ -328,8 +329,17 @@ class QuantdClientTest(unittest.TestCase):
                 self.assertTrue(uses_external_data(f.read()))
             self.assertFalse(uses_external_data(self.model_bytes))
             inline = self.client.quantize(self.model_bytes, DYNAMIC)
+            self.assertEqual(inline.external_data, b"")
+            # Sent with its data streamed beside it, and returned that way.
             external = self.client.quantize(saved, DYNAMIC)
-            self.assertEqual(external.model, inline.model)
+            self.assertGreater(len(external.external_data), 0)
+            self.assertTrue(uses_external_data(external.model))
+            self.assertEqual(inline_streamed_data(external.model, external.external_data),
+                             inline.model)
+            one_file = os.path.join(tmp, "one.onnx")
+            external.save(one_file, save_as_external_data=False)
+            with open(one_file, "rb") as f:
+                self.assertEqual(f.read(), inline.model)
 
             out = os.path.join(tmp, "out", "w8.onnx")
             os.makedirs(os.path.dirname(out))
@@ -354,10 +364,37 @@ class QuantdClientTest(unittest.TestCase):
                 for e in tensor.external_data:
                     if e.key == "location":
                         e.value = bad
-                with self.assertRaises(ValueError) as cm:
-                    inline_external_data(model.SerializeToString(), os.path.dirname(saved))
-                self.assertIn(fragment, str(cm.exception))
-                self.assertIn(f"'{tensor.name}'", str(cm.exception))
+                for read in (inline_external_data, open_for_streaming):
+                    with self.assertRaises(ValueError) as cm:
+                        read(model.SerializeToString(), os.path.dirname(saved))
+                    self.assertIn(fragment, str(cm.exception))
+                    self.assertIn(f"'{tensor.name}'", str(cm.exception))
+
+    def test_a_streamed_model_reads_its_data_on_demand(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = os.path.join(tmp, "digits.onnx")
+            onnx.save_model(self.float_model, saved, save_as_external_data=True,
+                            all_tensors_to_one_file=True, location="w.bin",
+                            size_threshold=256)
+            with open(saved, "rb") as f:
+                streamed = open_for_streaming(f.read(), tmp)
+            self.assertGreater(streamed.counts["tensors"], 0)
+            self.assertEqual(streamed.size, streamed.counts["bytes"])
+            whole = b"".join(streamed.read(at, min(1000, streamed.size - at))
+                             for at in range(0, streamed.size, 1000))
+            back = onnx.load_from_string(inline_streamed_data(streamed.model, whole))
+            self.assertFalse(uses_external_data(back.SerializeToString()))
+            self.assertEqual({t.name: numpy_helper.to_array(t).tobytes()
+                              for t in back.graph.initializer},
+                             {t.name: numpy_helper.to_array(t).tobytes()
+                              for t in onnx.load_from_string(self.model_bytes).graph.initializer})
+            with self.assertRaises(ValueError):
+                streamed.read(streamed.size - 1, 2)
+            # Calibrate takes the path the same way.
+            result = self.client.calibrate(saved, NpyBatches(CALIB_X, batch_size=16),
+                                           method="min_max")
+            self.assertGreater(result.batch_count, 0)
+            self.assertGreater(len(result.ranges), 0)
 
 
 def make_pki(directory: str) -> None:

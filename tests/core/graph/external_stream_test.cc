@@ -78,7 +78,7 @@ TEST(ExternalDataTest, ForEachTensorVisitsEveryPlaceInOrder) {
                 return absl::OkStatus();
               }).ok());
   EXPECT_THAT(names,
-              ::testing::ElementsAre("w", "small", "s", "k", "t", "fk", "ti"));
+              ::testing::ElementsAre("w", "small", "s", "k", "t", "ti", "fk"));
   // A visitor's error stops the walk.
   int visited = 0;
   EXPECT_EQ(ForEachTensor(&m,
