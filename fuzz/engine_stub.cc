@@ -20,14 +20,14 @@ namespace {
 
 }  // namespace
 
-void Engine::SubmitQuantize(quantd::v1::QuantizeConfig, std::string,
+void Engine::SubmitQuantize(quantd::v1::QuantizeConfig, ModelUpload,
                             QuantizeEvents,
                             std::shared_ptr<const CancellationToken>,
                             QuantizeDone, std::shared_ptr<BatchQueue>) {
   NotInTheFuzzer("Engine::SubmitQuantize");
 }
 
-void Engine::SubmitCalibrate(quantd::v1::CalibrateConfig, std::string,
+void Engine::SubmitCalibrate(quantd::v1::CalibrateConfig, ModelUpload,
                              std::shared_ptr<BatchQueue>, CalibrateEvents,
                              std::shared_ptr<const CancellationToken>,
                              CalibrateDone) {
