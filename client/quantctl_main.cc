@@ -16,7 +16,8 @@
 // axis --sample_axis gives (a recurrent state [layers, batch, hidden]: 1);
 // a scalar, or an array given NAME=none, goes whole with every batch.
 // A --model saved with ONNX external data has its data files read from
-// beside it (locations below its directory only) and sent inline.
+// beside it (locations below its directory only) and streamed after it, so
+// a model over 2 GB goes through.
 //   quantctl info --server=T [--json]
 //   quantctl health --server=T
 //
