@@ -231,10 +231,7 @@ void JobReactor<Request, Response>::OnModelPart() {
     case Part::kModelChunk:
       break;
     case Part::kBatch:
-      if (!UploadComplete(absl::StrCat("a ", BatchName()))) return;
-      if (!StartJob(/*with_queue=*/true)) return;
-      receive_ = Receive::kBatches;
-      OnBatchPart();
+      OnFirstBatch();
       return;
     case Part::kExternalChunk:
       if (model_.size() != declared_) {
@@ -331,10 +328,7 @@ void JobReactor<Request, Response>::OnExternalPart() {
     case Part::kExternalChunk:
       break;
     case Part::kBatch:
-      if (!UploadComplete(absl::StrCat("a ", BatchName()))) return;
-      if (!StartJob(/*with_queue=*/true)) return;
-      receive_ = Receive::kBatches;
-      OnBatchPart();
+      OnFirstBatch();
       return;
     case Part::kModelChunk:
       FinishWith(grpc::Status(
@@ -409,6 +403,14 @@ bool JobReactor<Request, Response>::MakeRoomForModelBytes(uint64_t bytes) {
     return false;
   }
   return true;
+}
+
+template <typename Request, typename Response>
+void JobReactor<Request, Response>::OnFirstBatch() {
+  if (!UploadComplete(absl::StrCat("a ", BatchName()))) return;
+  if (!StartJob(/*with_queue=*/true)) return;
+  receive_ = Receive::kBatches;
+  OnBatchPart();
 }
 
 template <typename Request, typename Response>

@@ -272,6 +272,9 @@ class JobReactor
   // Everything received so far, for the call's record.
   void CountBytesIn() { call_.bytes_in = model_.size() + ExternalReceived(); }
 
+  // A batch after the upload: it must be complete; the job starts and the
+  // batch goes to it.
+  void OnFirstBatch();
   void OnBatchPart();
 
   void OnHalfClose();
