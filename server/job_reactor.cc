@@ -35,8 +35,13 @@ void JobReactor<Request, Response>::OnReadDone(bool ok) {
     OnHalfClose();
     return;
   }
-  if (receive_ == Receive::kModel && TakeModelChunk()) return;
-  if (receive_ == Receive::kExternal && TakeExternalChunk()) return;
+  if (receive_ == Receive::kModel && TakeBytesChunk(kRequestModelChunkField)) {
+    return;
+  }
+  if (receive_ == Receive::kExternal &&
+      TakeBytesChunk(kRequestExternalChunkField)) {
+    return;
+  }
   request_.Clear();
   if (!grpc::SerializationTraits<Request>::Deserialize(&read_buffer_, &request_)
            .ok()) {
@@ -234,15 +239,7 @@ void JobReactor<Request, Response>::OnModelPart() {
       OnFirstBatch();
       return;
     case Part::kExternalChunk:
-      if (model_.size() != declared_) {
-        FinishWith(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("an external_data_chunk before the model is "
-                         "complete: received ",
-                         model_.size(), " of the ", declared_,
-                         " bytes config.model_size_bytes declared")));
-        return;
-      }
+      if (!ModelComplete("an external_data_chunk")) return;
       receive_ = Receive::kExternal;
       OnExternalPart();
       return;
@@ -267,15 +264,19 @@ void JobReactor<Request, Response>::OnModelPart() {
 }
 
 template <typename Request, typename Response>
+bool JobReactor<Request, Response>::ModelComplete(absl::string_view before) {
+  if (model_.size() == declared_) return true;
+  FinishWith(grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      absl::StrCat(before, " before the model is complete: received ",
+                   model_.size(), " of the ", declared_,
+                   " bytes config.model_size_bytes declared")));
+  return false;
+}
+
+template <typename Request, typename Response>
 bool JobReactor<Request, Response>::UploadComplete(absl::string_view before) {
-  if (model_.size() != declared_) {
-    FinishWith(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat(before, " before the model is complete: received ",
-                     model_.size(), " of the ", declared_,
-                     " bytes config.model_size_bytes declared")));
-    return false;
-  }
+  if (!ModelComplete(before)) return false;
   if (ExternalReceived() != declared_external_) {
     FinishWith(grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -356,33 +357,23 @@ void JobReactor<Request, Response>::OnExternalPart() {
 }
 
 template <typename Request, typename Response>
-bool JobReactor<Request, Response>::TakeExternalChunk() {
-  std::vector<grpc::Slice> slices;
-  WireField chunk;
-  if (!read_buffer_.Dump(&slices).ok() ||
-      !FindSoleBytesField(slices, kRequestExternalChunkField, &chunk)) {
-    return false;
-  }
-  ++messages_in_;
-  if (!FitsExternal(chunk.size)) return true;
-  AppendSliceBytes(slices, chunk.offset, chunk.size, ExternalRoom(chunk.size));
-  CountBytesIn();
-  ReadNext();
-  return true;
-}
-
-template <typename Request, typename Response>
-bool JobReactor<Request, Response>::TakeModelChunk() {
+bool JobReactor<Request, Response>::TakeBytesChunk(int field) {
   static_assert(Request::kModelChunkFieldNumber == kRequestModelChunkField);
+  static_assert(Request::kExternalDataChunkFieldNumber ==
+                kRequestExternalChunkField);
   std::vector<grpc::Slice> slices;
   WireField chunk;
   if (!read_buffer_.Dump(&slices).ok() ||
-      !FindSoleBytesField(slices, kRequestModelChunkField, &chunk)) {
+      !FindSoleBytesField(slices, field, &chunk)) {
     return false;
   }
   ++messages_in_;
-  if (!MakeRoomForModelBytes(chunk.size)) return true;
-  AppendSliceBytes(slices, chunk.offset, chunk.size, &model_);
+  const bool model = field == kRequestModelChunkField;
+  if (!(model ? MakeRoomForModelBytes(chunk.size) : FitsExternal(chunk.size))) {
+    return true;
+  }
+  AppendSliceBytes(slices, chunk.offset, chunk.size,
+                   model ? &model_ : ExternalRoom(chunk.size));
   CountBytesIn();
   ReadNext();
   return true;

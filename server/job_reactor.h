@@ -142,7 +142,7 @@ class JobReactor
   ~JobReactor() override = default;
 
   // ---- What a subclass says about its RPC. Called on the receive side.
-  // (Model chunks usually bypass Request: see TakeModelChunk.)
+  // (Model chunks usually bypass Request: see TakeBytesChunk.)
   virtual Part PartOf(const Request& request) const = 0;
   // Takes the config out of `request` and returns the declared sizes.
   virtual DeclaredUpload TakeConfig(Request* request) = 0;
@@ -232,11 +232,12 @@ class JobReactor
   void OnConfig();
 
   void OnModelPart();
-  // A message that is just a model chunk (every SDK's upload): its bytes go
-  // from gRPC's slices straight into model_, one copy instead of two
-  // (through request_ and then into model_). False, having done nothing,
-  // for any other message, which then goes through the full parse.
-  bool TakeModelChunk();
+  // A message that is just a model_chunk or an external_data_chunk (the
+  // request field `field`; every SDK's upload): its bytes go from gRPC's
+  // slices straight into model_ or external_, one copy instead of two
+  // (through request_ and then on). False, having done nothing, for any
+  // other message, which then goes through the full parse.
+  bool TakeBytesChunk(int field);
   // Checks `bytes` more fit the declared size and makes room for them;
   // false (the call finishing) when not.
   bool MakeRoomForModelBytes(uint64_t bytes);
@@ -244,12 +245,12 @@ class JobReactor
   // The first external_data_chunk (model complete, a stream declared),
   // then each one after it.
   void OnExternalPart();
-  // As TakeModelChunk, for an external_data_chunk: its bytes become one
-  // piece of external_ without a pass through request_.
-  bool TakeExternalChunk();
   // Checks a piece of `bytes` fits the declared stream; false (the call
   // finishing) when not.
   bool FitsExternal(uint64_t bytes);
+  // The model is complete; otherwise finishes the call with
+  // INVALID_ARGUMENT (`before` says what came too early) and returns false.
+  bool ModelComplete(absl::string_view before);
   // The model, and its stream if one was declared, are complete: what a
   // batch or the end of the stream may follow. Otherwise finishes the call
   // with INVALID_ARGUMENT saying what is missing (`before` says what came
