@@ -31,9 +31,10 @@ ABSL_FLAG(int, metrics_port, 9464,
           "Prometheus /metrics port; 0 picks a free one, -1 disables.");
 ABSL_FLAG(int, threads, 0, "Core worker threads; 0 = one per CPU.");
 ABSL_FLAG(uint64_t, max_model_bytes, uint64_t{1} << 30,
-          "Largest model a client may send, in bytes; a larger declared "
-          "config.model_size_bytes is RESOURCE_EXHAUSTED before any model "
-          "byte is read.");
+          "Largest model a client may send, in bytes, its external data "
+          "stream included; a larger declared config.model_size_bytes + "
+          "external_data_bytes is RESOURCE_EXHAUSTED before any model byte "
+          "is read.");
 ABSL_FLAG(uint64_t, max_uploading_bytes, uint64_t{2} << 30,
           "Model bytes all calls still uploading or waiting in the job queue "
           "may hold together (each call's declared config.model_size_bytes, "
