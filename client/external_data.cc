@@ -305,6 +305,55 @@ absl::StatusOr<std::string> Serialize(const onnx::ModelProto& model) {
   return model.SerializeAsString();
 }
 
+// The data file ONNX names beside a model written to `path`.
+struct DataFilePaths {
+  std::string name;  // The file name the model's tensors record.
+  std::string path;
+};
+DataFilePaths DataFileBeside(const std::string& path) {
+  const std::filesystem::path model_path(path);
+  DataFilePaths paths;
+  paths.name = model_path.filename().string() + ".data";
+  paths.path = (model_path.parent_path() / paths.name).string();
+  return paths;
+}
+
+// The serialized model with every tensor located in a returned external
+// data stream of `stream_size` bytes relocated, at the same offset, to
+// `data_name` (the stream written as that file). INTERNAL when a tensor lies
+// outside the stream: the server broke the protocol.
+absl::StatusOr<std::string> NameDataFile(absl::string_view model_bytes,
+                                         const std::string& data_name,
+                                         uint64_t stream_size,
+                                         ExternalDataInfo* info) {
+  QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
+  ExternalDataInfo wrote;
+  QUANTD_RETURN_IF_ERROR(
+      graph::ForEachTensor(&model, [&](onnx::TensorProto* t) -> absl::Status {
+        if (!graph::HasExternalData(*t)) return absl::OkStatus();
+        QUANTD_ASSIGN_OR_RETURN(graph::ExternalRef ref,
+                                graph::ReadExternalRef(*t));
+        QUANTD_ASSIGN_OR_RETURN(const int64_t want, graph::RawDataBytes(*t));
+        if (ref.location != graph::kExternalStreamLocation ||
+            static_cast<uint64_t>(ref.offset) > stream_size ||
+            static_cast<uint64_t>(want) >
+                stream_size - static_cast<uint64_t>(ref.offset)) {
+          return absl::InternalError(
+              absl::StrCat("the server returned tensor '", t->name(),
+                           "' outside the external data it sent"));
+        }
+        ref.location = data_name;
+        ref.length = want;
+        graph::SetExternalRef(ref, t);
+        ++wrote.tensors;
+        wrote.bytes += want;
+        return absl::OkStatus();
+      }));
+  wrote.files = 1;
+  *info = wrote;
+  return Serialize(model);
+}
+
 }  // namespace
 
 bool UsesExternalData(absl::string_view model_bytes) {
@@ -374,9 +423,8 @@ absl::Status WriteModelWithExternalData(absl::string_view model_bytes,
                                         int64_t min_bytes,
                                         ExternalDataInfo* info) {
   QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
-  const std::filesystem::path model_path(path);
-  const std::string data_name = model_path.filename().string() + ".data";
-  const std::string data_path = (model_path.parent_path() / data_name).string();
+  const DataFilePaths paths = DataFileBeside(path);
+  const std::string& data_name = paths.name;
   std::string data;
   ExternalDataInfo wrote;
   QUANTD_RETURN_IF_ERROR(
@@ -406,16 +454,12 @@ absl::Status WriteModelWithExternalData(absl::string_view model_bytes,
       }));
   if (wrote.tensors > 0) {
     wrote.files = 1;
-    QUANTD_RETURN_IF_ERROR(WriteFileAtomically(data_path, data));
+    QUANTD_RETURN_IF_ERROR(WriteFileAtomically(paths.path, data));
   }
   QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path, model.SerializeAsString()));
   if (info != nullptr) *info = wrote;
   return absl::OkStatus();
 }
-
-}  // namespace quantd::client
-
-namespace quantd::client {
 
 absl::Status SaveQuantizedModel(const std::string& model_bytes,
                                 std::string external_data,
@@ -438,35 +482,49 @@ absl::Status SaveQuantizedModel(const std::string& model_bytes,
   }
   // The stream is laid out as ONNX's data file (64-byte aligned offsets):
   // it becomes the file as it is, and the model only names it.
-  QUANTD_ASSIGN_OR_RETURN(onnx::ModelProto model, Parse(model_bytes));
-  const std::filesystem::path model_path(path);
-  const std::string data_name = model_path.filename().string() + ".data";
-  const std::string data_path = (model_path.parent_path() / data_name).string();
+  const DataFilePaths paths = DataFileBeside(path);
   ExternalDataInfo wrote;
-  QUANTD_RETURN_IF_ERROR(
-      graph::ForEachTensor(&model, [&](onnx::TensorProto* t) -> absl::Status {
-        if (!graph::HasExternalData(*t)) return absl::OkStatus();
-        QUANTD_ASSIGN_OR_RETURN(graph::ExternalRef ref,
-                                graph::ReadExternalRef(*t));
-        QUANTD_ASSIGN_OR_RETURN(const int64_t want, graph::RawDataBytes(*t));
-        if (ref.location != graph::kExternalStreamLocation ||
-            static_cast<uint64_t>(ref.offset) > external_data.size() ||
-            static_cast<uint64_t>(want) >
-                external_data.size() - static_cast<uint64_t>(ref.offset)) {
-          return absl::InternalError(
-              absl::StrCat("the server returned tensor '", t->name(),
-                           "' outside the external data it sent"));
-        }
-        ref.location = data_name;
-        ref.length = want;
-        graph::SetExternalRef(ref, t);
-        ++wrote.tensors;
-        wrote.bytes += want;
-        return absl::OkStatus();
-      }));
-  wrote.files = 1;
-  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(data_path, external_data));
-  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path, model.SerializeAsString()));
+  QUANTD_ASSIGN_OR_RETURN(
+      std::string model,
+      NameDataFile(model_bytes, paths.name, external_data.size(), &wrote));
+  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(paths.path, external_data));
+  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path, model));
+  if (info != nullptr) *info = wrote;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StreamedModelWriter>>
+StreamedModelWriter::Create(const std::string& path) {
+  QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> data,
+                          AtomicFile::Create(DataFileBeside(path).path));
+  return std::unique_ptr<StreamedModelWriter>(
+      new StreamedModelWriter(path, std::move(data)));
+}
+
+StreamedModelWriter::~StreamedModelWriter() = default;
+
+std::function<absl::Status(absl::string_view)> StreamedModelWriter::Sink() {
+  return [this](absl::string_view chunk) { return data_->Append(chunk); };
+}
+
+absl::Status StreamedModelWriter::Finish(const std::string& model_bytes,
+                                         ExternalDataInfo* info) {
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " was already written"));
+  }
+  std::unique_ptr<AtomicFile> data = std::move(data_);
+  if (data->size() == 0 && !UsesExternalData(model_bytes)) {
+    data.reset();  // Removes the empty temporary file.
+    return WriteModelWithExternalData(model_bytes, path_,
+                                      graph::kExternalMinBytes, info);
+  }
+  ExternalDataInfo wrote;
+  QUANTD_ASSIGN_OR_RETURN(std::string model,
+                          NameDataFile(model_bytes, DataFileBeside(path_).name,
+                                       data->size(), &wrote));
+  QUANTD_RETURN_IF_ERROR(data->Commit());
+  QUANTD_RETURN_IF_ERROR(WriteFileAtomically(path_, model));
   if (info != nullptr) *info = wrote;
   return absl::OkStatus();
 }

@@ -8,10 +8,14 @@
 #define QUANTD_CLIENT_EXTERNAL_DATA_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/file_util.h"
 #include "client/quantd_client.h"
 
 namespace quantd::client {
@@ -83,6 +87,40 @@ absl::Status SaveQuantizedModel(const std::string& model_bytes,
                                 std::string external_data,
                                 const std::string& path, bool as_external,
                                 ExternalDataInfo* info = nullptr);
+
+// A Quantize result written to `path` while it arrives, so that the client
+// holds one chunk of its external data at a time, however large the model:
+// Sink() is QuantizeCallbacks::on_external_data and appends each chunk to
+// the data file (`path` + ".data", the stream as it came), Finish writes the
+// model naming it. Both files appear whole or not at all, the data file
+// first; a writer destroyed before Finish succeeds leaves neither behind
+// (and an existing file at either path untouched). A result that came
+// without external data is written as SaveQuantizedModel(as_external=true)
+// writes it.
+class StreamedModelWriter {
+ public:
+  // INVALID_ARGUMENT (NOT_FOUND for a missing directory) when the data
+  // file's temporary file cannot be created.
+  static absl::StatusOr<std::unique_ptr<StreamedModelWriter>> Create(
+      const std::string& path);
+  ~StreamedModelWriter();
+  StreamedModelWriter(const StreamedModelWriter&) = delete;
+  StreamedModelWriter& operator=(const StreamedModelWriter&) = delete;
+
+  // For QuantizeCallbacks::on_external_data; valid while the writer lives.
+  std::function<absl::Status(absl::string_view chunk)> Sink();
+  // Writes the returned model (QuantizeOutcome::model) and commits the data
+  // file. INTERNAL when a tensor lies outside the bytes received. Once.
+  absl::Status Finish(const std::string& model_bytes,
+                      ExternalDataInfo* info = nullptr);
+
+ private:
+  StreamedModelWriter(std::string path, std::unique_ptr<AtomicFile> data)
+      : path_(std::move(path)), data_(std::move(data)) {}
+
+  std::string path_;
+  std::unique_ptr<AtomicFile> data_;  // Null once Finish ran.
+};
 
 }  // namespace quantd::client
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/huge_pages.h"
+#include "core/base/status_macros.h"
 
 namespace quantd::client {
 namespace {
@@ -77,40 +78,76 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents;
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
-  // Same directory as the target, so the rename cannot cross filesystems.
+absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Create(
+    const std::string& path) {
   std::string temp = absl::StrCat(path, ".tmp.XXXXXX");
   std::vector<char> temp_buffer(temp.begin(), temp.end());
   temp_buffer.push_back('\0');
-  const int fd = mkstemp(temp_buffer.data());
+  const int fd = mkostemp(temp_buffer.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoError(errno, "create a temporary file for", path);
-  temp = temp_buffer.data();
   // mkstemp creates 0600; give the output the usual permissions.
   const mode_t mask = umask(0);
   umask(mask);
   fchmod(fd, 0666 & ~mask);
+  return std::unique_ptr<AtomicFile>(
+      new AtomicFile(path, std::string(temp_buffer.data()), fd));
+}
 
-  absl::Status status;
-  const char* data = contents.data();
-  size_t left = contents.size();
-  while (left > 0 && status.ok()) {
-    const ssize_t n = write(fd, data, left);
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  if (fd_ >= 0) close(fd_);
+  unlink(temp_.c_str());
+}
+
+absl::Status AtomicFile::Append(absl::string_view bytes) {
+  if (committed_ || fd_ < 0) {
+    return status_.ok() ? absl::FailedPreconditionError(
+                              absl::StrCat(path_, " was already written"))
+                        : status_;
+  }
+  const char* data = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0 && status_.ok()) {
+    const ssize_t n = write(fd_, data, left);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      status = ErrnoError(errno, "write", temp);
+      status_ = ErrnoError(errno, "write", temp_);
     } else {
       data += n;
       left -= static_cast<size_t>(n);
+      size_ += static_cast<uint64_t>(n);
     }
   }
-  if (status.ok() && fsync(fd) != 0) status = ErrnoError(errno, "sync", temp);
-  if (close(fd) != 0 && status.ok()) status = ErrnoError(errno, "close", temp);
-  if (status.ok() && std::rename(temp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(errno, "rename into", path);
+  return status_;
+}
+
+absl::Status AtomicFile::Commit() {
+  if (committed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, " was already written"));
   }
-  if (!status.ok()) unlink(temp.c_str());
-  return status;
+  if (fd_ < 0) return status_;  // A failed Commit before.
+  if (status_.ok() && fsync(fd_) != 0) {
+    status_ = ErrnoError(errno, "sync", temp_);
+  }
+  if (close(fd_) != 0 && status_.ok()) {
+    status_ = ErrnoError(errno, "close", temp_);
+  }
+  fd_ = -1;
+  if (status_.ok() && std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    status_ = ErrnoError(errno, "rename into", path_);
+  }
+  // The destructor removes the temporary file after a failure.
+  committed_ = status_.ok();
+  return status_;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file,
+                          AtomicFile::Create(path));
+  QUANTD_RETURN_IF_ERROR(file->Append(contents));
+  return file->Commit();
 }
 
 }  // namespace quantd::client

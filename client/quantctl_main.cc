@@ -922,18 +922,28 @@ int RunQuantize() {
       !status.ok()) {
     return Fail(status);
   }
+  // An output saved with external data is written as it arrives: the
+  // client holds one chunk of its data at a time.
+  std::unique_ptr<quantd::client::StreamedModelWriter> writer;
+  if (output_external) {
+    absl::StatusOr<std::unique_ptr<quantd::client::StreamedModelWriter>>
+        created = quantd::client::StreamedModelWriter::Create(output_path);
+    if (!created.ok()) return Fail(created.status());
+    writer = std::move(*created);
+    callbacks.on_external_data = writer->Sink();
+  }
   Client client(*client_options);
   absl::StatusOr<quantd::client::QuantizeOutcome> outcome =
       client.Quantize(std::move(config), model->input(), callbacks,
                       std::move(batches), std::move(rewind));
   if (show_progress) absl::FPrintF(stderr, "\r\033[K");
   if (!outcome.ok()) return Fail(outcome.status());
-  if (absl::Status status = quantd::client::SaveQuantizedModel(
-          outcome->model, std::move(outcome->external_data), output_path,
-          output_external);
-      !status.ok()) {
-    return Fail(status);
-  }
+  const absl::Status saved =
+      writer != nullptr ? writer->Finish(outcome->model)
+                        : quantd::client::SaveQuantizedModel(
+                              outcome->model, std::move(outcome->external_data),
+                              output_path, /*as_external=*/false);
+  if (!saved.ok()) return Fail(saved);
   if (!report_path.empty()) {
     report.summary = outcome->summary;
     report.tensors = outcome->reports;

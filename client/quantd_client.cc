@@ -518,6 +518,7 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
     int summaries = 0;
     bool after_summary = false;
     bool results_seen = false;
+    absl::Status sink_status;  // From callbacks.on_external_data.
     auto handle = [&](QuantizeResponse* response) {
       if (summaries > 0) after_summary = true;
       switch (response->event_case()) {
@@ -530,9 +531,11 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
             const auto total =
                 static_cast<size_t>(response->progress().total());
             if (response->progress().message() ==
-                    "output external data bytes" &&
-                outcome.external_data.empty()) {
-              outcome.external_data.reserve(total);
+                "output external data bytes") {
+              if (!callbacks.on_external_data &&
+                  outcome.external_data.empty()) {
+                outcome.external_data.reserve(total);
+              }
             } else if (total <= (size_t{2} << 30) && outcome.model.empty()) {
               outcome.model.reserve(total);
               AdviseHugePages(outcome.model.data(), outcome.model.capacity());
@@ -556,7 +559,14 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
           break;
         case QuantizeResponse::kExternalDataChunk:
           results_seen = true;
-          outcome.external_data.append(response->external_data_chunk());
+          outcome.external_data_bytes += response->external_data_chunk().size();
+          if (!callbacks.on_external_data) {
+            outcome.external_data.append(response->external_data_chunk());
+          } else if (sink_status.ok()) {
+            sink_status =
+                callbacks.on_external_data(response->external_data_chunk());
+            if (!sink_status.ok()) context->TryCancel();
+          }
           break;
         case QuantizeResponse::kSummary:
           results_seen = true;
@@ -570,6 +580,7 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
     const absl::Status status = Exchange<QuantizeRequest, QuantizeResponse>(
         context, stream.get(), next, handle);
     batches_pulled = batches_pulled || sequence.pulled_batches();
+    if (!sink_status.ok()) return {sink_status, "", /*as_is=*/true};
     if (!status.ok()) {
       if (source_failed) return {status, "", /*as_is=*/true};
       if (results_seen) {
@@ -590,13 +601,13 @@ absl::StatusOr<QuantizeOutcome> Client::Quantize(
               ""};
     }
     if (outcome.summary.output_bytes() !=
-        outcome.model.size() + outcome.external_data.size()) {
+        outcome.model.size() + outcome.external_data_bytes) {
       return {
           absl::InternalError(absl::StrCat(
               "protocol error: received ", outcome.model.size(), " model bytes",
-              outcome.external_data.empty()
+              outcome.external_data_bytes == 0
                   ? ""
-                  : absl::StrCat(" and ", outcome.external_data.size(),
+                  : absl::StrCat(" and ", outcome.external_data_bytes,
                                  " of external data"),
               " but the summary says ", outcome.summary.output_bytes())),
           ""};

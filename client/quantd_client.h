@@ -28,8 +28,12 @@ struct QuantizeOutcome {
   // tensors came back beside it (always for a model sent with external
   // data). Its tensors are located at "quantd:external_data" with offsets
   // into these bytes; SaveQuantizedModel (client/external_data.h) writes
-  // both as ONNX's model + data file, or inlines them.
+  // both as ONNX's model + data file, or inlines them. Empty when
+  // QuantizeCallbacks::on_external_data took the bytes instead.
   std::string external_data;
+  // The external data stream's size, whether held above or handed to
+  // QuantizeCallbacks::on_external_data.
+  uint64_t external_data_bytes = 0;
   std::vector<quantd::v1::TensorReport> reports;
   quantd::v1::QuantizeSummary summary;
 };
@@ -63,6 +67,13 @@ struct ModelInput {
 struct QuantizeCallbacks {
   std::function<void(const quantd::v1::Progress&)> on_progress;
   std::function<void(const quantd::v1::TensorReport&)> on_tensor_report;
+  // When set, the output's external data stream goes here chunk by chunk,
+  // in order, instead of into QuantizeOutcome::external_data, so that a
+  // model of any size never sits in the client's memory at once
+  // (StreamedModelWriter in client/external_data.h writes it to the data
+  // file). An error cancels the call and is returned as is. A call that has
+  // started receiving results is never retried, so the chunks arrive once.
+  std::function<absl::Status(absl::string_view chunk)> on_external_data;
 };
 
 // Calibration batches, pulled one at a time: the next batch, std::nullopt at

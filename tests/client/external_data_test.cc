@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -443,6 +445,107 @@ TEST_F(ExternalDataTest, AQuantizeResultIsSavedEitherWay) {
                                   Path("bad.onnx"), true)
                    .ok());
   EXPECT_FALSE(fs::exists(Path("bad.onnx")));
+}
+
+TEST_F(ExternalDataTest, AStreamedResultIsWrittenAsItArrives) {
+  onnx::ModelProto original = ModelWithTensorsEverywhere();
+  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
+                                         Path("in.onnx"), 1024)
+                  .ok());
+  absl::StatusOr<StreamedModel> result =
+      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
+  ASSERT_TRUE(result.ok());
+  std::string stream(result->external.size, '\0');
+  ASSERT_TRUE(result->external.read(0, stream.size(), stream.data()).ok());
+
+  absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
+      StreamedModelWriter::Create(Path("out.onnx"));
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::function<absl::Status(absl::string_view)> sink = (*writer)->Sink();
+  for (size_t at = 0; at < stream.size(); at += 1000) {
+    ASSERT_TRUE(sink(absl::string_view(stream).substr(at, 1000)).ok());
+  }
+  // Nothing appears before Finish.
+  EXPECT_FALSE(fs::exists(Path("out.onnx")));
+  EXPECT_FALSE(fs::exists(Path("out.onnx.data")));
+  ExternalDataInfo wrote;
+  ASSERT_TRUE((*writer)->Finish(result->model, &wrote).ok());
+  EXPECT_EQ(wrote.tensors, 6);
+  EXPECT_EQ(Read(Path("out.onnx.data")), stream);
+  absl::StatusOr<std::string> from_file =
+      InlineExternalData(Read(Path("out.onnx")), dir_.string());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  onnx::ModelProto back;
+  ASSERT_TRUE(back.ParseFromString(*from_file));
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(back, original));
+  EXPECT_EQ((*writer)->Finish(result->model).code(),
+            absl::StatusCode::kFailedPrecondition);
+  writer->reset();
+  // Only the two files: no temporary file left.
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
+  EXPECT_EQ(files, 4);  // in.onnx, in.onnx.data, out.onnx, out.onnx.data.
+}
+
+TEST_F(ExternalDataTest, AnUnfinishedStreamedResultLeavesNothingBehind) {
+  // An earlier result at the same path stays as it was.
+  ASSERT_TRUE(WriteFileAtomically(Path("out.onnx"), "old model").ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("out.onnx.data"), "old data").ok());
+  {
+    absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
+        StreamedModelWriter::Create(Path("out.onnx"));
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Sink()("part of a stream").ok());
+  }  // The call failed: the writer goes without Finish.
+  EXPECT_EQ(Read(Path("out.onnx")), "old model");
+  EXPECT_EQ(Read(Path("out.onnx.data")), "old data");
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
+  EXPECT_EQ(files, 2);
+
+  // A model naming bytes past those received: INTERNAL, neither written.
+  onnx::ModelProto original = ModelWithTensorsEverywhere();
+  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
+                                         Path("in.onnx"), 1024)
+                  .ok());
+  absl::StatusOr<StreamedModel> result =
+      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
+  ASSERT_TRUE(result.ok());
+  absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
+      StreamedModelWriter::Create(Path("out.onnx"));
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->Sink()(std::string(100, 'x')).ok());
+  EXPECT_EQ((*writer)->Finish(result->model).code(),
+            absl::StatusCode::kInternal);
+  writer->reset();
+  EXPECT_EQ(Read(Path("out.onnx")), "old model");
+  EXPECT_EQ(Read(Path("out.onnx.data")), "old data");
+
+  // A missing directory is refused when the writer is made.
+  EXPECT_EQ(
+      StreamedModelWriter::Create(Path("no/such/out.onnx")).status().code(),
+      absl::StatusCode::kNotFound);
+}
+
+TEST_F(ExternalDataTest, AStreamedWriterGivenNoStreamMovesBigTensorsOut) {
+  // The input was sent inline, so nothing came back beside the model: the
+  // writer moves the big tensors out itself, as --save_as_external_data=true.
+  onnx::ModelProto original = ModelWithTensorsEverywhere();
+  absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
+      StreamedModelWriter::Create(Path("out.onnx"));
+  ASSERT_TRUE(writer.ok());
+  ExternalDataInfo wrote;
+  ASSERT_TRUE((*writer)->Finish(original.SerializeAsString(), &wrote).ok());
+  EXPECT_EQ(wrote.tensors, 6);
+  EXPECT_TRUE(fs::exists(Path("out.onnx.data")));
+  absl::StatusOr<std::string> from_file =
+      InlineExternalData(Read(Path("out.onnx")), dir_.string());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  onnx::ModelProto back;
+  ASSERT_TRUE(back.ParseFromString(*from_file));
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(back, original));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -64,6 +65,37 @@ TEST_F(FileUtilTest, FailedWriteLeavesNothingBehind) {
   EXPECT_THAT(std::string(status.message()),
               ::testing::HasSubstr(target.string()));
   EXPECT_THAT(Files(), ::testing::ElementsAre("taken"));
+}
+
+TEST_F(FileUtilTest, AtomicFileAppearsWholeOnCommit) {
+  const std::string path = (dir_ / "out.data").string();
+  absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Append("abc").ok());
+  ASSERT_TRUE((*file)->Append(std::string("\0d", 2)).ok());
+  EXPECT_EQ((*file)->size(), 5u);
+  EXPECT_FALSE(fs::exists(path));  // Not before Commit.
+  ASSERT_TRUE((*file)->Commit().ok());
+  EXPECT_EQ(*ReadFile(path), std::string("abc\0d", 5));
+  EXPECT_EQ((*file)->Commit().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*file)->Append("x").code(), absl::StatusCode::kFailedPrecondition);
+  file->reset();
+  EXPECT_EQ(*ReadFile(path), std::string("abc\0d", 5));  // Kept.
+  EXPECT_THAT(Files(), ::testing::ElementsAre("out.data"));
+}
+
+TEST_F(FileUtilTest, AtomicFileNotCommittedLeavesNothingBehind) {
+  const std::string path = (dir_ / "out.data").string();
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  {
+    absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->Append("new, but never committed").ok());
+  }
+  EXPECT_EQ(*ReadFile(path), "old");
+  EXPECT_THAT(Files(), ::testing::ElementsAre("out.data"));
+  EXPECT_EQ(AtomicFile::Create((dir_ / "no" / "out").string()).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(FileUtilTest, MissingDirectoryIsAnError) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -62,9 +63,11 @@ class FakeService final : public quantd::v1::QuantizationService::Service {
       override {
     QuantizeRequest request;
     std::string model;
+    std::string external;
     int batches = 0;
     while (stream->Read(&request)) {
       model += request.model_chunk();
+      external += request.external_data_chunk();
       if (request.has_calibration_batch()) ++batches;
     }
     Record(batches);
@@ -80,7 +83,16 @@ class FakeService final : public quantd::v1::QuantizationService::Service {
     stream->Write(response);
     response.set_model_chunk(model);
     stream->Write(response);
-    response.mutable_summary()->set_output_bytes(model.size());
+    // The external data stream comes back in two chunks.
+    const size_t half = external.size() / 2;
+    for (const std::string& piece :
+         {external.substr(0, half), external.substr(half)}) {
+      if (piece.empty()) continue;
+      response.set_external_data_chunk(piece);
+      stream->Write(response);
+    }
+    response.mutable_summary()->set_output_bytes(model.size() +
+                                                 external.size());
     stream->Write(response);
     return grpc::Status::OK;
   }
@@ -326,6 +338,63 @@ TEST(ClientRetryTest, QuantizeIsNotRetriedOnceResultsArrived) {
   EXPECT_THAT(outcome.status().message(),
               HasSubstr("not retried: the server had started sending results"));
   EXPECT_EQ(reports_seen, 1);
+  EXPECT_EQ(server.service().calls, 1);
+}
+
+// A model sent with an external data stream of `size` bytes ('a' + i % 26).
+ExternalDataSource Stream(uint64_t size) {
+  return {size, [](uint64_t offset, size_t n, char* out) {
+            for (size_t i = 0; i < n; ++i) out[i] = 'a' + (offset + i) % 26;
+            return absl::OkStatus();
+          }};
+}
+
+TEST(ClientTest, ReturnedExternalDataIsHeldOrHandedToTheSink) {
+  FakeServer server;
+  Client::Options options = FastRetries(server.address());
+  options.chunk_bytes = 7;
+  std::string want(100, '\0');
+  ASSERT_TRUE(Stream(100).read(0, 100, want.data()).ok());
+
+  absl::StatusOr<QuantizeOutcome> held = Client(options).Quantize(
+      quantd::v1::QuantizeConfig(), ModelInput("model", Stream(100)));
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->model, "model");
+  EXPECT_EQ(held->external_data, want);
+  EXPECT_EQ(held->external_data_bytes, 100u);
+
+  std::vector<std::string> chunks;
+  QuantizeCallbacks callbacks;
+  callbacks.on_external_data = [&](absl::string_view chunk) {
+    chunks.emplace_back(chunk);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<QuantizeOutcome> sunk =
+      Client(options).Quantize(quantd::v1::QuantizeConfig(),
+                               ModelInput("model", Stream(100)), callbacks);
+  ASSERT_TRUE(sunk.ok()) << sunk.status();
+  EXPECT_EQ(sunk->model, "model");
+  EXPECT_EQ(sunk->external_data, "");  // Not held as well.
+  EXPECT_EQ(sunk->external_data_bytes, 100u);
+  EXPECT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(absl::StrJoin(chunks, ""), want);
+}
+
+TEST(ClientTest, AnExternalDataSinkErrorEndsTheCallAsIs) {
+  FakeServer server;
+  QuantizeCallbacks callbacks;
+  int chunks = 0;
+  callbacks.on_external_data = [&](absl::string_view) {
+    ++chunks;
+    return absl::DataLossError("disk full");
+  };
+  absl::StatusOr<QuantizeOutcome> outcome =
+      Client(FastRetries(server.address()))
+          .Quantize(quantd::v1::QuantizeConfig(),
+                    ModelInput("model", Stream(64)), callbacks);
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(outcome.status().message(), "disk full");
+  EXPECT_EQ(chunks, 1);  // Not called again after the error.
   EXPECT_EQ(server.service().calls, 1);
 }
 

@@ -107,15 +107,24 @@ class QuantizeResult:
     reports: List[TensorReport] = field(default_factory=list)
     # The output's external data stream: not empty when the model's large
     # tensors came back beside it (always for a model sent with external
-    # data); save() writes both.
+    # data) and quantize() was not given save_to; save() writes both.
     external_data: bytes = b""
+    # The stream's size, also when it went straight to a file (save_to).
+    external_data_bytes: int = 0
+    # Where quantize(save_to=...) wrote the result.
+    saved_to: Optional[str] = None
 
     def save(self, path: PathLike, save_as_external_data: Optional[bool] = None) -> None:
         """Writes the model atomically (a temporary file renamed in place).
         save_as_external_data: tensors of 1 KiB and more go to path + ".data"
         beside it, as onnx.save_model(..., save_as_external_data=True) writes
         them (quantctl --save_as_external_data; needs the onnx package);
-        None (the default) keeps the form the result came in."""
+        None (the default) keeps the form the result came in. ValueError for
+        a result whose external data went straight to a file (save_to):
+        it is there already."""
+        if self.external_data_bytes and not self.external_data:
+            raise ValueError(f"this result's external data was written to {self.saved_to}.data "
+                             f"as it arrived; the model is {self.saved_to}")
         if save_as_external_data is None:
             save_as_external_data = bool(self.external_data)
         if self.external_data:
@@ -435,7 +444,9 @@ class QuantdClient:
                  smoothquant: Union[bool, float, str, None] = None,
                  equalize: bool = False,
                  on_progress: Optional[Callable[[Progress], None]] = None,
-                 on_tensor_report: Optional[Callable[[TensorReport], None]] = None) -> QuantizeResult:
+                 on_tensor_report: Optional[Callable[[TensorReport], None]] = None,
+                 save_to: Optional[PathLike] = None,
+                 save_as_external_data: Optional[bool] = None) -> QuantizeResult:
         """Quantizes `model` (bytes, or the path of an ONNX file).
 
         options: QuantizationOptions (message, JSON dict or text format);
@@ -489,6 +500,12 @@ class QuantdClient:
             ranges (quantctl --equalize; data-free).
         on_progress, on_tensor_report: called on this thread as the events
             arrive.
+        save_to, save_as_external_data: write the result to this path as
+            QuantizeResult.save(save_to, save_as_external_data) would, except
+            that external data (a model sent with external data, e.g. over 2
+            GB) goes to save_to + ".data" chunk by chunk as it arrives and
+            never sits in memory (unless save_as_external_data is False: then
+            it is inlined). The returned result's saved_to names the path.
         """
         data, streamed = _read_model(model)
         config = service_pb2.QuantizeConfig(
@@ -564,18 +581,36 @@ class QuantdClient:
             for batch in batches:
                 yield service_pb2.QuantizeRequest(calibration_batch=to_tensor_batch(batch))
 
-        return self._with_retries(
-            lambda timeout, responded: self._quantize_attempt(
-                requests(), timeout, responded, on_progress, on_tensor_report),
-            batches)
+        writer = None
+        if save_to is not None and save_as_external_data is not False:
+            writer = external_data.StreamedModelWriter(save_to)
+        try:
+            result = self._with_retries(
+                lambda timeout, responded: self._quantize_attempt(
+                    requests(), timeout, responded, on_progress, on_tensor_report, writer),
+                batches)
+            if save_to is not None:
+                if result.external_data_bytes and not result.external_data:
+                    writer.finish(result.model, write=_write_atomically)
+                else:
+                    result.save(save_to, save_as_external_data)
+                result.saved_to = os.fspath(save_to)
+            return result
+        finally:
+            if writer is not None:
+                writer.discard()
 
     def _quantize_attempt(self, requests: Iterator[service_pb2.QuantizeRequest],
                           timeout: Optional[float], responded: Callable[[], None],
                           on_progress: Optional[Callable[[Progress], None]],
-                          on_tensor_report: Optional[Callable[[TensorReport], None]]
+                          on_tensor_report: Optional[Callable[[TensorReport], None]],
+                          writer: Optional["external_data.StreamedModelWriter"] = None
                           ) -> QuantizeResult:
         model_parts: List[bytes] = []
         external_parts: List[bytes] = []
+        external_bytes = 0
+        if writer is not None:
+            writer.discard()  # What an earlier attempt wrote.
         reports: List[TensorReport] = []
         summaries: List[QuantizeSummary] = []
         after_summary = False
@@ -594,7 +629,11 @@ class QuantdClient:
             elif event == "model_chunk":
                 model_parts.append(response.model_chunk)
             elif event == "external_data_chunk":
-                external_parts.append(response.external_data_chunk)
+                external_bytes += len(response.external_data_chunk)
+                if writer is not None:
+                    writer.write(response.external_data_chunk)
+                else:
+                    external_parts.append(response.external_data_chunk)
             elif event == "summary":
                 summaries.append(response.summary)
             # Anything else is a newer server's event: skipped.
@@ -605,12 +644,13 @@ class QuantdClient:
                               "expected exactly one, last")
         output = b"".join(model_parts)
         external = b"".join(external_parts)
-        if summaries[0].output_bytes != len(output) + len(external):
+        del external_parts[:]
+        if summaries[0].output_bytes != len(output) + external_bytes:
             raise QuantdError(grpc.StatusCode.INTERNAL,
                               f"protocol error: received {len(output)} model bytes"
-                              f"{f' and {len(external)} of external data' if external else ''}"
+                              f"{f' and {external_bytes} of external data' if external_bytes else ''}"
                               f" but the summary says {summaries[0].output_bytes}")
-        return QuantizeResult(output, summaries[0], reports, external)
+        return QuantizeResult(output, summaries[0], reports, external, external_bytes)
 
     # -- Calibrate -------------------------------------------------------
 

@@ -11,6 +11,7 @@ Detecting external data reads only protobuf field headers; reading it in
 and writing it out need the `onnx` package (Debian python3-onnx)."""
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -309,26 +310,92 @@ def _stream_ref(t, stream_size: int) -> Tuple[int, int]:
     return offset, length
 
 
-def write_streamed_model(data: bytes, stream: bytes, path, write) -> Dict[str, int]:
-    """Writes a result that came with external data as path + path.data: the
-    stream is laid out as ONNX's data file (64-byte aligned offsets) and is
-    written as it came; the model only names it. The data file first."""
+def _name_data_file(data: bytes, name: str, stream_size: int) -> Tuple[bytes, Dict[str, int]]:
+    """The model with every tensor located in a returned stream of
+    `stream_size` bytes relocated, at the same offset, to the data file
+    `name` (the stream written as it came)."""
     onnx = _onnx()
     model = onnx.ModelProto()
     model.ParseFromString(data)
-    path = os.fspath(path)
-    name = os.path.basename(path) + ".data"
     counts = {"tensors": 0, "bytes": 0, "files": 1}
     for t in _tensors(model):
         if t.data_location != _EXTERNAL:
             continue
-        offset, length = _stream_ref(t, len(stream))
+        offset, length = _stream_ref(t, stream_size)
         _set_ref(t, name, offset, length)
         counts["tensors"] += 1
         counts["bytes"] += length
+    return model.SerializeToString(), counts
+
+
+def write_streamed_model(data: bytes, stream: bytes, path, write) -> Dict[str, int]:
+    """Writes a result that came with external data as path + path.data: the
+    stream is laid out as ONNX's data file (64-byte aligned offsets) and is
+    written as it came; the model only names it. The data file first."""
+    path = os.fspath(path)
+    name = os.path.basename(path) + ".data"
+    model, counts = _name_data_file(data, name, len(stream))
     write(os.path.join(os.path.dirname(path), name), stream)
-    write(path, model.SerializeToString())
+    write(path, model)
     return counts
+
+
+class StreamedModelWriter:
+    """A Quantize result's external data written to path + ".data" chunk by
+    chunk as it arrives (so that it never sits in memory, however large the
+    model), then the model naming it (finish). The data file appears whole
+    when finish renames it into place, before the model; discard (or a
+    failed finish) removes the temporary file and leaves any earlier files
+    at those paths as they were. The C++ SDK's StreamedModelWriter."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.name = os.path.basename(self.path) + ".data"
+        self.data_path = os.path.join(os.path.dirname(self.path), self.name)
+        self.size = 0
+        self._file = None
+        self._temp: Optional[str] = None
+
+    def write(self, chunk: bytes) -> None:
+        if self._file is None:
+            fd, self._temp = tempfile.mkstemp(prefix=self.name + ".tmp.",
+                                              dir=os.path.dirname(self.path) or ".")
+            self._file = os.fdopen(fd, "wb")
+        self._file.write(chunk)
+        self.size += len(chunk)
+
+    def finish(self, data: bytes, write) -> Dict[str, int]:
+        """Writes the model (with `write`, e.g. an atomic writer) after the
+        data file; ValueError, nothing written, for a tensor outside the
+        bytes received."""
+        try:
+            model, counts = _name_data_file(data, self.name, self.size)
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+                mask = os.umask(0)
+                os.umask(mask)
+                os.chmod(self._temp, 0o666 & ~mask)
+                os.replace(self._temp, self.data_path)
+                self._temp = None
+            write(self.path, model)
+            return counts
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._temp is not None:
+            try:
+                os.remove(self._temp)
+            except FileNotFoundError:
+                pass
+            self._temp = None
+        self.size = 0
 
 
 def write_model_with_external_data(data: bytes, path, min_bytes: int = 1024,

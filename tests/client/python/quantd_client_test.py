@@ -12,6 +12,7 @@ import onnx
 from onnx import numpy_helper
 
 from quantd_client._proto import options_pb2
+from quantd_client import external_data
 from quantd_client import (NpyBatches, QuantdClient, QuantdError, ServingStatus, TlsOptions,
                            inline_external_data, inline_streamed_data, open_for_streaming,
                            options_pb2, service_pb2, uses_external_data)
@@ -369,6 +370,59 @@ class QuantdClientTest(unittest.TestCase):
                         read(model.SerializeToString(), os.path.dirname(saved))
                     self.assertIn(fragment, str(cm.exception))
                     self.assertIn(f"'{tensor.name}'", str(cm.exception))
+
+    def test_save_to_writes_external_data_as_it_arrives(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = os.path.join(tmp, "digits.onnx")
+            onnx.save_model(self.float_model, saved, save_as_external_data=True,
+                            all_tensors_to_one_file=True, location="w.bin",
+                            size_threshold=256)
+            held = self.client.quantize(saved, DYNAMIC)
+            out_dir = os.path.join(tmp, "out")
+            os.makedirs(out_dir)
+            out = os.path.join(out_dir, "w8.onnx")
+            result = self.client.quantize(saved, DYNAMIC, save_to=out)
+            self.assertEqual(result.saved_to, out)
+            self.assertEqual(result.external_data, b"")  # Never held.
+            self.assertEqual(result.external_data_bytes, len(held.external_data))
+            self.assertEqual(sorted(os.listdir(out_dir)), ["w8.onnx", "w8.onnx.data"])
+            with open(out + ".data", "rb") as f:
+                self.assertEqual(f.read(), held.external_data)
+            loaded = onnx.load(out)
+            for t in loaded.graph.initializer:
+                t.ClearField("data_location")
+            self.assertEqual(loaded.SerializeToString(),
+                             inline_streamed_data(held.model, held.external_data))
+            with self.assertRaises(ValueError):
+                result.save(os.path.join(tmp, "again.onnx"))
+            # Inlined by request; an inline model is saved as it came.
+            one = os.path.join(tmp, "one.onnx")
+            self.client.quantize(saved, DYNAMIC, save_to=one, save_as_external_data=False)
+            with open(one, "rb") as f:
+                self.assertEqual(f.read(), inline_streamed_data(held.model, held.external_data))
+            plain = os.path.join(tmp, "plain.onnx")
+            r = self.client.quantize(self.model_bytes, DYNAMIC, save_to=plain)
+            with open(plain, "rb") as f:
+                self.assertEqual(f.read(), r.model)
+            # A failed call leaves nothing behind, not even a temporary file.
+            before = sorted(os.listdir(tmp))
+            with self.assertRaises(QuantdError):
+                self.client.quantize(saved, {"quantization_method": {"experimental_method":
+                                                                     "STATIC_RANGE"}},
+                                     save_to=os.path.join(tmp, "never.onnx"))
+            self.assertEqual(sorted(os.listdir(tmp)), before)
+            # Chunks written, then the call broke: the writer is discarded.
+            writer = external_data.StreamedModelWriter(os.path.join(tmp, "broken.onnx"))
+            writer.write(b"part of a stream")
+            self.assertEqual(len(os.listdir(tmp)), len(before) + 1)  # The temporary file.
+            writer.discard()
+            self.assertEqual(sorted(os.listdir(tmp)), before)
+            # A model naming bytes past those received: nothing written.
+            writer = external_data.StreamedModelWriter(os.path.join(tmp, "short.onnx"))
+            writer.write(b"x" * 100)
+            with self.assertRaises(ValueError):
+                writer.finish(held.model, write=lambda path, data: None)
+            self.assertEqual(sorted(os.listdir(tmp)), before)
 
     def test_a_streamed_model_reads_its_data_on_demand(self):
         with tempfile.TemporaryDirectory() as tmp:
