@@ -146,10 +146,17 @@ absl::StatusOr<Tensor> ReadTensorFile(const std::string& path,
 }
 
 absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
-    const std::vector<CalibrationInput>& inputs, int64_t batch_size) {
+    const std::vector<CalibrationInput>& inputs, int64_t batch_size,
+    bool unbatched) {
   if (batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch size must be >= 1, not ", batch_size));
+  }
+  if (unbatched && batch_size != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unbatched calibration data is sent one sample per batch without its "
+        "sample axis; the batch size must be 1, not ",
+        batch_size));
   }
   if (inputs.empty()) {
     return absl::InvalidArgumentError("no calibration data files");
@@ -238,8 +245,8 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
           absl::StrJoin(sizes, ", ")));
     }
   }
-  return std::unique_ptr<CalibrationData>(
-      new CalibrationData(std::move(sources), num_samples, batch_size));
+  return std::unique_ptr<CalibrationData>(new CalibrationData(
+      std::move(sources), num_samples, batch_size, unbatched));
 }
 
 std::optional<quantd::v1::TensorBatch> CalibrationData::Next() {
@@ -262,6 +269,7 @@ std::optional<quantd::v1::TensorBatch> CalibrationData::Next() {
     const int axis = source.sample_axis;
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < t.rank(); ++i) {
+      if (i == axis && unbatched_) continue;  // n is 1: the axis goes.
       named->add_shape(i == axis ? n : t.dim(i));
       if (i < axis) outer *= t.dim(i);
       if (i > axis) inner *= t.dim(i);

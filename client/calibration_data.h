@@ -56,8 +56,14 @@ class CalibrationData {
   // unreadable files (NOT_FOUND for a missing one), UNIMPLEMENTED for
   // element types other than float32, float64 (sent as float32), int64,
   // int32, int8, uint8 and bool.
+  //
+  // `unbatched`: the model takes one sample at a time with no batch axis
+  // (torchvision's detection models take an image [3, H, W]): each batch is
+  // one sample, and every input with a sample axis is sent without it.
+  // INVALID_ARGUMENT unless batch_size is 1.
   static absl::StatusOr<std::unique_ptr<CalibrationData>> Open(
-      const std::vector<CalibrationInput>& inputs, int64_t batch_size);
+      const std::vector<CalibrationInput>& inputs, int64_t batch_size,
+      bool unbatched = false);
 
   // The next batch (the last may be smaller), or nullopt after the last.
   // Only this batch is materialized: the sources stay as they were read.
@@ -86,14 +92,16 @@ class CalibrationData {
   };
 
   CalibrationData(std::vector<Source> sources, int64_t num_samples,
-                  int64_t batch_size)
+                  int64_t batch_size, bool unbatched)
       : sources_(std::move(sources)),
         num_samples_(num_samples),
-        batch_size_(batch_size) {}
+        batch_size_(batch_size),
+        unbatched_(unbatched) {}
 
   const std::vector<Source> sources_;
   const int64_t num_samples_;
   const int64_t batch_size_;
+  const bool unbatched_;  // Sample axes are dropped (batch_size_ is 1).
   int64_t next_sample_ = 0;
 };
 

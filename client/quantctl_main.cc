@@ -4,17 +4,19 @@
 //                     [--method=..] [--precision=..] [--op_set=..] [--json]
 //                     [--calibration=RANGES.pb]
 //                     [--calibration_data=[NAME=]X.npy ...]
-//                     [--sample_axis=NAME=K|NAME=none ...]
+//                     [--sample_axis=NAME=K|NAME=none ...] [--unbatched]
 //                     [--report=REPORT.html]
 //                     [--save_as_external_data=auto|true|false]
 //   quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy [...]
 //                      --output=RANGES.pb [--batch_size=N] [--method=..]
-//                      [--sample_axis=NAME=K|NAME=none ...]
+//                      [--sample_axis=NAME=K|NAME=none ...] [--unbatched]
 //                      [--per_channel] [--json]
 //
 // Calibration arrays are cut into batches along their first axis, or the
 // axis --sample_axis gives (a recurrent state [layers, batch, hidden]: 1);
 // a scalar, or an array given NAME=none, goes whole with every batch.
+// --unbatched sends one sample per batch without its sample axis, for a
+// model that takes no batch axis.
 // A --model saved with ONNX external data has its data files read from
 // beside it (locations below its directory only) and streamed after it, so
 // a model over 2 GB goes through.
@@ -91,7 +93,12 @@ ABSL_FLAG(int32_t, retries, 3,
           "Retries of a call refused with UNAVAILABLE (replica down or "
           "draining) or CANCELLED by a replica shutting down, with "
           "exponential backoff and jitter; 0: none.");
-ABSL_FLAG(int64_t, batch_size, 32, "Samples per calibration batch.");
+ABSL_FLAG(int64_t, batch_size, 0,
+          "Samples per calibration batch; 0: 32, or 1 with --unbatched.");
+ABSL_FLAG(bool, unbatched, false,
+          "The model takes one sample at a time with no batch axis (e.g. "
+          "torchvision's detection models, an image [3, H, W]): each "
+          "calibration batch is one sample, sent without its sample axis.");
 ABSL_FLAG(bool, per_channel, false,
           "calibrate: also collect per-channel ranges.");
 ABSL_FLAG(std::string, calibration, "",
@@ -215,13 +222,13 @@ constexpr char kUsage[] =
     "                    [--calibration_data=[NAME=]X.npy ...]\n"
     "                    [--calibration_method=M] [--batch_size=N]\n"
     "                    [--headroom=F] [--auto_headroom]\n"
-    "                    [--sample_axis=NAME=K|NAME=none ...]\n"
+    "                    [--sample_axis=NAME=K|NAME=none ...] [--unbatched]\n"
     "                    [--report=REPORT.html]\n"
     "                    [--timeout=SECONDS]\n"
     "  quantctl calibrate --server=T --model=IN --data=[NAME=]X.npy\n"
     "                     [--data=NAME=Y.npy ...] --output=RANGES.pb\n"
     "                     [--batch_size=N (32)] [--per_channel] [--json]\n"
-    "                     [--sample_axis=NAME=K|NAME=none ...]\n"
+    "                     [--sample_axis=NAME=K|NAME=none ...] [--unbatched]\n"
     "                     [--method=min_max|last_value|moving_average|\n"
     "                               percentile|mse|entropy|\n"
     "                               entropy_unguarded]\n"
@@ -263,6 +270,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         "calibration_method",
         "batch_size",
         "sample_axis",
+        "unbatched",
         "report",
         "block_size",
         "target_sqnr_db",
@@ -283,7 +291,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         "save_as_external_data"}},
       {"calibrate",
        {"server", "model", "output", "data", "batch_size", "sample_axis",
-        "method", "per_channel", "json", "timeout", "headroom"}},
+        "unbatched", "method", "per_channel", "json", "timeout", "headroom"}},
       {"info", {"server", "json", "timeout"}},
       {"health", {"server", "timeout"}},
   };
@@ -739,8 +747,10 @@ OpenCalibrationData(const std::vector<std::string>& flags) {
       !s.ok()) {
     return s;
   }
-  return quantd::client::CalibrationData::Open(inputs,
-                                               absl::GetFlag(FLAGS_batch_size));
+  const bool unbatched = absl::GetFlag(FLAGS_unbatched);
+  int64_t batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (batch_size == 0) batch_size = unbatched ? 1 : 32;
+  return quantd::client::CalibrationData::Open(inputs, batch_size, unbatched);
 }
 
 // The observers the server knows, as CalibrateConfig.method spells them.

@@ -132,11 +132,24 @@ absl::StatusOr<int64_t> ModelTensorTypes::Check(const std::string& name,
         ok = d->dims[i] < 0 || d->dims[i] == shape[i];
       }
       if (!ok) {
+        // One leading axis more than the model declares: a model that takes
+        // one sample with no batch axis, sent batched.
+        const bool batched_for_unbatched =
+            shape.size() == d->dims.size() + 1 &&
+            std::equal(d->dims.begin(), d->dims.end(), shape.begin() + 1,
+                       [](int64_t want, int64_t got) {
+                         return want < 0 || want == got;
+                       });
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", label, ": the model's shape is ",
             DeclaredShapeString(*d), " (rank ", d->dims.size(),
             ", ? = any), the batch has ", executor::ShapeString(shape),
-            " (rank ", shape.size(), ")"));
+            " (rank ", shape.size(), ")",
+            batched_for_unbatched
+                ? "; the model takes one sample with no batch axis: send "
+                  "each sample alone without it (quantctl --unbatched, the "
+                  "Python SDK's unbatched=True)"
+                : ""));
       }
     }
   }

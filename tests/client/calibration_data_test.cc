@@ -246,6 +246,37 @@ TEST_F(CalibrationDataTest, SampleAxesAndWholeInputs) {
   EXPECT_FALSE((*data)->Next().has_value());
 }
 
+TEST_F(CalibrationDataTest, UnbatchedSendsEachSampleWithoutItsAxis) {
+  // A model that takes one image [2] (no batch axis) and a state [2, 2]
+  // whose samples lie on axis 1; a scalar still goes whole.
+  std::vector<CalibrationInput> inputs = {
+      {"x", Npy("x.npy", Samples(3))},
+      {"state", Npy("state.npy",
+                    Tensor::FromVector<float>({2, 3}, {0, 1, 2, 10, 11, 12}))},
+      {"sr", Npy("sr.npy", Tensor::Scalar<int64_t>(16000))}};
+  ASSERT_TRUE(ApplySampleAxes({"state=1"}, &inputs).ok());
+  auto data = CalibrationData::Open(inputs, 1, /*unbatched=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->num_batches(), 3);
+  std::vector<std::vector<float>> xs, states;
+  while (auto batch = (*data)->Next()) {
+    ASSERT_EQ(batch->tensors_size(), 3);
+    EXPECT_THAT(batch->tensors(0).shape(), ::testing::ElementsAre(2));
+    EXPECT_THAT(batch->tensors(1).shape(), ::testing::ElementsAre(2));
+    EXPECT_EQ(batch->tensors(2).shape_size(), 0);
+    xs.push_back(Floats(batch->tensors(0)));
+    states.push_back(Floats(batch->tensors(1)));
+  }
+  EXPECT_EQ(xs, (std::vector<std::vector<float>>{{0, 1}, {10, 11}, {20, 21}}));
+  EXPECT_EQ(states,
+            (std::vector<std::vector<float>>{{0, 10}, {1, 11}, {2, 12}}));
+
+  auto batched = CalibrationData::Open(inputs, 4, /*unbatched=*/true);
+  EXPECT_EQ(batched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(batched.status().message()),
+              ::testing::HasSubstr("batch size must be 1, not 4"));
+}
+
 TEST_F(CalibrationDataTest, BadSampleAxesAreInvalidArgument) {
   std::vector<CalibrationInput> inputs = {{"x", Npy("x.npy", Samples(3))}};
   for (const char* flag : {"x=-1", "x=one", "x", "=1"}) {

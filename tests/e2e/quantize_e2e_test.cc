@@ -5,6 +5,7 @@
 #include <regex>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -153,6 +154,70 @@ TEST_F(QuantizeE2eTest, AModelSavedWithExternalDataComesBackTheSameWay) {
   r = with({"--model=" + kModel, "--output=" + never,
             "--save_as_external_data=maybe"});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// A model that takes one sample with no batch axis (torchvision's detection
+// models take an image [3, H, W]): calibration data stacked along a sample
+// axis is refused with a hint, and --unbatched sends each sample alone,
+// without that axis.
+TEST_F(QuantizeE2eTest, AnUnbatchedModelIsCalibratedOneSampleAtATime) {
+  TempDir tmp;
+  const std::string model = tmp.File("unbatched.onnx");
+  CommandResult make =
+      RunCommand({"/usr/bin/python3", "-c",
+                  "import onnx, sys\n"
+                  "from onnx import helper, numpy_helper, TensorProto\n"
+                  "import numpy as np\n"
+                  "m = onnx.load(sys.argv[1])\n"
+                  "g = m.graph\n"
+                  "name = g.input[0].name\n"
+                  "g.input.remove(g.input[0])\n"
+                  "g.input.insert(0, helper.make_tensor_value_info(\n"
+                  "    'image', TensorProto.FLOAT, [1, 8, 8]))\n"
+                  "g.initializer.append(numpy_helper.from_array(\n"
+                  "    np.array([1, 1, 8, 8], np.int64), 'image_shape'))\n"
+                  "g.node.insert(0, helper.make_node('Reshape', ['image', "
+                  "'image_shape'],\n"
+                  "                                  [name]))\n"
+                  "onnx.checker.check_model(m)\n"
+                  "onnx.save(m, sys.argv[2])\n",
+                  kModel, model});
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  const std::vector<std::string> common = {
+      "quantize", "--model=" + model, "--method=static_range",
+      "--calibration_data=image=" + kTestX, "--json"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), more.begin(), more.end());
+    return Quantctl(args);
+  };
+  const std::string batched = tmp.File("batched.onnx");
+  CommandResult r = with({"--output=" + batched, "--batch_size=4"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(r.err, HasSubstr("quantctl --unbatched"));
+  EXPECT_FALSE(std::filesystem::exists(batched));
+
+  r = with(
+      {"--output=" + tmp.File("bad.onnx"), "--batch_size=4", "--unbatched"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("batch size must be 1, not 4"));
+
+  const std::string out = tmp.File("static.onnx");
+  r = with({"--output=" + out, "--unbatched"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Every sample of the file was a batch of its own, and compared.
+  const int64_t samples = 360;  // examples/digits/test_x.npy
+  EXPECT_THAT(r.out,
+              HasSubstr(absl::StrCat("\"batchesReceived\":\"", samples, "\"")));
+  onnx::ModelProto quantized;
+  ASSERT_TRUE(quantized.ParseFromString(ReadFileOrDie(out)));
+  int quantize_linear = 0;
+  for (const auto& node : quantized.graph().node()) {
+    quantize_linear += node.op_type() == "QuantizeLinear";
+  }
+  EXPECT_GT(quantize_linear, 0);
+  EXPECT_EQ(quantized.graph().input(0).name(), "image");
 }
 
 TEST_F(QuantizeE2eTest, NoMethodReturnsTheModelUnchanged) {

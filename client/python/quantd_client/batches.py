@@ -110,23 +110,36 @@ class ArrayBatches:
     `arrays` is one array (the model's only input) or a mapping tensor name ->
     array ("" = the only input); `sample_axes` maps a tensor name to the
     axis its samples lie on (default 0) or None (sent whole with every
-    batch; scalars always are). Iterating yields TensorBatch messages, each
-    made only when asked for (the arrays may be memory-mapped). Raises
-    ValueError when the arrays do not fit together."""
+    batch; scalars always are). `unbatched`: the model takes one sample at a
+    time with no batch axis (torchvision's detection models take an image
+    [3, H, W]); each batch is one sample sent without its sample axis, and
+    batch_size (default 1 then) must be 1 (quantctl --unbatched). Iterating
+    yields TensorBatch messages, each made only when asked for (the arrays
+    may be memory-mapped). Raises ValueError when the arrays do not fit
+    together."""
 
     def __init__(self, arrays: Union[np.ndarray, Mapping[str, np.ndarray]],
-                 batch_size: int = 32, *,
-                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
+                 batch_size: Optional[int] = None, *,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None,
+                 unbatched: bool = False):
         if not isinstance(arrays, Mapping):
             arrays = {"": arrays}
         sources = [_Source(name, name or "(unnamed input)", np.asarray(a))
                    for name, a in arrays.items()]
-        self._init(sources, batch_size, sample_axes)
+        self._init(sources, batch_size, sample_axes, unbatched)
 
-    def _init(self, sources: List[_Source], batch_size: int,
-              sample_axes: Optional[Mapping[str, Optional[int]]]) -> None:
+    def _init(self, sources: List[_Source], batch_size: Optional[int],
+              sample_axes: Optional[Mapping[str, Optional[int]]],
+              unbatched: bool) -> None:
+        if batch_size is None:
+            batch_size = 1 if unbatched else 32
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch size must be >= 1, not {batch_size}")
+        if unbatched and batch_size != 1:
+            raise ValueError("unbatched calibration data is sent one sample per batch "
+                             "without its sample axis; the batch size must be 1, not "
+                             f"{batch_size}")
+        self.unbatched = bool(unbatched)
         if not sources:
             raise ValueError("no calibration data")
         sample_axes = dict(sample_axes or {})
@@ -179,9 +192,11 @@ class ArrayBatches:
     def __iter__(self) -> Iterator[service_pb2.TensorBatch]:
         for first in range(0, self.num_samples, self.batch_size):
             last = min(first + self.batch_size, self.num_samples)
+            # An int index drops the sample axis (unbatched: one sample).
+            at = first if self.unbatched else slice(first, last)
             yield service_pb2.TensorBatch(tensors=[
                 named_tensor(s.name, s.array if s.axis is None else
-                             s.array[(slice(None),) * s.axis + (slice(first, last),)], s.label)
+                             s.array[(slice(None),) * s.axis + (at,)], s.label)
                 for s in self._sources])
 
 
@@ -190,16 +205,17 @@ class NpyBatches(ArrayBatches):
 
     `inputs`: one path (the model's only input); a mapping tensor name ->
     path; or a sequence of paths and (name, path) pairs. An unnamed .pb file
-    uses its TensorProto's name. `sample_axes` as for ArrayBatches
-    (quantctl's --sample_axis). Raises ValueError naming the files when
+    uses its TensorProto's name. `sample_axes` and `unbatched` as for
+    ArrayBatches (quantctl's --sample_axis, --unbatched). Raises ValueError naming the files when
     they do not fit together (two unnamed inputs, one tensor twice,
     different sample counts, unsupported element types), OSError when a
     file cannot be read."""
 
     def __init__(self, inputs: Union[PathLike, Mapping[str, PathLike],
                                      Sequence[Union[PathLike, Tuple[str, PathLike]]]],
-                 batch_size: int = 32, *,
-                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
+                 batch_size: Optional[int] = None, *,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None,
+                 unbatched: bool = False):
         if isinstance(inputs, (str, os.PathLike)):
             entries = [("", inputs)]
         elif isinstance(inputs, Mapping):
@@ -219,4 +235,4 @@ class NpyBatches(ArrayBatches):
                         if not name else
                         f"two calibration inputs for tensor '{name}' ({other.label}, {label})")
             sources.append(_Source(name, label, array))
-        self._init(sources, batch_size, sample_axes)
+        self._init(sources, batch_size, sample_axes, unbatched)

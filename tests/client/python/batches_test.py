@@ -78,6 +78,25 @@ class BatchesTest(unittest.TestCase):
         np.testing.assert_array_equal(np.frombuffer(batches[1].tensors[1].data, np.float32),
                                       state[:, 2:3].ravel())
 
+    def test_unbatched_sends_each_sample_without_its_axis(self):
+        # A model that takes one image [3, 4] with no batch axis.
+        images = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+        state = np.arange(2 * 2, dtype=np.float32).reshape(2, 2)
+        batches = list(ArrayBatches({"image": images, "state": state},
+                                    sample_axes={"state": 1}, unbatched=True))
+        self.assertEqual(len(batches), 2)
+        for i, batch in enumerate(batches):
+            image, st = batch.tensors
+            self.assertEqual(list(image.shape), [3, 4])
+            np.testing.assert_array_equal(np.frombuffer(image.data, np.float32),
+                                          images[i].ravel())
+            self.assertEqual(list(st.shape), [2])
+            np.testing.assert_array_equal(np.frombuffer(st.data, np.float32), state[:, i])
+        with self.assertRaises(ValueError) as ctx:
+            ArrayBatches(images, batch_size=2, unbatched=True)
+        self.assertIn("batch size must be 1, not 2", str(ctx.exception))
+        self.assertEqual(ArrayBatches(images).batch_size, 32)
+
     def test_refusals(self):
         x = self.save("x.npy", np.zeros((2, 2), np.float32))
         with self.assertRaisesRegex(ValueError, "two unnamed"):

@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace tfq = tensorflow::quantization;
 
 constexpr int64_t k2p31 = int64_t{1} << 31;
@@ -185,6 +186,15 @@ TEST(CalibrationSessionTest, DtypeRankAndDimsMustMatchTheModel) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(Msg(s),
                 AllOf(HasSubstr(name), HasSubstr("[?,4]"), HasSubstr("[2,5]")));
+    EXPECT_THAT(Msg(s), Not(HasSubstr("--unbatched")));
+
+    // One leading axis too many, the rest as declared: a batch sent to a
+    // model that takes no batch axis. The message says how to send it.
+    s = Add(session.get(), Batch(name, {1, 2, 4}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(s),
+                AllOf(HasSubstr("[1,2,4] (rank 3)"), HasSubstr("no batch axis"),
+                      HasSubstr("quantctl --unbatched")));
   }
   // r's shape comes from shape inference (the model declares none).
   EXPECT_TRUE(Add(session.get(), Batch("r", {3, 4})).ok());
