@@ -34,6 +34,15 @@ using onnx::TensorProto;
 using quantd::v1::SkippedTensor;
 using quantd::v1::SkipReason;
 
+// Ops the runtimes (and the UNIFORM_QUANTIZED lowering) run on quantized
+// values unchanged: a point before them serves the quantized op after.
+bool IsPassThrough(const NodeProto& node) {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "Flatten",   "Reshape", "Transpose", "Squeeze",
+      "Unsqueeze", "MaxPool", "Identity"};
+  return ops->contains(node.op_type());
+}
+
 // An activation quantization point to insert.
 struct ActivationPlan {
   std::string tensor;
@@ -150,11 +159,16 @@ class StaticRangePass {
   absl::Status QuantizeActivations();
   // Whether a quantized op (not at PRECISION_FULL) reads `tensor`, directly
   // or through ops that pass quantized values on (Flatten, MaxPool, ...):
-  // only then does a point past a quantized op's Relu/Clip pay; otherwise it
-  // goes on the quantized op's own output (ONNX Runtime 1.30 aborts loading
-  // a point on a Relu read only by Transposes feeding If bodies).
+  // a point past a quantized op's Relu/Clip that reaches a subgraph
+  // without reaching one goes on the quantized op's own output instead
+  // (ONNX Runtime 1.30 aborts loading a point on a Relu read only by
+  // Transposes feeding If bodies).
   bool ReachesQuantizedOp(const graph::GraphIndex& index,
                           const std::string& tensor, int depth) const;
+  // Whether `tensor` is read inside an If/Loop/Scan body, directly or
+  // through the ops ReachesQuantizedOp looks through.
+  bool ReachesSubgraph(const graph::GraphIndex& index,
+                       const std::string& tensor, int depth) const;
   absl::Status QuantizeBiases();
   absl::Status QuantizeBias(const BiasPlan& bias);
   // The weight channels whose scale was raised so that `bias` fits int32 at
@@ -312,20 +326,26 @@ void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
     const std::vector<graph::Use>& uses = index.Uses(out);
     if (uses.size() == 1 && uses[0].slot == 0 && !index.IsGraphOutput(out)) {
       const NodeProto& next = graph_->node(uses[0].node);
-      // Past the Relu/Clip (tf.contrib's point after the activation) only
-      // when a quantized op reads its output (ReachesQuantizedOp; a graph
-      // output nobody reads gets no point, as AddCandidate decides): a
-      // point there that no quantized op reads buys nothing, and ONNX
-      // Runtime 1.30 aborts loading a model where Transposes feeding If
-      // bodies read one. Otherwise the point goes on the op's own output,
-      // which a quantized op produced (so the lowerings can still give it
-      // an output scale).
+      // Past the Relu/Clip, tf.contrib's point after the activation: its
+      // range is the pre-activation range clamped, so the grid is finer
+      // (a Relu6 after a conv whose outputs span +-16 gets steps 5x finer),
+      // and ONNX Runtime folds the Relu/Clip into the QuantizeLinear either
+      // way. When only float-weight ops read it, AddCandidate adds no point
+      // there and the op's output gets none either: one before the
+      // activation would quantize the unclamped range for nothing (M-LSD:
+      // -9 dB at the output). The exception: ONNX Runtime 1.30 aborts
+      // loading a model where Transposes feeding If bodies read a point on
+      // a Relu, so when the activation's output reaches a subgraph without
+      // reaching a quantized op (ReachesQuantizedOp) the point goes on the
+      // op's own output. (A graph output nobody reads gets no point, as
+      // AddCandidate decides.)
       if (IsDefaultDomain(next) &&
           (next.op_type() == "Relu" || next.op_type() == "Clip") &&
           next.output_size() > 0 && !next.output(0).empty()) {
         const std::string& relu_out = next.output(0);
         if (index.Uses(relu_out).empty() ||
-            ReachesQuantizedOp(index, relu_out, 0)) {
+            ReachesQuantizedOp(index, relu_out, 0) ||
+            !ReachesSubgraph(index, relu_out, 0)) {
           AddCandidate(index, relu_out, uses[0].node, &seen);
           continue;
         }
@@ -338,11 +358,6 @@ void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
 bool StaticRangePass::ReachesQuantizedOp(const graph::GraphIndex& index,
                                          const std::string& tensor,
                                          int depth) const {
-  // Ops the runtimes (and the UNIFORM_QUANTIZED lowering) run on quantized
-  // values unchanged: a point before them serves the quantized op after.
-  static const auto* passthrough = new absl::flat_hash_set<std::string>{
-      "Flatten",   "Reshape", "Transpose", "Squeeze",
-      "Unsqueeze", "MaxPool", "Identity"};
   if (depth > 8) return false;
   for (const graph::Use& u : index.Uses(tensor)) {
     if (u.slot == graph::Use::kSubgraphSlot) continue;
@@ -350,10 +365,25 @@ bool StaticRangePass::ReachesQuantizedOp(const graph::GraphIndex& index,
     if (IsQuantizableOp(r) && !KeepsFloat(r)) return true;
     // Already quantized (a second run): AddCandidate leaves it as it is.
     if (IsOp(r, "QuantizeLinear")) return true;
-    if (u.slot == 0 && IsDefaultDomain(r) &&
-        passthrough->contains(r.op_type()) && r.output_size() > 0 &&
-        !r.output(0).empty() &&
+    if (u.slot == 0 && IsDefaultDomain(r) && IsPassThrough(r) &&
+        r.output_size() > 0 && !r.output(0).empty() &&
         ReachesQuantizedOp(index, r.output(0), depth + 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool StaticRangePass::ReachesSubgraph(const graph::GraphIndex& index,
+                                      const std::string& tensor,
+                                      int depth) const {
+  if (depth > 8) return true;  // Unknown: the cautious answer.
+  for (const graph::Use& u : index.Uses(tensor)) {
+    if (u.slot == graph::Use::kSubgraphSlot) return true;
+    const NodeProto& r = graph_->node(u.node);
+    if (u.slot == 0 && IsDefaultDomain(r) && IsPassThrough(r) &&
+        r.output_size() > 0 && !r.output(0).empty() &&
+        ReachesSubgraph(index, r.output(0), depth + 1)) {
       return true;
     }
   }

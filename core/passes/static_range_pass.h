@@ -13,11 +13,13 @@
 //  2. Outputs: for each such node with output o: when o's only reader is
 //     one default-domain Relu or Clip reading it as input 0 (and o is not a
 //     graph output), the Relu/Clip output is quantized (after the
-//     activation, as tf.contrib does after bias add + activation) when a
-//     quantized op reads it, directly or through Flatten / Reshape /
-//     Transpose / Squeeze / Unsqueeze / MaxPool / Identity (or nothing
-//     reads it), else no point (one there pays nothing, and ONNX Runtime
-//     1.30 mishandles both places); without a Relu/Clip, o itself.
+//     activation, as tf.contrib does after bias add + activation: its
+//     clamped range gives a finer grid than o's), or nothing when only
+//     float-weight ops read it (see below); except when it reaches an
+//     If/Loop/Scan body (directly or through Flatten / Reshape / Transpose
+//     / Squeeze / Unsqueeze / MaxPool / Identity) and no quantized op:
+//     ONNX Runtime 1.30 aborts loading such a point, so o gets it instead.
+//     Without a Relu/Clip, o itself.
 // Each quantization point sits between the tensor's producer and ALL its
 // readers (InsertQuantPoint). No point is added for a tensor with no node
 // reader (a graph output stays float to the caller), for a tensor read

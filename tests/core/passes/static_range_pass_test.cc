@@ -377,13 +377,49 @@ TEST_F(StaticPassTest, OutputOfClipIsQuantizedButNotOfASharedOutput) {
   SetRange("m2", -4.0f, 4.0f);
   SetRange("m1", -3.0f, 5.0f);
   StaticRangeStats stats = Run(&m);
-  // Only a float Neg reads the Clip: no point pays there; the MatMul's own
-  // output gets it (a quantized op produced it).
+  // Only a float Neg reads the Clip: the point still goes after it, where
+  // the range is the clamped one (finer than the MatMul output's).
   EXPECT_EQ(stats.quantized_activations, 3);
-  EXPECT_EQ(NodeNamed(m.graph(), "clip")->input(0), "m1_dequantized");
-  EXPECT_EQ(NodeNamed(m.graph(), "neg")->input(0), "c1");
+  EXPECT_EQ(NodeNamed(m.graph(), "clip")->input(0), "m1");
+  EXPECT_EQ(NodeNamed(m.graph(), "neg")->input(0), "c1_dequantized");
+  EXPECT_FLOAT_EQ(QuantizeParams(m, "c1").scale, 6.0f / 255.0f);
+  // m2 has two readers: its own point, before both.
   EXPECT_EQ(NodeNamed(m.graph(), "relu2")->input(0), "m2_dequantized");
   EXPECT_EQ(NodeNamed(m.graph(), "abs2")->input(0), "m2_dequantized");
+}
+
+// ONNX Runtime 1.30 aborts loading a point on a Relu that only Transposes
+// feeding If bodies read: there the quantized op's own output gets it.
+TEST_F(StaticPassTest, ReluReadOnlyInsideAnIfBodyKeepsThePointBeforeIt) {
+  ModelBuilder b(13);
+  b.Input("x", {2, 8}).Input("cond", {}, onnx::TensorProto::BOOL);
+  b.Weight("W", {8, 4}, 1);
+  b.Node("MatMul", {"x", "W"}, {"m"}, "mm");
+  b.Node("Relu", {"m"}, {"r"}, "relu");
+  b.Node("Transpose", {"r"}, {"t"}, "transpose");
+  b.Node("If", {"cond"}, {"y"}, "if");
+  b.Output("y");
+  onnx::ModelProto m = b.Build();
+  onnx::NodeProto* iff = m.mutable_graph()->mutable_node(3);
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    onnx::AttributeProto* a = iff->add_attribute();
+    a->set_name(branch);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto* body = a->mutable_g();
+    body->set_name(branch);
+    onnx::NodeProto* id = body->add_node();
+    id->set_op_type("Identity");
+    id->set_name(std::string(branch) + "/id");
+    id->add_input("t");  // The outer Transpose's output.
+    id->add_output(std::string(branch) + "_y");
+    body->add_output()->set_name(std::string(branch) + "_y");
+  }
+  SetRange("x", -1.0f, 1.0f);
+  SetRange("m", -3.0f, 5.0f);
+  SetRange("r", 0.0f, 5.0f);
+  Run(&m);
+  EXPECT_EQ(NodeNamed(m.graph(), "relu")->input(0), "m_dequantized");
+  EXPECT_EQ(NodeNamed(m.graph(), "transpose")->input(0), "r");
 }
 
 TEST_F(StaticPassTest, GemmBiasFollowsTransB) {
