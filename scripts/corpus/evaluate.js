@@ -179,7 +179,14 @@ async function infer(model, m, level) {
     if (m.task === 'vad') return await inferVad(sess, m);
     const x = lib.readNpy(path.join(CORPUS, m.name, m.eval.x));
     const res = await lib.runBatched(ort, sess, { [sess.inputNames[0]]: x }, 16, [sess.outputNames[0]]);
-    return { out: res[sess.outputNames[0]] };
+    const out = res[sess.outputNames[0]];
+    if (m.time_major) {
+      // [T, 1, C] per sample (runs of batch 1 concatenated on axis 0):
+      // the samples' steps are contiguous, so it reads as [N, T, C].
+      const n = x.shape[0], c = out.shape[out.shape.length - 1];
+      out.shape = [n, out.data.length / (n * c), c];
+    }
+    return { out };
   } catch (e) {
     e.stage = 'run';
     throw e;

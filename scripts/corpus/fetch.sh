@@ -152,8 +152,13 @@ if ((${#missing[@]})); then
 fi
 
 # ---------------------------------------------------------------- inputs
-if [[ "$FORCE" == 1 || ! -f "$OUT/_audio/eval_audio.npy" || ! -f "$OUT/ppocr_det_v4/eval_x.npy" ]] ||
-   [[ -d "$OUT/isnet_fp16" && ! -f "$OUT/isnet_fp16/eval_x.npy" ]]; then
+# make_inputs.py writes the inputs of every fetched image model; run it when
+# one of them has none yet (a model added to the manifest since).
+need_inputs=0
+for name in ppocr_det_v4 isnet_fp16 ddddocr_rec ddddocr_det mlsd_tiny blazeface_front; do
+  if [[ -d "$OUT/$name" && ! -f "$OUT/$name/eval_x.npy" ]]; then need_inputs=1; fi
+done
+if [[ "$FORCE" == 1 || ! -f "$OUT/_audio/eval_audio.npy" || ! -f "$OUT/ppocr_det_v4/eval_x.npy" || "$need_inputs" == 1 ]]; then
   log "inputs: make_inputs.py"
   "$PY" scripts/corpus/make_inputs.py --out "$OUT"
 fi

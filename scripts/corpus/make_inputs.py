@@ -235,6 +235,77 @@ def main():
     if os.path.isdir(d):
         save(d, "calib_x.npy", isnet_set(2))
         save(d, "eval_x.npy", isnet_set(4))
+
+    # The models added on 2026-12-05, each from its own generator so that
+    # the sets above stay as they were.
+    d = os.path.join(args.out, "ddddocr_rec")
+    if os.path.isdir(d):
+        drng = np.random.RandomState(SEED + 2)
+
+        def gray_lines(n):
+            xs, labels = [], []
+            for _ in range(n):
+                line, lab = text_line(drng, g, gy, drng.randint(3, 6), height=40)
+                gray = resize(line, 64, int(round(line.shape[1] * 64 / line.shape[0])))
+                gray = gray.mean(axis=2)[:, :320]
+                canvas = np.full((64, 320), 245.0, np.float32)
+                canvas[:, :gray.shape[1]] = gray
+                xs.append(((canvas / 255.0 - 0.5) / 0.5)[None].astype(np.float32))
+                labels.append(lab)
+            return np.stack(xs), labels
+
+        save(d, "calib_x.npy", gray_lines(16)[0])
+        x, labels = gray_lines(24)
+        save(d, "eval_x.npy", x)
+        with open(os.path.join(d, "eval_labels.txt"), "w") as f:
+            f.write("\n".join(labels) + "\n")
+
+    d = os.path.join(args.out, "ddddocr_det")
+    if os.path.isdir(d):
+        yrng = np.random.RandomState(SEED + 3)
+
+        def yolo_set(n):
+            imgs = []
+            for i in range(n):
+                im = page(yrng, photos, g, gy, on_photo=(i % 2 == 1)) if i % 4 != 2 \
+                    else photo_crop(yrng, photos)
+                imgs.append(resize(im, 416, 416).transpose(2, 0, 1))
+            return np.stack(imgs).astype(np.float32)
+
+        save(d, "calib_x.npy", yolo_set(8))
+        save(d, "eval_x.npy", yolo_set(8))
+
+    d = os.path.join(args.out, "mlsd_tiny")
+    if os.path.isdir(d):
+        lrng = np.random.RandomState(SEED + 4)
+
+        def drawing(on_photo):
+            img = photo_crop(lrng, photos) if on_photo else \
+                np.full((320, 320, 3), 240.0, np.float32) + lrng.normal(0, 3, (320, 320, 3))
+            yy, xx = np.mgrid[0:320, 0:320].astype(np.float32)
+            for _ in range(lrng.randint(4, 12)):
+                (x0, y0), (x1, y1) = lrng.uniform(10, 310, (2, 2))
+                dx, dy = x1 - x0, y1 - y0
+                t = np.clip(((xx - x0) * dx + (yy - y0) * dy) / max(dx * dx + dy * dy, 1e-6), 0, 1)
+                dist = np.hypot(xx - (x0 + t * dx), yy - (y0 + t * dy))
+                ink = np.clip(1.5 - dist / lrng.uniform(1.0, 2.5), 0, 1)[..., None]
+                img = img * (1 - ink) + 20.0 * ink
+            rgba = np.concatenate([np.clip(img, 0, 255), np.full((320, 320, 1), 255.0)], 2)
+            return (rgba / 127.5 - 1.0).astype(np.float32)
+
+        save(d, "calib_x.npy", np.stack([drawing(i % 2 == 1) for i in range(8)]))
+        save(d, "eval_x.npy", np.stack([drawing(i % 2 == 1) for i in range(8)]))
+
+    d = os.path.join(args.out, "blazeface_front")
+    if os.path.isdir(d):
+        frng = np.random.RandomState(SEED + 5)
+
+        def faces_set(n):
+            return np.stack([(resize(photo_crop(frng, photos, 256), 128, 128) / 127.5 - 1.0)
+                             .astype(np.float32) for _ in range(n)])
+
+        save(d, "calib_x.npy", faces_set(16))
+        save(d, "eval_x.npy", faces_set(16))
     return 0
 
 
