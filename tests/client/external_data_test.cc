@@ -129,6 +129,43 @@ class ExternalDataTest : public ::testing::Test {
     return m.SerializeAsString();
   }
 
+  // A Quantize result as the server sends one for ModelWithTensorsEverywhere
+  // sent with its data streamed: the model (tensors located in the stream)
+  // and the stream's bytes in `*stream`.
+  StreamedModel ServerResult(std::string* stream) {
+    EXPECT_TRUE(WriteModelWithExternalData(
+                    ModelWithTensorsEverywhere().SerializeAsString(),
+                    Path("in.onnx"), 1024)
+                    .ok());
+    absl::StatusOr<StreamedModel> result =
+        OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (!result.ok()) return StreamedModel();
+    stream->assign(result->external.size, '\0');
+    EXPECT_TRUE(result->external.read(0, stream->size(), stream->data()).ok());
+    return *std::move(result);
+  }
+
+  // Whether the model written at `name` (with its data files beside it)
+  // reads back as ModelWithTensorsEverywhere.
+  void ExpectReadsBackAsTheOriginal(const std::string& name) {
+    absl::StatusOr<std::string> inlined =
+        InlineExternalData(Read(Path(name)), dir_.string());
+    ASSERT_TRUE(inlined.ok()) << inlined.status();
+    onnx::ModelProto back;
+    ASSERT_TRUE(back.ParseFromString(*inlined));
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+        back, ModelWithTensorsEverywhere()));
+  }
+
+  int FileCount() const {
+    int files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) {
+      ++files;
+    }
+    return files;
+  }
+
   fs::path dir_;
 };
 
@@ -409,55 +446,33 @@ TEST_F(ExternalDataTest, AStreamOverTwoGigabytesIsNotRead) {
 }
 
 TEST_F(ExternalDataTest, AQuantizeResultIsSavedEitherWay) {
-  // A result as the server sends it: the model and its stream.
-  onnx::ModelProto original = ModelWithTensorsEverywhere();
-  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
-                                         Path("in.onnx"), 1024)
-                  .ok());
-  absl::StatusOr<StreamedModel> result =
-      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
-  ASSERT_TRUE(result.ok());
-  std::string stream(result->external.size, '\0');
-  ASSERT_TRUE(result->external.read(0, stream.size(), stream.data()).ok());
-
+  std::string stream;
+  const StreamedModel result = ServerResult(&stream);
   ExternalDataInfo wrote;
-  ASSERT_TRUE(SaveQuantizedModel(result->model, stream, Path("out.onnx"),
+  ASSERT_TRUE(SaveQuantizedModel(result.model, stream, Path("out.onnx"),
                                  /*as_external=*/true, &wrote)
                   .ok());
   EXPECT_EQ(wrote.tensors, 6);
   EXPECT_EQ(Read(Path("out.onnx.data")), stream);  // Written as it came.
-  absl::StatusOr<std::string> from_file =
-      InlineExternalData(Read(Path("out.onnx")), dir_.string());
-  ASSERT_TRUE(from_file.ok()) << from_file.status();
-  onnx::ModelProto back;
-  ASSERT_TRUE(back.ParseFromString(*from_file));
-  EXPECT_TRUE(
-      google::protobuf::util::MessageDifferencer::Equals(back, original));
+  ExpectReadsBackAsTheOriginal("out.onnx");
 
-  ASSERT_TRUE(SaveQuantizedModel(result->model, stream, Path("one.onnx"),
+  ASSERT_TRUE(SaveQuantizedModel(result.model, stream, Path("one.onnx"),
                                  /*as_external=*/false)
                   .ok());
   EXPECT_FALSE(fs::exists(Path("one.onnx.data")));
-  EXPECT_EQ(Read(Path("one.onnx")), *from_file);
+  EXPECT_EQ(Read(Path("one.onnx")),
+            *InlineExternalData(Read(Path("out.onnx")), dir_.string()));
 
   // A tensor outside what the server sent: refused, nothing written.
-  EXPECT_FALSE(SaveQuantizedModel(result->model, stream.substr(0, 100),
+  EXPECT_FALSE(SaveQuantizedModel(result.model, stream.substr(0, 100),
                                   Path("bad.onnx"), true)
                    .ok());
   EXPECT_FALSE(fs::exists(Path("bad.onnx")));
 }
 
 TEST_F(ExternalDataTest, AStreamedResultIsWrittenAsItArrives) {
-  onnx::ModelProto original = ModelWithTensorsEverywhere();
-  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
-                                         Path("in.onnx"), 1024)
-                  .ok());
-  absl::StatusOr<StreamedModel> result =
-      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
-  ASSERT_TRUE(result.ok());
-  std::string stream(result->external.size, '\0');
-  ASSERT_TRUE(result->external.read(0, stream.size(), stream.data()).ok());
-
+  std::string stream;
+  const StreamedModel result = ServerResult(&stream);
   absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
       StreamedModelWriter::Create(Path("out.onnx"));
   ASSERT_TRUE(writer.ok()) << writer.status();
@@ -469,23 +484,15 @@ TEST_F(ExternalDataTest, AStreamedResultIsWrittenAsItArrives) {
   EXPECT_FALSE(fs::exists(Path("out.onnx")));
   EXPECT_FALSE(fs::exists(Path("out.onnx.data")));
   ExternalDataInfo wrote;
-  ASSERT_TRUE((*writer)->Finish(result->model, &wrote).ok());
+  ASSERT_TRUE((*writer)->Finish(result.model, &wrote).ok());
   EXPECT_EQ(wrote.tensors, 6);
   EXPECT_EQ(Read(Path("out.onnx.data")), stream);
-  absl::StatusOr<std::string> from_file =
-      InlineExternalData(Read(Path("out.onnx")), dir_.string());
-  ASSERT_TRUE(from_file.ok()) << from_file.status();
-  onnx::ModelProto back;
-  ASSERT_TRUE(back.ParseFromString(*from_file));
-  EXPECT_TRUE(
-      google::protobuf::util::MessageDifferencer::Equals(back, original));
-  EXPECT_EQ((*writer)->Finish(result->model).code(),
+  ExpectReadsBackAsTheOriginal("out.onnx");
+  EXPECT_EQ((*writer)->Finish(result.model).code(),
             absl::StatusCode::kFailedPrecondition);
   writer->reset();
-  // Only the two files: no temporary file left.
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
-  EXPECT_EQ(files, 4);  // in.onnx, in.onnx.data, out.onnx, out.onnx.data.
+  // in.onnx, in.onnx.data, out.onnx, out.onnx.data: no temporary file left.
+  EXPECT_EQ(FileCount(), 4);
 }
 
 TEST_F(ExternalDataTest, AnUnfinishedStreamedResultLeavesNothingBehind) {
@@ -500,23 +507,16 @@ TEST_F(ExternalDataTest, AnUnfinishedStreamedResultLeavesNothingBehind) {
   }  // The call failed: the writer goes without Finish.
   EXPECT_EQ(Read(Path("out.onnx")), "old model");
   EXPECT_EQ(Read(Path("out.onnx.data")), "old data");
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
-  EXPECT_EQ(files, 2);
+  EXPECT_EQ(FileCount(), 2);
 
   // A model naming bytes past those received: INTERNAL, neither written.
-  onnx::ModelProto original = ModelWithTensorsEverywhere();
-  ASSERT_TRUE(WriteModelWithExternalData(original.SerializeAsString(),
-                                         Path("in.onnx"), 1024)
-                  .ok());
-  absl::StatusOr<StreamedModel> result =
-      OpenModelForStreaming(Read(Path("in.onnx")), dir_.string());
-  ASSERT_TRUE(result.ok());
+  std::string stream;
+  const StreamedModel result = ServerResult(&stream);
   absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
       StreamedModelWriter::Create(Path("out.onnx"));
   ASSERT_TRUE(writer.ok());
-  ASSERT_TRUE((*writer)->Sink()(std::string(100, 'x')).ok());
-  EXPECT_EQ((*writer)->Finish(result->model).code(),
+  ASSERT_TRUE((*writer)->Sink()(stream.substr(0, 100)).ok());
+  EXPECT_EQ((*writer)->Finish(result.model).code(),
             absl::StatusCode::kInternal);
   writer->reset();
   EXPECT_EQ(Read(Path("out.onnx")), "old model");
@@ -531,21 +531,17 @@ TEST_F(ExternalDataTest, AnUnfinishedStreamedResultLeavesNothingBehind) {
 TEST_F(ExternalDataTest, AStreamedWriterGivenNoStreamMovesBigTensorsOut) {
   // The input was sent inline, so nothing came back beside the model: the
   // writer moves the big tensors out itself, as --save_as_external_data=true.
-  onnx::ModelProto original = ModelWithTensorsEverywhere();
   absl::StatusOr<std::unique_ptr<StreamedModelWriter>> writer =
       StreamedModelWriter::Create(Path("out.onnx"));
   ASSERT_TRUE(writer.ok());
   ExternalDataInfo wrote;
-  ASSERT_TRUE((*writer)->Finish(original.SerializeAsString(), &wrote).ok());
+  ASSERT_TRUE(
+      (*writer)
+          ->Finish(ModelWithTensorsEverywhere().SerializeAsString(), &wrote)
+          .ok());
   EXPECT_EQ(wrote.tensors, 6);
   EXPECT_TRUE(fs::exists(Path("out.onnx.data")));
-  absl::StatusOr<std::string> from_file =
-      InlineExternalData(Read(Path("out.onnx")), dir_.string());
-  ASSERT_TRUE(from_file.ok()) << from_file.status();
-  onnx::ModelProto back;
-  ASSERT_TRUE(back.ParseFromString(*from_file));
-  EXPECT_TRUE(
-      google::protobuf::util::MessageDifferencer::Equals(back, original));
+  ExpectReadsBackAsTheOriginal("out.onnx");
 }
 
 }  // namespace
