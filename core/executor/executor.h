@@ -76,7 +76,7 @@ class Executor {
       const std::vector<ScopeValue>& scope);
 
   // Runs a body: `inputs` are its graph inputs in order (checked against
-  // their declared types and shapes), `implicit` the owning node's implicit
+  // their declared types and ranks), `implicit` the owning node's implicit
   // inputs (the non-constant scope entries, in order). Ignores
   // options.extra_outputs. Thread-safe like Run.
   absl::StatusOr<std::vector<Tensor>> RunBody(
@@ -162,7 +162,10 @@ class Executor {
   bool IsInput(int id) const;
   int ValueId(const std::string& name);
   // INVALID_ARGUMENT unless t fits graph input i's declared type and shape.
-  absl::Status CheckInput(size_t i, const Tensor& t) const;
+  // `t` against input i's declared element type and shape (with
+  // `check_dims` false, its rank only).
+  absl::Status CheckInput(size_t i, const Tensor& t,
+                          bool check_dims = true) const;
   // Runs the nodes on `values` (inputs filled in); returns the outputs,
   // then the values `extra`.
   absl::StatusOr<std::vector<Tensor>> Execute(

@@ -398,6 +398,33 @@ TEST(LoopTest, ScanOutputChangingShapeIsInvalid) {
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("scan output 0"));
 }
 
+// torch.onnx declares a loop-carried list by its initial value ([0, 2]:
+// empty) although it grows every iteration; ONNX Runtime runs such models
+// (Mask R-CNN's paste-masks loop), so the body's declared dims are not held
+// against the values (element type and rank still are).
+TEST(LoopTest, ACarriedValueMayOutgrowItsDeclaredDims) {
+  onnx::GraphProto body =
+      Graph("body",
+            {N("Concat", {"acc", "row"}, {"acc_out"}, "b_append"),
+             N("Identity", {"ci"}, {"co"}, "b_id")},
+            {Vi("i", TP::INT64, {{}}), Vi("ci", TP::BOOL, {{}}),
+             Vi("acc", TP::FLOAT, {{0, 2}})},
+            {Vi("co", TP::BOOL, {{}}), Vi("acc_out", TP::FLOAT, {{0, 2}})});
+  WithInt(*body.mutable_node(0), "axis", 0);
+  onnx::NodeProto loop = N("Loop", {"M", "", "empty"}, {"all"}, "append");
+  WithGraph(loop, "body", body);
+  auto exec =
+      MustCreate(Model(Graph("main", {loop}, {}, {Vi("all", TP::FLOAT)},
+                             {{"M", Tensor::Scalar<int64_t>(3)},
+                              {"empty", Tensor::FromVector<float>({0, 2}, {})},
+                              {"row", Floats({1, 2}, {1, 2})}})));
+  ASSERT_NE(exec, nullptr);
+  auto out = exec->Run({});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<float>((*out)[0]), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+}
+
 TEST(LoopTest, BodySignatureMismatchesAreInvalid) {
   // Carried FLOAT value comes back INT64.
   onnx::GraphProto body = Graph(
