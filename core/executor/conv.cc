@@ -890,6 +890,58 @@ void Conv2D(const float* x, const float* w, const float* bias, float* y,
   Conv2DWithImagesPerGemm(x, w, bias, y, s, ConvImagesPerGemm(s), pool);
 }
 
+void Conv3D(const float* x, const float* w, const float* bias, float* y,
+            const Conv2DShape& s, const DepthWindow& depth, ThreadPool* pool) {
+  const int64_t cg = s.c / s.group;
+  const int64_t in_plane = s.h * s.w, out_plane = s.oh * s.ow;
+  const int64_t k_plane = s.kh * s.kw;
+  if (s.n == 0 || depth.od == 0 || out_plane == 0) return;
+  // Contiguous [n, c, h, w] input planes and [m, c/group, kh, kw] kernel
+  // planes, one per depth, as Conv2D reads them.
+  std::vector<float> planes(static_cast<size_t>(depth.d * s.n * s.c) *
+                            in_plane);
+  for (int64_t i = 0; i < s.n * s.c; ++i) {
+    for (int64_t d = 0; d < depth.d; ++d) {
+      std::memcpy(&planes[(d * s.n * s.c + i) * in_plane],
+                  x + (i * depth.d + d) * in_plane, in_plane * sizeof(float));
+    }
+  }
+  std::vector<float> kernels(static_cast<size_t>(depth.kd * s.m * cg) *
+                             k_plane);
+  for (int64_t i = 0; i < s.m * cg; ++i) {
+    for (int64_t d = 0; d < depth.kd; ++d) {
+      std::memcpy(&kernels[(d * s.m * cg + i) * k_plane],
+                  w + (i * depth.kd + d) * k_plane, k_plane * sizeof(float));
+    }
+  }
+  const size_t out_size = static_cast<size_t>(s.n * s.m) * out_plane;
+  std::vector<float> sum(out_size), part(out_size);
+  for (int64_t od = 0; od < depth.od; ++od) {
+    bool first = true;
+    for (int64_t kd = 0; kd < depth.kd; ++kd) {
+      const int64_t id = od * depth.sd - depth.pd + kd * depth.dd;
+      if (id < 0 || id >= depth.d) continue;
+      Conv2D(&planes[id * s.n * s.c * in_plane],
+             &kernels[kd * s.m * cg * k_plane], first ? bias : nullptr,
+             first ? sum.data() : part.data(), s, pool);
+      if (!first) {
+        for (size_t i = 0; i < out_size; ++i) sum[i] += part[i];
+      }
+      first = false;
+    }
+    if (first) {  // The window lies in the padding: the bias alone.
+      for (int64_t i = 0; i < s.n * s.m; ++i) {
+        std::fill_n(&sum[i * out_plane], out_plane,
+                    bias != nullptr ? bias[i % s.m] : 0.0f);
+      }
+    }
+    for (int64_t i = 0; i < s.n * s.m; ++i) {
+      std::memcpy(y + (i * depth.od + od) * out_plane, &sum[i * out_plane],
+                  out_plane * sizeof(float));
+    }
+  }
+}
+
 void Conv2DWithImagesPerGemm(const float* x, const float* w, const float* bias,
                              float* y, const Conv2DShape& s,
                              int64_t images_per_gemm, ThreadPool* pool) {
@@ -1046,6 +1098,80 @@ void AveragePool2D(const float* x, float* y, const Conv2DShape& s,
       for (int64_t j = 0; j < p; ++j) yc[j] *= inv[j];
     }
   });
+}
+
+namespace {
+
+// Pools a 3-D window as a 2-D one: for each output depth, the input planes of
+// its depth window are first combined elementwise (max or sum), then pooled
+// in 2-D by `pool2d` into a [n * c, oh, ow] plane that is scattered into y.
+// Scratch is one input depth and one output depth, whatever the window.
+template <typename Combine, typename Pool2D>
+void Pool3D(const float* x, float* y, const Conv2DShape& s,
+            const DepthWindow& depth, float empty, Combine combine,
+            Pool2D pool2d, ThreadPool* pool) {
+  const int64_t planes = s.n * s.c;
+  const int64_t in_plane = s.h * s.w, out_plane = s.oh * s.ow;
+  std::vector<float> merged(static_cast<size_t>(planes * in_plane));
+  std::vector<float> pooled(static_cast<size_t>(planes * out_plane));
+  for (int64_t od = 0; od < depth.od; ++od) {
+    std::fill(merged.begin(), merged.end(), empty);
+    int64_t valid = 0;
+    for (int64_t kd = 0; kd < depth.kd; ++kd) {
+      const int64_t id = od * depth.sd - depth.pd + kd * depth.dd;
+      if (id < 0 || id >= depth.d) continue;
+      ++valid;
+      ParallelRange(pool, planes, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float* src = x + (i * depth.d + id) * in_plane;
+          float* dst = &merged[i * in_plane];
+          for (int64_t j = 0; j < in_plane; ++j)
+            dst[j] = combine(dst[j], src[j]);
+        }
+      });
+    }
+    pool2d(merged.data(), pooled.data(), od, valid);
+    for (int64_t i = 0; i < planes; ++i) {
+      std::memcpy(y + (i * depth.od + od) * out_plane, &pooled[i * out_plane],
+                  out_plane * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+void MaxPool3D(const float* x, float* y, const Conv2DShape& s,
+               const DepthWindow& depth, ThreadPool* pool) {
+  Pool3D(
+      x, y, s, depth, -std::numeric_limits<float>::infinity(),
+      [](float a, float b) { return std::max(a, b); },
+      [&](const float* in, float* out, int64_t, int64_t) {
+        MaxPool2D(in, out, s, pool);
+      },
+      pool);
+}
+
+void AveragePool3D(const float* x, float* y, const Conv2DShape& s,
+                   const DepthWindow& depth, bool count_include_pad,
+                   ThreadPool* pool) {
+  const int64_t out_size = s.n * s.c * s.oh * s.ow;
+  Pool3D(
+      x, y, s, depth, 0.0f, [](float a, float b) { return a + b; },
+      [&](const float* in, float* out, int64_t od, int64_t valid) {
+        AveragePool2D(in, out, s, count_include_pad, pool);
+        int64_t count = valid;
+        if (count_include_pad) {
+          // Depth positions inside the padded input [-pd, d + pe).
+          const int64_t d0 = od * depth.sd - depth.pd;
+          count = CeilDiv(
+              std::min(d0 + (depth.kd - 1) * depth.dd + 1, depth.d + depth.pe) -
+                  d0,
+              depth.dd);
+        }
+        const float inv = count > 0 ? 1.0f / count : 0.0f;
+        for (int64_t i = 0; i < out_size; ++i) out[i] *= inv;
+      },
+      pool);
 }
 
 }  // namespace quantd::executor

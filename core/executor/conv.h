@@ -31,6 +31,20 @@ struct Conv2DShape {
 void Conv2D(const float* x, const float* w, const float* bias, float* y,
             const Conv2DShape& s, ThreadPool* pool);
 
+// The depth axis of a 3-D window (NCDHW): input depth, kernel depth,
+// stride, dilation, leading and trailing pad, output depth.
+struct DepthWindow {
+  int64_t d = 1, kd = 1, sd = 1, dd = 1, pd = 0, pe = 0, od = 1;
+};
+
+// y[n, m, od, oh, ow] = bias[m] + sum over the window of x * w, x
+// [n, c, d, h, w], w [m, c/group, kd, kh, kw]: for each output depth, the
+// sum over the kernel's depth of 2-D convolutions (Conv2D) of one input
+// plane with one kernel plane. Correct for any window, not tuned: video
+// and volumetric models are calibrated at 2-D speed per plane pair.
+void Conv3D(const float* x, const float* w, const float* bias, float* y,
+            const Conv2DShape& s, const DepthWindow& depth, ThreadPool* pool);
+
 // How many images one GEMM of a (non-depthwise) convolution covers. A GEMM
 // over a few output positions (ResNet-18's last stage at 64x64 has 4 per
 // image) spends its time packing the weights, so small outputs of several
@@ -73,6 +87,16 @@ void MaxPool2D(const float* x, float* y, const Conv2DShape& s,
 // window's positions inside the padded input, else only the real ones.
 void AveragePool2D(const float* x, float* y, const Conv2DShape& s,
                    bool count_include_pad, ThreadPool* pool);
+
+// 3-D pools over x [n, c, d, h, w]: max and sum are separable, so each input
+// plane is pooled in 2-D (MaxPool2D / AveragePool2D) and the planes of each
+// output depth's window are then combined. An average divides by the
+// product of the 2-D count and the depth count, as the 3-D window's count is.
+void MaxPool3D(const float* x, float* y, const Conv2DShape& s,
+               const DepthWindow& depth, ThreadPool* pool);
+void AveragePool3D(const float* x, float* y, const Conv2DShape& s,
+                   const DepthWindow& depth, bool count_include_pad,
+                   ThreadPool* pool);
 
 }  // namespace quantd::executor
 

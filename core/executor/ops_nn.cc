@@ -31,9 +31,9 @@ std::vector<int64_t> OutShape(int64_t n, int64_t c, const Conv2DShape& s,
 }
 
 absl::Status CheckSpatialRank(int rank) {
-  if (rank == 3 || rank == 4) return absl::OkStatus();
+  if (rank >= 3 && rank <= 5) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
-      "only 1-D and 2-D windows are supported (input rank ", rank, ")"));
+      "only 1-D, 2-D and 3-D windows are supported (input rank ", rank, ")"));
 }
 
 // -------------------------------------------------------------------- Conv
@@ -51,10 +51,10 @@ class ConvKernel : public Kernel {
     if (!s.ok()) return s;
     for (int i = 0; i < 2; ++i) {
       const int r = info.input_rank(i);
-      if (r >= 0 && r != 3 && r != 4) {
+      if (r >= 0 && (r < 3 || r > 5)) {
         return absl::UnimplementedError(
             absl::StrCat("node '", info.node().name(),
-                         "' (op Conv): only 1-D and 2-D "
+                         "' (op Conv): only 1-D, 2-D and 3-D "
                          "convolutions are supported (input ",
                          i, " has rank ", r, ")"));
       }
@@ -85,7 +85,10 @@ class ConvKernel : public Kernel {
     if (!window_.kernel.empty() && window_.kernel != k) {
       return absl::InvalidArgumentError("kernel_shape does not match W");
     }
-    QUANTD_ASSIGN_OR_RETURN(Conv2DShape s, ResolveWindow(window_, in, k));
+    DepthWindow depth;
+    QUANTD_ASSIGN_OR_RETURN(
+        Conv2DShape s,
+        ResolveWindow(window_, in, k, spatial == 3 ? &depth : nullptr));
     s.n = x.dim(0);
     s.c = c;
     s.m = m;
@@ -97,6 +100,13 @@ class ConvKernel : public Kernel {
         return absl::InvalidArgumentError("B must be FLOAT [M]");
       }
       bias = b.data<float>();
+    }
+    if (spatial == 3) {
+      Tensor y(TP::FLOAT, {s.n, m, depth.od, s.oh, s.ow});
+      Conv3D(x.data<float>(), w.data<float>(), bias, y.mutable_data<float>(), s,
+             depth, ctx.pool);
+      (*ctx.outputs)[0] = std::move(y);
+      return absl::OkStatus();
     }
     Tensor y(TP::FLOAT, OutShape(s.n, m, s, spatial));
     Conv2D(x.data<float>(), w.data<float>(), bias, y.mutable_data<float>(), s,
@@ -120,7 +130,7 @@ class PoolKernel : public Kernel {
     QUANTD_RETURN_IF_ERROR(ReadWindow(info, /*dilations=*/k->max_,
                                       /*ceil_mode=*/true, &k->window_));
     if (k->window_.kernel.empty()) return info.Invalid("needs kernel_shape");
-    if (k->window_.kernel.size() > 2) {
+    if (k->window_.kernel.size() > 3) {
       return info.UnsupportedAttr("kernel_shape", Join(k->window_.kernel));
     }
     if (k->max_) {
@@ -153,10 +163,23 @@ class PoolKernel : public Kernel {
     QUANTD_RETURN_IF_ERROR(CheckSpatialRank(x.rank()));
     const int spatial = x.rank() - 2;
     std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+    DepthWindow depth;
     QUANTD_ASSIGN_OR_RETURN(Conv2DShape s,
-                            ResolveWindow(window_, in, window_.kernel));
+                            ResolveWindow(window_, in, window_.kernel,
+                                          spatial == 3 ? &depth : nullptr));
     s.n = x.dim(0);
     s.c = s.m = s.group = x.dim(1);
+    if (spatial == 3) {
+      Tensor y(TP::FLOAT, {s.n, s.c, depth.od, s.oh, s.ow});
+      if (max_) {
+        MaxPool3D(x.data<float>(), y.mutable_data<float>(), s, depth, ctx.pool);
+      } else {
+        AveragePool3D(x.data<float>(), y.mutable_data<float>(), s, depth,
+                      count_include_pad_, ctx.pool);
+      }
+      (*ctx.outputs)[0] = std::move(y);
+      return absl::OkStatus();
+    }
     Tensor y(TP::FLOAT, OutShape(s.n, s.c, s, spatial));
     if (max_) {
       MaxPool2D(x.data<float>(), y.mutable_data<float>(), s, ctx.pool);

@@ -48,7 +48,8 @@ absl::Status ReadWindow(NodeInfo& info, bool dilations, bool ceil_mode,
 
 absl::StatusOr<Conv2DShape> ResolveWindow(const ConvWindow& w,
                                           const std::vector<int64_t>& in,
-                                          const std::vector<int64_t>& k) {
+                                          const std::vector<int64_t>& k,
+                                          DepthWindow* depth) {
   const size_t r = in.size();
   auto get = [](const std::vector<int64_t>& v, size_t i, int64_t dflt) {
     return v.empty() ? dflt : v[i];
@@ -93,15 +94,30 @@ absl::StatusOr<Conv2DShape> ResolveWindow(const ConvWindow& w,
     out[i] = (w.ceil_mode ? (span + s - 1) / s : span / s) + 1;
   }
   Conv2DShape s;
-  const size_t o = r == 1 ? 0 : 1;  // Index of the W dim.
-  if (r == 2) {
-    s.h = in[0];
-    s.kh = k[0];
-    s.sh = get(w.strides, 0, 1);
-    s.dh = get(w.dilations, 0, 1);
-    s.pt = pb[0];
-    s.pb = pe[0];
-    s.oh = out[0];
+  // A 3-D window's depth axis (0) goes to `depth`; H and W follow it.
+  const size_t first = r == 3 ? 1 : 0;
+  if (r == 3) {
+    if (depth == nullptr) {
+      return absl::UnimplementedError(
+          "3-D windows need a depth axis (internal: no DepthWindow given)");
+    }
+    depth->d = in[0];
+    depth->kd = k[0];
+    depth->sd = get(w.strides, 0, 1);
+    depth->dd = get(w.dilations, 0, 1);
+    depth->pd = pb[0];
+    depth->pe = pe[0];
+    depth->od = out[0];
+  }
+  const size_t o = r == 1 ? 0 : first + 1;  // Index of the W dim.
+  if (r >= 2) {
+    s.h = in[first];
+    s.kh = k[first];
+    s.sh = get(w.strides, first, 1);
+    s.dh = get(w.dilations, first, 1);
+    s.pt = pb[first];
+    s.pb = pe[first];
+    s.oh = out[first];
   }
   s.w = in[o];
   s.kw = k[o];

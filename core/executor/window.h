@@ -28,12 +28,14 @@ struct ConvWindow {
 absl::Status ReadWindow(NodeInfo& info, bool dilations, bool ceil_mode,
                         ConvWindow* w);
 
-// Resolves the window for an input with spatial dims `in` (1 or 2 of them)
-// and kernel dims `k` into a 2-D shape (1-D becomes H = 1); n, c, m and
-// group are left for the caller.
+// Resolves the window for an input with spatial dims `in` (1, 2 or, with
+// `depth`, 3 of them) and kernel dims `k` into a 2-D shape (1-D becomes
+// H = 1; of a 3-D window, its H and W, the depth axis going to *depth); n,
+// c, m and group are left for the caller.
 absl::StatusOr<Conv2DShape> ResolveWindow(const ConvWindow& w,
                                           const std::vector<int64_t>& in,
-                                          const std::vector<int64_t>& k);
+                                          const std::vector<int64_t>& k,
+                                          DepthWindow* depth = nullptr);
 
 }  // namespace quantd::executor
 

@@ -447,6 +447,110 @@ TEST(ConvTest, GroupsSeeOnlyTheirChannels) {
   ExpectOutput(n, {1, 2, 1, 2}, {10, 20, 300, 400});
 }
 
+// 3-D convolution (video and volumetric models) against the definition,
+// written out: every output position sums its window over channels of its
+// group and the three kernel axes, pads reading zero.
+struct Conv3DCase {
+  int64_t n, c, m, group, d, h, w, kd, kh, kw, sd, sh, sw, dd, dh, dw;
+  std::vector<int64_t> pads;  // d, h, w begins, then ends.
+};
+
+std::vector<float> RefConv3D(const Conv3DCase& p, const std::vector<float>& x,
+                             const std::vector<float>& w,
+                             const std::vector<float>& b,
+                             std::vector<int64_t>* shape) {
+  auto out_dim = [](int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb,
+                    int64_t pe) {
+    return (in + pb + pe - d * (k - 1) - 1) / s + 1;
+  };
+  const int64_t od = out_dim(p.d, p.kd, p.sd, p.dd, p.pads[0], p.pads[3]);
+  const int64_t oh = out_dim(p.h, p.kh, p.sh, p.dh, p.pads[1], p.pads[4]);
+  const int64_t ow = out_dim(p.w, p.kw, p.sw, p.dw, p.pads[2], p.pads[5]);
+  *shape = {p.n, p.m, od, oh, ow};
+  const int64_t cg = p.c / p.group, mg = p.m / p.group;
+  std::vector<float> y;
+  for (int64_t n = 0; n < p.n; ++n) {
+    for (int64_t m = 0; m < p.m; ++m) {
+      for (int64_t z = 0; z < od; ++z) {
+        for (int64_t i = 0; i < oh; ++i) {
+          for (int64_t j = 0; j < ow; ++j) {
+            double acc = b[m];
+            for (int64_t ci = 0; ci < cg; ++ci) {
+              const int64_t c = m / mg * cg + ci;
+              for (int64_t a = 0; a < p.kd; ++a) {
+                for (int64_t u = 0; u < p.kh; ++u) {
+                  for (int64_t v = 0; v < p.kw; ++v) {
+                    const int64_t zz = z * p.sd - p.pads[0] + a * p.dd;
+                    const int64_t ii = i * p.sh - p.pads[1] + u * p.dh;
+                    const int64_t jj = j * p.sw - p.pads[2] + v * p.dw;
+                    if (zz < 0 || zz >= p.d || ii < 0 || ii >= p.h || jj < 0 ||
+                        jj >= p.w) {
+                      continue;
+                    }
+                    acc +=
+                        static_cast<double>(
+                            x[(((n * p.c + c) * p.d + zz) * p.h + ii) * p.w +
+                              jj]) *
+                        w[(((m * cg + ci) * p.kd + a) * p.kh + u) * p.kw + v];
+                  }
+                }
+              }
+            }
+            y.push_back(static_cast<float>(acc));
+          }
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST(ConvTest, ThreeDimensionalMatchesTheDefinition) {
+  ThreadPool pool(2);
+  const std::vector<Conv3DCase> cases = {
+      {1, 3, 4, 1, 5, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, {1, 1, 1, 1, 1, 1}},
+      {2, 4, 6, 2, 6, 5, 7, 3, 1, 3, 2, 1, 2, 1, 1, 1, {1, 0, 1, 0, 0, 1}},
+      {1, 2, 3, 1, 7, 4, 4, 2, 2, 2, 1, 2, 1, 2, 1, 1, {0, 1, 0, 1, 0, 0}},
+      {2, 4, 4, 4, 4, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, {1, 1, 1, 1, 1, 1}},
+      {1, 3, 2, 1, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0, 0, 0}},
+      // Depth padding wider than the kernel: some output planes read only
+      // padding and are the bias.
+      {1, 2, 3, 1, 2, 3, 3, 1, 3, 3, 1, 1, 1, 1, 1, 1, {2, 1, 1, 2, 1, 1}},
+  };
+  for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (const Conv3DCase& p : cases) {
+      const std::string what = absl::StrCat(
+          "n=", p.n, " c=", p.c, " m=", p.m, " g=", p.group, " in=", p.d, "x",
+          p.h, "x", p.w, " k=", p.kd, "x", p.kh, "x", p.kw);
+      SCOPED_TRACE(what);
+      const std::vector<int64_t> xs = {p.n, p.c, p.d, p.h, p.w};
+      const std::vector<int64_t> ws = {p.m, p.c / p.group, p.kd, p.kh, p.kw};
+      const std::vector<float> x = Random(testing::Product(xs), 1);
+      const std::vector<float> w = Random(testing::Product(ws), 2);
+      const std::vector<float> b = Random(p.m, 3);
+      ModelBuilder mb(13);
+      mb.Input("x", xs).Initializer("W", ws, w).Initializer("B", {p.m}, b);
+      mb.Node("Conv", {"x", "W", "B"}, {"y"}, "conv")
+          .Attr("group", p.group)
+          .Attr("strides", std::vector<int64_t>{p.sd, p.sh, p.sw})
+          .Attr("dilations", std::vector<int64_t>{p.dd, p.dh, p.dw})
+          .Attr("pads", p.pads);
+      mb.Output("y");
+      auto exec = MustCreate(mb.Build());
+      ASSERT_NE(exec, nullptr);
+      Executor::RunOptions ro;
+      ro.pool = threads;
+      absl::StatusOr<std::vector<Tensor>> out =
+          exec->Run({{"x", Tensor::FromVector<float>(xs, x)}}, ro);
+      ASSERT_TRUE(out.ok()) << out.status();
+      std::vector<int64_t> shape;
+      const std::vector<float> want = RefConv3D(p, x, w, b, &shape);
+      ASSERT_EQ((*out)[0].shape(), shape);
+      ExpectNear((*out)[0].data<float>(), want, 1e-4, what);
+    }
+  }
+}
+
 TEST(ConvTest, BadAttributesAreRefusedAtCreate) {
   OneNode group = SumConv();
   group.Int("group", 0);
@@ -463,10 +567,10 @@ TEST(ConvTest, BadAttributesAreRefusedAtCreate) {
 }
 
 TEST(ConvTest, BadInputsAreRefusedAtCreate) {
-  // 3-D convolutions, integer inputs and a missing W.
-  OneNode three_d("Conv", 13);
-  three_d.inputs = {Iota({1, 1, 2, 2, 2}), Iota({1, 1, 1, 1, 1})};
-  EXPECT_EQ(CreateCode(three_d), absl::StatusCode::kUnimplemented);
+  // 4-D convolutions, integer inputs and a missing W.
+  OneNode four_d("Conv", 13);
+  four_d.inputs = {Iota({1, 1, 2, 2, 2, 2}), Iota({1, 1, 1, 1, 1, 1})};
+  EXPECT_EQ(CreateCode(four_d), absl::StatusCode::kUnimplemented);
   OneNode ints("Conv", 13);
   ints.inputs = {T1<int32_t>({1, 1, 1, 1}, {1}),
                  T1<int32_t>({1, 1, 1, 1}, {1})};
@@ -556,7 +660,7 @@ TEST(PoolTest, BadAttributesAreRefusedAtCreate) {
   OneNode no_kernel("MaxPool", 13);
   no_kernel.inputs = {Iota({1, 1, 3, 3})};
   EXPECT_EQ(CreateCode(no_kernel), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CreateCode(Pool("MaxPool", Iota({1, 1, 2, 2, 2}), {1, 1, 1})),
+  EXPECT_EQ(CreateCode(Pool("MaxPool", Iota({1, 1, 2, 2, 2, 2}), {1, 1, 1, 1})),
             absl::StatusCode::kUnimplemented);
   OneNode order = Pool("MaxPool", Iota({1, 1, 3, 3}), {2, 2});
   order.Int("storage_order", 2);
@@ -583,13 +687,173 @@ TEST(PoolTest, BadAttributesAreRefusedAtCreate) {
 }
 
 TEST(PoolTest, InputsThatDoNotFitTheWindowAreRefusedAtRun) {
-  // A 2-D window on a 1-D input, a 3-D input, a window larger than the image.
+  // A 2-D window on a 1-D input or on a 3-D one, a 4-D input, a window
+  // larger than the image.
   EXPECT_EQ(RunCode(Pool("MaxPool", Iota({1, 1, 4}), {2, 2})),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RunCode(Pool("AveragePool", Iota({1, 1, 2, 2, 2}), {1, 1})),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunCode(Pool("AveragePool", Iota({1, 1, 2, 2, 2, 2}), {1, 1})),
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(RunCode(Pool("AveragePool", Iota({1, 1, 2, 2}), {3, 3})),
             absl::StatusCode::kInvalidArgument);
+}
+
+// 3-D pools (video and volumetric models) against the definition, written
+// out: each output position scans its whole window; padding never wins a
+// max, and an average divides by the window's positions inside the input
+// (or, with count_include_pad, inside the padded input).
+struct Pool3DCase {
+  bool max;
+  std::vector<int64_t> x, k, strides, dilations, pads;
+  bool ceil_mode, count_include_pad;
+};
+
+std::vector<float> RefPool3D(const Pool3DCase& p, const std::vector<float>& x,
+                             std::vector<int64_t>* shape) {
+  int64_t out[3];
+  for (int i = 0; i < 3; ++i) {
+    const int64_t extent = p.dilations[i] * (p.k[i] - 1) + 1;
+    const int64_t span = p.x[2 + i] + p.pads[i] + p.pads[3 + i] - extent;
+    out[i] = (p.ceil_mode ? (span + p.strides[i] - 1) / p.strides[i]
+                          : span / p.strides[i]) +
+             1;
+  }
+  *shape = {p.x[0], p.x[1], out[0], out[1], out[2]};
+  std::vector<float> y;
+  for (int64_t nc = 0; nc < p.x[0] * p.x[1]; ++nc) {
+    for (int64_t a = 0; a < out[0]; ++a) {
+      for (int64_t b = 0; b < out[1]; ++b) {
+        for (int64_t c = 0; c < out[2]; ++c) {
+          const int64_t o[3] = {a, b, c};
+          double acc = p.max ? -INFINITY : 0.0;
+          int64_t real = 0, padded = 0;
+          for (int64_t u = 0; u < p.k[0]; ++u) {
+            for (int64_t v = 0; v < p.k[1]; ++v) {
+              for (int64_t w = 0; w < p.k[2]; ++w) {
+                const int64_t t[3] = {u, v, w};
+                int64_t pos[3];
+                bool inside = true, in_padded = true;
+                for (int i = 0; i < 3; ++i) {
+                  pos[i] =
+                      o[i] * p.strides[i] - p.pads[i] + t[i] * p.dilations[i];
+                  inside = inside && pos[i] >= 0 && pos[i] < p.x[2 + i];
+                  in_padded = in_padded && pos[i] < p.x[2 + i] + p.pads[3 + i];
+                }
+                padded += in_padded;
+                if (!inside) continue;
+                ++real;
+                const float v0 =
+                    x[((nc * p.x[2] + pos[0]) * p.x[3] + pos[1]) * p.x[4] +
+                      pos[2]];
+                acc = p.max ? std::max<double>(acc, v0) : acc + v0;
+              }
+            }
+          }
+          if (!p.max) {
+            const int64_t count = p.count_include_pad ? padded : real;
+            acc = count > 0 ? acc / count : 0.0;
+          }
+          y.push_back(static_cast<float>(acc));
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST(PoolTest, ThreeDimensionalPoolsMatchTheDefinition) {
+  ThreadPool pool(2);
+  const std::vector<Pool3DCase> cases = {
+      {true,
+       {1, 2, 4, 5, 6},
+       {2, 2, 2},
+       {2, 2, 2},
+       {1, 1, 1},
+       {0, 0, 0, 0, 0, 0},
+       false,
+       false},
+      {true,
+       {2, 3, 5, 6, 4},
+       {3, 3, 3},
+       {1, 2, 1},
+       {1, 1, 1},
+       {1, 1, 1, 1, 1, 1},
+       false,
+       false},
+      {true,
+       {1, 2, 7, 5, 5},
+       {2, 2, 2},
+       {2, 1, 2},
+       {2, 1, 2},
+       {0, 1, 0, 1, 0, 1},
+       true,
+       false},
+      {false,
+       {1, 3, 4, 6, 5},
+       {2, 3, 2},
+       {2, 2, 1},
+       {1, 1, 1},
+       {1, 1, 0, 0, 1, 1},
+       false,
+       false},
+      {false,
+       {1, 3, 4, 6, 5},
+       {2, 3, 2},
+       {2, 2, 1},
+       {1, 1, 1},
+       {1, 1, 0, 0, 1, 1},
+       false,
+       true},
+      {false,
+       {2, 2, 5, 5, 5},
+       {3, 2, 2},
+       {2, 2, 2},
+       {1, 1, 1},
+       {1, 0, 1, 1, 0, 1},
+       true,
+       true},
+      {false,
+       {2, 2, 5, 5, 5},
+       {3, 2, 2},
+       {2, 2, 2},
+       {1, 1, 1},
+       {1, 0, 1, 1, 0, 1},
+       true,
+       false},
+  };
+  for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Pool3DCase& p = cases[c];
+      SCOPED_TRACE(absl::StrCat("case ", c, threads ? " threaded" : ""));
+      const std::vector<float> x = Random(testing::Product(p.x), 4 + c);
+      ModelBuilder mb(13);
+      mb.Input("x", p.x);
+      auto& node =
+          mb.Node(p.max ? "MaxPool" : "AveragePool", {"x"}, {"y"}, "pool")
+              .Attr("kernel_shape", p.k)
+              .Attr("strides", p.strides)
+              .Attr("pads", p.pads)
+              .Attr("ceil_mode", int64_t{p.ceil_mode});
+      if (p.max) {
+        node.Attr("dilations", p.dilations);
+      } else {
+        node.Attr("count_include_pad", int64_t{p.count_include_pad});
+      }
+      mb.Output("y");
+      auto exec = MustCreate(mb.Build());
+      ASSERT_NE(exec, nullptr);
+      Executor::RunOptions ro;
+      ro.pool = threads;
+      absl::StatusOr<std::vector<Tensor>> out =
+          exec->Run({{"x", Tensor::FromVector<float>(p.x, x)}}, ro);
+      ASSERT_TRUE(out.ok()) << out.status();
+      std::vector<int64_t> shape;
+      const std::vector<float> want = RefPool3D(p, x, &shape);
+      ASSERT_EQ((*out)[0].shape(), shape);
+      ExpectNear((*out)[0].data<float>(), want, 1e-5, "pool 3-D");
+    }
+  }
 }
 
 TEST(AveragePoolTest, HandComputedWindows) {
