@@ -986,8 +986,13 @@ int RunQuantize() {
 void PrintRanges(const quantd::v1::CalibrationResult& result) {
   std::vector<std::vector<std::string>> rows = {
       {"TENSOR", "MIN", "MAX", "CHANNELS"}};
-  int kept_count = 0;
+  int kept_count = 0, unbounded_count = 0;
   for (const quantd::v1::TensorRange& r : result.ranges()) {
+    if (r.unbounded()) {
+      rows.push_back({r.tensor_name(), "unbounded", "unbounded", "-"});
+      ++unbounded_count;
+      continue;
+    }
     std::string channels = "-";
     if (r.channel_min_size() > 0) {
       channels =
@@ -1006,6 +1011,12 @@ void PrintRanges(const quantd::v1::CalibrationResult& result) {
         "kept:       %d (*: the KL threshold would have cost more squared "
         "error than it saved; the observed range was kept)\n",
         kept_count);
+  }
+  if (unbounded_count > 0) {
+    absl::PrintF(
+        "unbounded:  %d (an infinity or a value of magnitude >= 1e30: an "
+        "additive mask; STATIC_RANGE leaves these float)\n",
+        unbounded_count);
   }
 }
 

@@ -447,7 +447,7 @@ absl::Status Observer::Observe(absl::Span<const float> data,
       slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);
     }
   }
-  if (nan) return absl::InvalidArgumentError("batch holds NaN or infinity");
+  if (nan) return absl::InvalidArgumentError("batch holds NaN");
   return CommitBatchLocked(data, layout, axis);
 }
 
@@ -533,8 +533,8 @@ absl::Status Observer::BeginBatchLocked(const numerics::ChannelLayout& layout) {
 absl::Status Observer::CommitBatchLocked(absl::Span<const float> data,
                                          const numerics::ChannelLayout& layout,
                                          int axis) {
-  if (!std::isfinite(slot_min_[0]) || !std::isfinite(slot_max_[0])) {
-    return absl::InvalidArgumentError("batch holds NaN or infinity");
+  if (std::isnan(slot_min_[0]) || std::isnan(slot_max_[0])) {
+    return absl::InvalidArgumentError("batch holds NaN");
   }
   const size_t slots = slot_min_.size();
   if (channels_ < 0) {
@@ -543,7 +543,13 @@ absl::Status Observer::CommitBatchLocked(absl::Span<const float> data,
     Init(static_cast<int>(slots));
   }
   last_layout_ = layout;
-  Update(Batch{data, layout, slot_min_, slot_max_});
+  // Slot 0 holds the whole batch's extremes (NaN excluded above; an empty
+  // batch never gets here). The comparisons also catch the infinities.
+  if (!(slot_min_[0] > -kUnboundedMagnitude) ||
+      !(slot_max_[0] < kUnboundedMagnitude)) {
+    unbounded_ = true;
+  }
+  if (!unbounded_) Update(Batch{data, layout, slot_min_, slot_max_});
   ++batch_count_;
   return absl::OkStatus();
 }
@@ -572,6 +578,10 @@ ObserverResult Observer::ResultLocked(const std::string* candidate,
   if (batch_count_ == 0) {
     r.min = config_.init_min;
     r.max = config_.init_max;
+    return r;
+  }
+  if (unbounded_) {
+    r.unbounded = true;
     return r;
   }
   std::tie(r.min, r.max) = range(0, &r.kept_observed_range);
@@ -739,6 +749,7 @@ void ToTensorRange(const ObserverResult& result, const std::string& tensor_name,
   out->set_min(result.min);
   out->set_max(result.max);
   out->set_kept_observed_range(result.kept_observed_range);
+  out->set_unbounded(result.unbounded);
   if (result.axis >= 0) {
     out->set_axis(result.axis);
     out->mutable_channel_min()->Add(result.channel_min.begin(),

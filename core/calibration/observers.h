@@ -98,6 +98,12 @@ struct ObserverConfig {
   double headroom = 1.0;
 };
 
+// A value this large in magnitude, or infinite, marks its tensor unbounded
+// (ObserverResult::unbounded): torch's padding masks use finfo(float32).min
+// (-3.4e38) and its causal masks -inf, and no activation that carries a
+// signal comes near.
+inline constexpr float kUnboundedMagnitude = 1e30f;
+
 // Folds n values into [mn, mx] (vectorised); sets `nan` when one is NaN
 // and leaves it otherwise.
 void FoldMinMax(const float* p, int64_t n, float& mn, float& mx, bool& nan);
@@ -123,6 +129,10 @@ struct ObserverResult {
   // cost more expected squared error than it saved, so the observed range
   // was kept there.
   bool kept_observed_range = false;
+  // Some batch held an infinity or a value of magnitude >=
+  // kUnboundedMagnitude (an additive mask): min and max are 0 and carry no
+  // range, and the tensor must not be quantized.
+  bool unbounded = false;
 };
 
 // One observer per tensor. Observe and Result are thread-safe: an internal
@@ -142,10 +152,13 @@ class Observer {
   // Takes one batch of `shape` (row-major). INVALID_ARGUMENT when the shape
   // is negative or overflows, does not match data.size(), the axis is
   // outside the shape, the channel count differs from earlier batches, or
-  // data holds NaN or infinity; RESOURCE_EXHAUSTED when the first batch's
+  // data holds NaN; RESOURCE_EXHAUSTED when the first batch's
   // state (ObserverStateBytes) does not fit the observer's budget, which is
   // charged before anything is allocated. The state is then unchanged. An
-  // empty batch is ignored (not counted).
+  // empty batch is ignored (not counted). A batch holding an infinity or a
+  // value of magnitude >= kUnboundedMagnitude is counted and makes the
+  // observer unbounded for good (Result().unbounded); it no longer updates
+  // its range.
   absl::Status Observe(absl::Span<const float> data,
                        absl::Span<const int64_t> shape)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -217,8 +230,8 @@ class Observer {
   // batch's state, sizes the per-batch scratch.
   absl::Status BeginBatchLocked(const numerics::ChannelLayout& layout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // With slot_min_/slot_max_ filled: refuses NaN or infinite extremes,
-  // then updates the state.
+  // With slot_min_/slot_max_ filled: marks the observer unbounded on
+  // extremes beyond kUnboundedMagnitude, else updates the state.
   absl::Status CommitBatchLocked(absl::Span<const float> data,
                                  const numerics::ChannelLayout& layout,
                                  int axis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -235,6 +248,7 @@ class Observer {
   int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t channels_ ABSL_GUARDED_BY(mu_) = -1;  // -1 until the first batch.
   int axis_ ABSL_GUARDED_BY(mu_) = -1;
+  bool unbounded_ ABSL_GUARDED_BY(mu_) = false;
   // Per-batch scratch, reused (sized on the first batch): after a batch,
   // its raw extremes per slot (what ObserveClamped reads from a source).
   std::vector<float> slot_min_ ABSL_GUARDED_BY(mu_);

@@ -18,8 +18,13 @@ void ErrorSums::Add(absl::Span<const float> ref, absl::Span<const float> q) {
   const size_t n = std::min(ref.size(), q.size());
   for (size_t i = 0; i < n; ++i) {
     const double r = ref[i];
+    // An infinity is no signal; kept (the same infinity on both sides: an
+    // attention mask that stayed float) it is no error either, and lost it
+    // is an infinite one.
+    const bool finite = std::isfinite(r);
+    if (!finite && ref[i] == q[i]) continue;
     const double d = r - static_cast<double>(q[i]);
-    signal_sum += r * r;
+    signal_sum += finite ? r * r : 0.0;
     noise_sum += d * d;
     const double a = std::fabs(d);
     // A NaN difference sticks: nothing compares greater than NaN, and

@@ -344,9 +344,9 @@ absl::Status QuantizeJob::Parse(ModelUpload* upload) {
         const graph::AttachedExternalData attached,
         graph::AttachExternalData(&upload->external,
                                   /*keep_stream=*/PassThrough(), &model_));
-    result_.summary.add_validations(absl::StrCat(
-        "read ", attached.tensors, " tensors (", attached.bytes,
-        " bytes) from the request's external_data stream"));
+    result_.summary.add_validations(
+        absl::StrCat("read ", attached.tensors, " tensors (", attached.bytes,
+                     " bytes) from the request's external_data stream"));
   }
   input_size_ = bytes->size();
   // The parsed model now holds everything; keep at most one copy around
@@ -964,6 +964,7 @@ passes::ActivationRanges QuantizeJob::FoldRanges(int fold,
                                                  double factor) const {
   passes::ActivationRanges ranges = auto_candidates_.front().ranges;
   for (auto& [name, range] : ranges) {
+    if (range.unbounded) continue;  // No range to widen: a mask.
     auto it = batch_extremes_.find(name);
     if (it != batch_extremes_.end()) {
       float lo = std::numeric_limits<float>::infinity();
@@ -1103,6 +1104,9 @@ absl::Status QuantizeJob::Quantize() {
     opset_note = std::move(stats.opset_note);
     if (!stats.lowering_note.empty()) {
       s.add_validations(absl::StrCat("note: ", stats.lowering_note));
+    }
+    if (!stats.unbounded_note.empty()) {
+      s.add_validations(absl::StrCat("note: ", stats.unbounded_note));
     }
     if (!stats.unreached_note.empty()) {
       s.add_validations(absl::StrCat("note: ", stats.unreached_note));
@@ -1600,7 +1604,8 @@ absl::Status QuantizeJob::Serialize() {
   // One protobuf message holds at most 2 GB: past that, or when the input
   // came that way, the large tensors leave beside the model.
   if (external_input_ || model_.ByteSizeLong() > graph::kMaxMessageBytes) {
-    result_.external = graph::DetachExternalData(graph::kExternalMinBytes, &model_);
+    result_.external =
+        graph::DetachExternalData(graph::kExternalMinBytes, &model_);
   }
   QUANTD_ASSIGN_OR_RETURN(std::string bytes,
                           graph::SerializeModel(model_, &cancel_));

@@ -144,6 +144,12 @@ absl::StatusOr<ActivationRanges> RangesFromCalibration(
     if (ranges.contains(r.tensor_name())) {
       return bad("the tensor has more than one range");
     }
+    if (r.unbounded()) {
+      ActivationRange mask;
+      mask.unbounded = true;
+      ranges.emplace(r.tensor_name(), mask);
+      continue;
+    }
     if (!std::isfinite(r.min()) || !std::isfinite(r.max()) ||
         r.min() > r.max()) {
       return bad(absl::StrCat("range [", r.min(), ", ", r.max(),

@@ -85,12 +85,16 @@ struct ActivationRange {
   float max = 0.0f;
   int32_t axis = 0;
   int64_t channels = 0;
+  // TensorRange.unbounded: an additive mask; no quantization point, and
+  // min/max mean nothing.
+  bool unbounded = false;
 };
 using ActivationRanges = absl::flat_hash_map<std::string, ActivationRange>;
 
 // INVALID_ARGUMENT (naming the tensor) for an empty or repeated tensor_name,
 // a non-finite bound, min > max, or channel_min/channel_max of different
-// sizes or with a channel whose min > max.
+// sizes or with a channel whose min > max. An unbounded range carries no
+// bounds and is not checked beyond its name.
 absl::StatusOr<ActivationRanges> RangesFromCalibration(
     const quantd::v1::CalibrationResult& calibration);
 

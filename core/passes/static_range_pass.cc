@@ -206,6 +206,7 @@ class StaticRangePass {
   absl::flat_hash_set<std::string> small_weights_;
   // Body tensors without a range, left float (see the header).
   std::vector<std::string> unreached_;
+  std::vector<std::string> unbounded_;
 
   std::unique_ptr<graph::UniqueNames> names_;
   std::vector<WeightNames> weight_names_;
@@ -290,8 +291,12 @@ absl::Status StaticRangePass::Plan() {
   std::vector<std::string> missing;
   std::vector<ActivationPlan> planned;
   unreached_.clear();
+  unbounded_.clear();
   for (ActivationPlan& a : activations_) {
-    if (ranges_.contains(a.tensor)) {
+    auto range = ranges_.find(a.tensor);
+    if (range != ranges_.end() && range->second.unbounded) {
+      unbounded_.push_back(a.tensor);
+    } else if (range != ranges_.end()) {
       planned.push_back(std::move(a));
     } else if (body_ != nullptr && !main_names.contains(a.tensor)) {
       unreached_.push_back(a.tensor);
@@ -1019,6 +1024,7 @@ void StaticRangePass::Finish() {
   stats_.skipped = std::move(weights_.skipped);
   for (auto& s : skipped_) stats_.skipped.push_back(std::move(s));
   stats_.unreached = std::move(unreached_);
+  stats_.unbounded = std::move(unbounded_);
 }
 
 // One sentence naming the first few unreached tensors: Silero VAD has 26.
@@ -1034,6 +1040,24 @@ std::string UnreachedNote(const std::vector<std::string>& unreached) {
       absl::StrJoin(unreached.begin(), unreached.begin() + named, "', '"), "'");
   if (unreached.size() > named) {
     absl::StrAppend(&note, " (and ", unreached.size() - named, " more)");
+  }
+  return note;
+}
+
+// One sentence naming the first few tensors left float for holding a mask.
+std::string UnboundedNote(const std::vector<std::string>& unbounded) {
+  if (unbounded.empty()) return "";
+  constexpr size_t kNamed = 5;
+  const size_t named = std::min(unbounded.size(), kNamed);
+  std::string note = absl::StrCat(
+      unbounded.size(),
+      " tensor(s) held an infinity or a value of magnitude >= 1e30 in "
+      "calibration (an additive mask, e.g. a causal attention mask of -inf) "
+      "and stay float, as no 8-bit grid holds both the mask and the values "
+      "it masks: '",
+      absl::StrJoin(unbounded.begin(), unbounded.begin() + named, "', '"), "'");
+  if (unbounded.size() > named) {
+    absl::StrAppend(&note, " (and ", unbounded.size() - named, " more)");
   }
   return note;
 }
@@ -1057,6 +1081,8 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
   // Then every If/Loop/Scan body, as a graph of its own.
   const PassHooks body_hooks = BodyHooks(hooks);
   absl::flat_hash_set<std::string> unreached;
+  absl::flat_hash_set<std::string> unbounded(stats.unbounded.begin(),
+                                             stats.unbounded.end());
   auto quantize_body = [&](Body* body) -> absl::Status {
     QUANTD_ASSIGN_OR_RETURN(
         StaticRangeStats b,
@@ -1079,6 +1105,9 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
         stats.unreached.push_back(std::move(t));
       }
     }
+    for (auto& t : b.unbounded) {
+      if (unbounded.insert(t).second) stats.unbounded.push_back(std::move(t));
+    }
     AppendNote(&stats.opset_note, b.opset_note);
     if (!b.lowering_note.empty()) {
       AppendNote(&stats.lowering_note,
@@ -1093,6 +1122,7 @@ absl::StatusOr<StaticRangeStats> RunStaticRangePass(
                      quantize_body));
   if (stats.opset_note.empty()) stats.opset_note = std::move(note);
   stats.unreached_note = UnreachedNote(stats.unreached);
+  stats.unbounded_note = UnboundedNote(stats.unbounded);
   return stats;
 }
 

@@ -78,6 +78,11 @@ struct StaticRangeStats {
   // for the summary ("" when there are none).
   std::vector<std::string> unreached;
   std::string unreached_note;
+  // Tensors whose range is unbounded (an additive mask: TensorRange.
+  // unbounded): left float, in the order met, and the sentence for the
+  // summary ("" when there are none).
+  std::vector<std::string> unbounded;
+  std::string unbounded_note;
 };
 
 // Rewrites `model` in place (default opset upgraded to 13 when older).

@@ -148,6 +148,9 @@ class TensorRange:
     axis: int = 0
     channel_min: Tuple[float, ...] = ()
     channel_max: Tuple[float, ...] = ()
+    # An infinity or a value of magnitude >= 1e30 was seen (an additive
+    # mask): min and max carry no range, and STATIC_RANGE leaves it float.
+    unbounded: bool = False
 
 
 @dataclass
@@ -162,7 +165,8 @@ class CalibrationResult:
     @classmethod
     def from_proto(cls, proto: service_pb2.CalibrationResult) -> "CalibrationResult":
         ranges = {r.tensor_name: TensorRange(r.min, r.max, r.axis, tuple(r.channel_min),
-                                             tuple(r.channel_max)) for r in proto.ranges}
+                                             tuple(r.channel_max), r.unbounded)
+                  for r in proto.ranges}
         return cls(proto.method, proto.batch_count, ranges, proto)
 
     def save(self, path: PathLike) -> None:

@@ -265,6 +265,17 @@ class QuantdClientTest(unittest.TestCase):
         self.assertEqual(result.method, "last_value")
         self.assertEqual(result.batch_count, 3)
         self.assertEqual(result.ranges[relu].max, float(observed[-1].max()))
+        self.assertFalse(result.ranges[relu].unbounded)
+
+    def test_calibrate_reports_a_masked_activation_unbounded(self):
+        # An activation holding -inf (an additive attention mask) is reported
+        # as unbounded, not as a range and not as an error.
+        relu = next(n.output[0] for n in self.float_model.graph.node if n.op_type == "Relu")
+        a = np.ones((4, 16, 8, 8), np.float32)
+        a[0, 0, 0, 0] = -np.inf
+        result = self.client.calibrate(self.model_bytes, [{relu: a}])
+        self.assertTrue(result.ranges[relu].unbounded)
+        self.assertTrue(next(r for r in result.proto.ranges if r.tensor_name == relu).unbounded)
 
     def test_bad_options_are_invalid_argument(self):
         with self.assertRaises(QuantdError) as ctx:

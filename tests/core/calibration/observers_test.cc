@@ -1052,13 +1052,48 @@ TEST(ObserverTest, BadBatchesLeaveStateUnchanged) {
   EXPECT_THAT(msg({1, 2}, {2}), HasSubstr("per-channel axis"));
   EXPECT_THAT(msg({1, 2, 3, 4, 5, 6}, {1, 3, 2}), HasSubstr("3 channels"));
   EXPECT_THAT(msg({1, kNaN, 3, 4}, {1, 2, 2}), HasSubstr("NaN"));
-  EXPECT_THAT(msg({1, 2, kInf, 4}, {1, 2, 2}), HasSubstr("infinity"));
   EXPECT_THAT(msg({1, 2, 3, 4}, {1, -2, -2}), HasSubstr("negative"));
   EXPECT_TRUE(o->Observe({}, {1, 2, 0}).ok());  // Empty: ignored.
   const ObserverResult r = o->Result();
   EXPECT_EQ(r.batch_count, 1);
   EXPECT_EQ(r.max, 4.0f);
   EXPECT_THAT(r.channel_max, ::testing::ElementsAre(2.0f, 4.0f));
+}
+
+// An additive mask (-inf for a causal mask, torch's finfo(float32).min for
+// padding) is not a signal: every method counts the batch, reports the
+// tensor unbounded from then on, and keeps no range; values just below the
+// bound are an ordinary range.
+TEST(ObserverTest, MasksMakeTheTensorUnboundedForGood) {
+  const float kLowest = std::numeric_limits<float>::lowest();
+  for (const char* method : {"min_max", "last_value", "moving_average",
+                             "percentile", "mse", "entropy", "auto"}) {
+    SCOPED_TRACE(method);
+    for (float mask : {-kInf, kInf, kLowest, -1e30f, 2e30f}) {
+      for (bool per_channel : {false, true}) {
+        ObserverConfig c = Config(method);
+        c.per_channel = per_channel;
+        std::unique_ptr<Observer> o = Make(c);
+        ASSERT_TRUE(o->Observe({1, 2, 3, 4}, {1, 2, 2}).ok());
+        EXPECT_FALSE(o->Result().unbounded);
+        ASSERT_TRUE(o->Observe({0.5f, mask, 3, 4}, {1, 2, 2}).ok()) << mask;
+        ASSERT_TRUE(o->Observe({1, 2, 3, 4}, {1, 2, 2}).ok());
+        const ObserverResult r = o->Result();
+        EXPECT_TRUE(r.unbounded) << mask;
+        EXPECT_EQ(r.batch_count, 3);
+        EXPECT_EQ(r.min, 0.0f);
+        EXPECT_EQ(r.max, 0.0f);
+        EXPECT_TRUE(r.channel_min.empty());
+        quantd::v1::TensorRange proto;
+        ToTensorRange(r, "scores", &proto);
+        EXPECT_TRUE(proto.unbounded());
+        EXPECT_EQ(proto.tensor_name(), "scores");
+      }
+    }
+    std::unique_ptr<Observer> big = Make(Config(method));
+    ASSERT_TRUE(big->Observe({-9e29f, 1.0f, 2.0f, 3.0f}, {1, 2, 2}).ok());
+    EXPECT_FALSE(big->Result().unbounded);
+  }
 }
 
 // Long enough rows that the 16-lane loop runs, with a tail after it: the

@@ -68,6 +68,23 @@ TEST(ErrorSumsTest, NanSticks) {
   EXPECT_TRUE(std::isnan(numerics::SqnrDb(s.signal, s.noise)));
 }
 
+// An attention mask's -inf is no signal: kept on both sides it is no error
+// (the tensor compares on its finite values), lost it is an infinite one.
+TEST(ErrorSumsTest, InfinitiesKeptAreNoErrorAndLostAreInfinite) {
+  const float inf = std::numeric_limits<float>::infinity();
+  ErrorSums kept;
+  kept.Add(std::vector<float>{-inf, 3, 4, inf},
+           std::vector<float>{-inf, 3, 4.5f, inf});
+  EXPECT_DOUBLE_EQ(kept.signal, 25.0);
+  EXPECT_DOUBLE_EQ(kept.noise, 0.25);
+  EXPECT_DOUBLE_EQ(kept.max_abs_error, 0.5);
+  EXPECT_NEAR(numerics::SqnrDb(kept.signal, kept.noise), 20.0, 1e-9);
+  ErrorSums lost;
+  lost.Add(std::vector<float>{-inf, 3}, std::vector<float>{-1e4f, 3});
+  EXPECT_EQ(numerics::SqnrDb(lost.signal, lost.noise), -inf);
+  EXPECT_EQ(lost.max_abs_error, inf);
+}
+
 TEST(Top1CountsTest, CountsRowsAndTakesTheFirstMaxOnTies) {
   // 3 rows of 3 classes.
   const std::vector<float> ref = {0, 5, 1, /**/ 2, 2, 0, /**/ 9, 1, 1};

@@ -1,9 +1,13 @@
 // End-to-end tests of RunQuantize: bytes in, bytes + summary + events out.
+#include <cmath>
 #include <filesystem>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/engine/accuracy_search.h"
+#include "core/engine/batch_queue.h"
 #include "core/engine/engine.h"
 #include "core/graph/model_io.h"
 #include "core/graph/validate.h"
@@ -212,6 +216,129 @@ absl::StatusOr<QuantizeResult> RunStaticWithMethod(
   return RunQuantize(config, testing::ConvModel().Bytes(),
                      (recorded ? recorded : &unused)->events(), cancel, nullptr,
                      &queue);
+}
+
+// Attention-shaped: scores = x Wk, plus a causal mask of -inf (as torch's
+// nn.Transformer masks are), Softmax, then p Wv. The masked scores hold
+// -inf on every batch; they used to fail calibration ("batch holds NaN or
+// infinity"), so STATIC_RANGE ran on no transformer exported with such a
+// mask. They are observed as unbounded and, read only by Softmax, get no
+// point; the other values are quantized as usual.
+TEST(RunQuantizeTest, AnInfiniteAttentionMaskIsObservedAndLeftFloat) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> mask(8 * 16, 0.0f);
+  for (int i = 0; i < 8; ++i) {
+    for (int j = i + 1; j < 16; ++j) mask[i * 16 + j] = -kInf;
+  }
+  testing::ModelBuilder b(13);
+  b.Input("x", {1, 8, 64})
+      .Weight("Wk", {64, 16}, 1)
+      .Weight("Wv", {16, 64}, 2)
+      .Initializer("mask", {8, 16}, mask)
+      .Node("MatMul", {"x", "Wk"}, {"scores"}, "k")
+      .Node("Add", {"scores", "mask"}, {"masked"}, "mask_add")
+      .Node("Softmax", {"masked"}, {"p"}, "softmax")
+      .Attr("axis", int64_t{-1})
+      .Node("MatMul", {"p", "Wv"}, {"y"}, "v")
+      .Output("y", {1, 8, 64});
+  auto batches = [] {
+    auto q = std::make_shared<BatchQueue>(4);
+    for (int n = 0; n < 3; ++n) {
+      std::vector<float> x(8 * 64);
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = std::sin(0.37f * static_cast<float>(i) + n);
+      }
+      quantd::v1::TensorBatch batch;
+      quantd::v1::NamedTensor* t = batch.add_tensors();
+      t->set_name("x");
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : {1, 8, 64}) t->add_shape(d);
+      t->set_data(x.data(), x.size() * sizeof(float));
+      q->Push(std::move(batch));
+    }
+    q->Close();
+    return q;
+  };
+  CancellationToken cancel;
+  auto calibrated =
+      RunCalibrate({}, b.Bytes(), batches().get(), {}, cancel, nullptr);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  int unbounded = 0;
+  for (const quantd::v1::TensorRange& r : calibrated->ranges()) {
+    EXPECT_EQ(r.unbounded(), r.tensor_name() == "masked") << r.tensor_name();
+    unbounded += r.unbounded();
+  }
+  EXPECT_EQ(unbounded, 1);
+
+  quantd::v1::QuantizeConfig config;
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  Recorded recorded;
+  absl::StatusOr<QuantizeResult> r = RunQuantize(
+      config, b.Bytes(), recorded.events(), cancel, nullptr, batches().get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<onnx::ModelProto> m = graph::ParseModel(r->model);
+  ASSERT_TRUE(m.ok());
+  std::vector<std::string> quantized;
+  for (const auto& node : m->graph().node()) {
+    if (node.op_type() == "QuantizeLinear") quantized.push_back(node.input(0));
+  }
+  // x and p as read by the MatMuls, scores as a MatMul's output.
+  EXPECT_THAT(quantized, ::testing::UnorderedElementsAre("x", "scores", "p"));
+  ASSERT_EQ(r->summary.fidelity().outputs_size(), 1);
+  EXPECT_GT(r->summary.fidelity().outputs(0).sqnr_db(), 25.0);
+}
+
+// With the mask on a tensor a quantized op reads, that tensor stays float
+// and the summary names it.
+TEST(RunQuantizeTest, AMaskedValueAQuantizedOpReadsStaysFloatAndIsNamed) {
+  std::vector<float> mask(64, 0.0f);
+  mask[5] = std::numeric_limits<float>::lowest();  // torch's finfo.min.
+  testing::ModelBuilder b(13);
+  b.Input("x", {2, 64})
+      .Initializer("mask", {64}, mask)
+      .Weight("W", {64, 32}, 3)
+      .Node("Add", {"x", "mask"}, {"masked"}, "mask_add")
+      .Node("Softmax", {"masked"}, {"p"}, "softmax")
+      .Node("MatMul", {"masked", "W"}, {"y"}, "mm")
+      .Node("MatMul", {"p", "W"}, {"z"}, "mm2")
+      .Output("y", {2, 32})
+      .Output("z", {2, 32});
+  auto q = std::make_shared<BatchQueue>(2);
+  {
+    std::vector<float> x(2 * 64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.1f * i);
+    quantd::v1::TensorBatch batch;
+    quantd::v1::NamedTensor* t = batch.add_tensors();
+    t->set_name("x");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {2, 64}) t->add_shape(d);
+    t->set_data(x.data(), x.size() * sizeof(float));
+    q->Push(std::move(batch));
+    q->Close();
+  }
+  quantd::v1::QuantizeConfig config;
+  config.mutable_options()
+      ->mutable_quantization_method()
+      ->set_experimental_method(tfq::QuantizationMethod::STATIC_RANGE);
+  CancellationToken cancel;
+  Recorded recorded;
+  absl::StatusOr<QuantizeResult> r = RunQuantize(
+      config, b.Bytes(), recorded.events(), cancel, nullptr, q.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->summary.validations(),
+              ::testing::Contains(::testing::AllOf(
+                  HasSubstr("note: 1 tensor(s) held an infinity or a value of "
+                            "magnitude >= 1e30"),
+                  HasSubstr("'masked'"))));
+  absl::StatusOr<onnx::ModelProto> m = graph::ParseModel(r->model);
+  ASSERT_TRUE(m.ok());
+  std::vector<std::string> quantized;
+  for (const auto& node : m->graph().node()) {
+    if (node.op_type() == "QuantizeLinear") quantized.push_back(node.input(0));
+  }
+  EXPECT_THAT(quantized, ::testing::ElementsAre("p"));
 }
 
 TEST(RunQuantizeTest, EntropyCalibrationCountsTheRangesItKept) {

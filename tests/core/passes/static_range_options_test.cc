@@ -1,5 +1,7 @@
 #include "core/passes/static_range_options.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -188,6 +190,20 @@ TEST(StaticRangeOptionsTest, RangesFromCalibration) {
   r->add_channel_min(0.0f);
   EXPECT_THAT(RangesFromCalibration(bad).status().message(),
               HasSubstr("channel_max"));
+
+  // An unbounded range (a mask) carries no bounds to check, only its name.
+  quantd::v1::CalibrationResult mask;
+  r = mask.add_ranges();
+  r->set_tensor_name("scores");
+  r->set_unbounded(true);
+  r->set_min(std::numeric_limits<float>::quiet_NaN());
+  ranges = RangesFromCalibration(mask);
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_TRUE(ranges->at("scores").unbounded);
+  EXPECT_FALSE(RangesFromCalibration(cal)->at("x").unbounded);
+  mask.add_ranges()->set_tensor_name("scores");
+  EXPECT_THAT(RangesFromCalibration(mask).status().message(),
+              HasSubstr("more than one range"));
 }
 
 }  // namespace

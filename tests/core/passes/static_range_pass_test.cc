@@ -477,6 +477,26 @@ TEST_F(StaticPassTest, MissingRangeIsFailedPreconditionNamingIt) {
   EXPECT_EQ(m.SerializeAsString(), before);
 }
 
+TEST_F(StaticPassTest, UnboundedRangeLeavesTheTensorFloatAndSaysSo) {
+  // r1 held a mask (TensorRange.unbounded): conv2 reads it in float while
+  // the other points and every weight are quantized as usual.
+  onnx::ModelProto m = ConvReluConv().Build();
+  SetRange("x", -1.0f, 3.0f);
+  ActivationRange mask;
+  mask.unbounded = true;
+  ranges_["r1"] = mask;
+  StaticRangeStats stats = Run(&m);
+  EXPECT_EQ(stats.quantized_activations, 1);
+  EXPECT_EQ(CountReading(m, "QuantizeLinear", "x"), 1);
+  EXPECT_EQ(CountReading(m, "QuantizeLinear", "r1"), 0);
+  EXPECT_EQ(NodeNamed(m.graph(), "block2/conv")->input(0), "r1");
+  EXPECT_EQ(stats.quantized_weights, 2);
+  EXPECT_THAT(stats.unbounded, ::testing::ElementsAre("r1"));
+  EXPECT_THAT(stats.unbounded_note,
+              ::testing::AllOf(HasSubstr("1 tensor(s) held an infinity"),
+                               HasSubstr("stay float"), HasSubstr("'r1'")));
+}
+
 TEST_F(StaticPassTest, UnknownRangeNamesAreInvalidArgumentListingAll) {
   onnx::ModelProto m = ConvReluConv().Build();
   const std::string before = m.SerializeAsString();
