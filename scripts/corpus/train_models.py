@@ -27,6 +27,14 @@ Models (each trains in seconds on one thread):
                           Upsample -> Resize) predicting the digit's ink mask at
                           32x32 from the upscaled, noised digit; opset 13; metric
                           mask IoU
+  text_char_gpt_op14      a character-level causal language model (2 pre-norm
+                          TransformerEncoderLayers, d=64, 4 heads, GELU) trained
+                          on the licence texts Debian ships in
+                          /usr/share/common-licenses (MPL-2.0 held out for
+                          evaluation); int64 tokens in, next-character logits
+                          out, a -inf causal mask sliced to the sequence
+                          length; opset 14 (LayerNorm as ReduceMean/Pow/Sqrt);
+                          metric: next-character top-1
   tv_*                    torchvision architectures (their own code, untouched),
                           trained for a few epochs on the digits upscaled to
                           32x32 RGB with ImageNet normalisation, exported at
@@ -53,6 +61,7 @@ from sklearn.datasets import load_digits
 SEED = 20240917
 N_TEST = 360
 N_CALIB = 64
+LM_STEPS = 600
 
 
 def seed_everything():
@@ -145,6 +154,82 @@ class DigitsTransformer(nn.Module):
     def forward(self, x):                 # x [N,1,8,8]: rows are tokens
         t = self.embed(x.reshape(-1, 8, 8)) + self.pos
         return self.head(self.enc(t).mean(dim=1))
+
+
+class CharGPT(nn.Module):
+    """GPT-shaped: token embedding (Gather) + learned positions, pre-norm
+    encoder layers under a causal mask, final LayerNorm, vocabulary head.
+    Positions and mask are sliced to the input's length, so the export keeps
+    the Shape/Slice chain a variable-length language model has."""
+
+    def __init__(self, vocab, d=64, layers=2, ctx=64):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, ctx, d) * 0.02)
+        self.register_buffer("mask", torch.triu(torch.full((ctx, ctx), float("-inf")), 1))
+        layer = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, x):                 # x [N, T] int64 character ids
+        t = x.shape[1]
+        h = self.enc(self.tok(x) + self.pos[:, :t], mask=self.mask[:t, :t])
+        return self.head(self.ln(h))
+
+
+LICENSES = "/usr/share/common-licenses"
+LM_HELD_OUT = "MPL-2.0"
+LM_CTX = 64
+
+
+def train_char_gpt(out):
+    """The licence texts as one character stream (symbolic links skipped:
+    they repeat a text), MPL-2.0 held out. 96 evaluation windows spread evenly
+    over the held-out text, 64 random training windows for calibration."""
+    names = sorted(n for n in os.listdir(LICENSES)
+                   if not os.path.islink(os.path.join(LICENSES, n)))
+    texts = {n: open(os.path.join(LICENSES, n), encoding="latin-1").read() for n in names}
+    chars = sorted(set("".join(texts.values())))
+    stoi = {c: i for i, c in enumerate(chars)}
+    enc = lambda s: np.array([stoi[c] for c in s], dtype=np.int64)  # noqa: E731
+    train = enc("".join(t for n, t in texts.items() if n != LM_HELD_OUT))
+    test = enc(texts[LM_HELD_OUT])
+    rng = np.random.RandomState(SEED)
+
+    def windows(src, starts):
+        return (np.stack([src[i:i + LM_CTX] for i in starts]),
+                np.stack([src[i + 1:i + LM_CTX + 1] for i in starts]))
+
+    t0 = time.time()
+    torch.manual_seed(SEED)
+    m = CharGPT(len(chars), ctx=LM_CTX)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    for _ in range(LM_STEPS):
+        x, y = windows(train, rng.randint(0, len(train) - LM_CTX - 1, 32))
+        loss = F.cross_entropy(m(torch.from_numpy(x)).reshape(-1, len(chars)),
+                               torch.from_numpy(y).reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m.eval()
+    secs = time.time() - t0
+    step = (len(test) - LM_CTX - 1) // 96
+    xe, ye = windows(test, np.arange(96) * step)
+    xc, _ = windows(train, rng.randint(0, len(train) - LM_CTX - 1, N_CALIB))
+    with torch.no_grad():
+        acc = float((m(torch.from_numpy(xe)).argmax(-1).numpy() == ye).mean())
+    d = save_dir(out, "text_char_gpt_op14", eval_x=xe, eval_y=ye, calib_x=xc)
+    path = os.path.join(d, "model.onnx")
+    torch.onnx.export(m, torch.from_numpy(xe[:2]), path, opset_version=14,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "N", 1: "T"}, "output": {0: "N", 1: "T"}})
+    import onnx
+    onnx.checker.check_model(onnx.load(path))
+    write_info(d, {"arch": f"CharGPT 2 layers d=64 h=4, vocabulary {len(chars)}", "opset": 14,
+                   "torch_next_char_top1": acc, "train_steps": LM_STEPS,
+                   "train_seconds": round(secs, 1)})
 
 
 class DigitsRNN(nn.Module):
@@ -429,6 +514,9 @@ def main():
         export(m, torch.from_numpy(xs_te[:1]), os.path.join(d, "model.onnx"), 13)
         write_info(d, {"arch": "conv enc/dec, ConvTranspose + nearest Resize", "opset": 13,
                        "torch_mask_iou": iou, "train_seconds": round(time.time() - t0, 1)})
+
+    if want("text_char_gpt_op14"):
+        train_char_gpt(args.out)
 
     train_zoo(args.out, want, xtr, ytr, xte, yte)
     return 0
