@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "core/base/onnx_names.h"
 #include "core/base/status_macros.h"
 #include "core/graph/graph_edit.h"
@@ -1027,39 +1028,37 @@ void StaticRangePass::Finish() {
   stats_.unbounded = std::move(unbounded_);
 }
 
-// One sentence naming the first few unreached tensors: Silero VAD has 26.
-std::string UnreachedNote(const std::vector<std::string>& unreached) {
-  if (unreached.empty()) return "";
+// "<count><what>'a', 'b', ..." naming the first five tensors (Silero VAD
+// has 26 unreached ones); "" when there are none.
+std::string TensorListNote(const std::vector<std::string>& tensors,
+                           absl::string_view what) {
+  if (tensors.empty()) return "";
   constexpr size_t kNamed = 5;
-  const size_t named = std::min(unreached.size(), kNamed);
+  const size_t named = std::min(tensors.size(), kNamed);
   std::string note = absl::StrCat(
-      unreached.size(),
-      " tensor(s) in If/Loop/Scan bodies were never reached by calibration "
-      "and stay float (no quantization point; nodes reading them keep a "
-      "float input): '",
-      absl::StrJoin(unreached.begin(), unreached.begin() + named, "', '"), "'");
-  if (unreached.size() > named) {
-    absl::StrAppend(&note, " (and ", unreached.size() - named, " more)");
+      tensors.size(), what, "'",
+      absl::StrJoin(tensors.begin(), tensors.begin() + named, "', '"), "'");
+  if (tensors.size() > named) {
+    absl::StrAppend(&note, " (and ", tensors.size() - named, " more)");
   }
   return note;
 }
 
-// One sentence naming the first few tensors left float for holding a mask.
+std::string UnreachedNote(const std::vector<std::string>& unreached) {
+  return TensorListNote(
+      unreached,
+      " tensor(s) in If/Loop/Scan bodies were never reached by calibration "
+      "and stay float (no quantization point; nodes reading them keep a "
+      "float input): ");
+}
+
 std::string UnboundedNote(const std::vector<std::string>& unbounded) {
-  if (unbounded.empty()) return "";
-  constexpr size_t kNamed = 5;
-  const size_t named = std::min(unbounded.size(), kNamed);
-  std::string note = absl::StrCat(
-      unbounded.size(),
+  return TensorListNote(
+      unbounded,
       " tensor(s) held an infinity or a value of magnitude >= 1e30 in "
       "calibration (an additive mask, e.g. a causal attention mask of -inf) "
       "and stay float, as no 8-bit grid holds both the mask and the values "
-      "it masks: '",
-      absl::StrJoin(unbounded.begin(), unbounded.begin() + named, "', '"), "'");
-  if (unbounded.size() > named) {
-    absl::StrAppend(&note, " (and ", unbounded.size() - named, " more)");
-  }
-  return note;
+      "it masks: ");
 }
 
 }  // namespace
