@@ -35,6 +35,8 @@ Models (each trains in seconds on one thread):
                           out, a -inf causal mask sliced to the sequence
                           length; opset 14 (LayerNorm as ReduceMean/Pow/Sqrt);
                           metric: next-character top-1
+  text_char_gpt_fp16      the same trained model computing in FLOAT16 (as
+                          digits_cnn_fp16 is made); the -inf mask in FLOAT16
   tv_*                    torchvision architectures (their own code, untouched),
                           trained for a few epochs on the digits upscaled to
                           32x32 RGB with ImageNet normalisation, exported at
@@ -227,9 +229,12 @@ def train_char_gpt(out):
                       dynamic_axes={"input": {0: "N", 1: "T"}, "output": {0: "N", 1: "T"}})
     import onnx
     onnx.checker.check_model(onnx.load(path))
-    write_info(d, {"arch": f"CharGPT 2 layers d=64 h=4, vocabulary {len(chars)}", "opset": 14,
-                   "torch_next_char_top1": acc, "train_steps": LM_STEPS,
-                   "train_seconds": round(secs, 1)})
+    info = {"arch": f"CharGPT 2 layers d=64 h=4, vocabulary {len(chars)}", "opset": 14,
+            "torch_next_char_top1": acc, "train_steps": LM_STEPS, "train_seconds": round(secs, 1)}
+    write_info(d, info)
+    d16 = save_dir(out, "text_char_gpt_fp16", eval_x=xe, eval_y=ye, calib_x=xc)
+    half_model(path, os.path.join(d16, "model.onnx"))
+    write_info(d16, dict(info, arch=info["arch"] + ", computing in FLOAT16"))
 
 
 class DigitsRNN(nn.Module):
@@ -515,7 +520,7 @@ def main():
         write_info(d, {"arch": "conv enc/dec, ConvTranspose + nearest Resize", "opset": 13,
                        "torch_mask_iou": iou, "train_seconds": round(time.time() - t0, 1)})
 
-    if want("text_char_gpt_op14"):
+    if want("text_char_gpt_op14") or want("text_char_gpt_fp16"):
         train_char_gpt(args.out)
 
     train_zoo(args.out, want, xtr, ytr, xte, yte)
