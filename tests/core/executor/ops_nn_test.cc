@@ -41,6 +41,19 @@ void ExpectNear(const float* got, const std::vector<float>& want, double tol,
   }
 }
 
+// Runs the model `mb` builds on x (its input "x", of shape xs), with the
+// kernels parallel on `pool` (null: the caller's thread alone).
+absl::StatusOr<std::vector<Tensor>> RunX(const ModelBuilder& mb,
+                                         const std::vector<int64_t>& xs,
+                                         const std::vector<float>& x,
+                                         ThreadPool* pool) {
+  std::unique_ptr<Executor> exec = MustCreate(mb.Build());
+  if (exec == nullptr) return absl::InternalError("the model did not build");
+  Executor::RunOptions ro;
+  ro.pool = pool;
+  return exec->Run({{"x", Tensor::FromVector<float>(xs, x)}}, ro);
+}
+
 // 1, 2, ..., n in `shape`.
 Tensor Iota(std::vector<int64_t> shape) {
   std::vector<float> v(testing::Product(shape));
@@ -158,12 +171,7 @@ class ConvTester {
           .Attr("pads", std::vector<int64_t>{p_.pt, p_.pl, p_.pb, p_.pr});
     }
     mb.Output("y");
-    auto exec = MustCreate(mb.Build());
-    ASSERT_NE(exec, nullptr);
-    Executor::RunOptions ro;
-    ro.pool = pool_;
-    absl::StatusOr<std::vector<Tensor>> out =
-        exec->Run({{"x", Tensor::FromVector<float>(xs, x)}}, ro);
+    absl::StatusOr<std::vector<Tensor>> out = RunX(mb, xs, x, pool_);
     ASSERT_TRUE(out.ok()) << out.status();
     int64_t oh, ow;
     std::vector<float> want =
@@ -536,12 +544,7 @@ TEST(ConvTest, ThreeDimensionalMatchesTheDefinition) {
           .Attr("dilations", std::vector<int64_t>{p.dd, p.dh, p.dw})
           .Attr("pads", p.pads);
       mb.Output("y");
-      auto exec = MustCreate(mb.Build());
-      ASSERT_NE(exec, nullptr);
-      Executor::RunOptions ro;
-      ro.pool = threads;
-      absl::StatusOr<std::vector<Tensor>> out =
-          exec->Run({{"x", Tensor::FromVector<float>(xs, x)}}, ro);
+      absl::StatusOr<std::vector<Tensor>> out = RunX(mb, xs, x, threads);
       ASSERT_TRUE(out.ok()) << out.status();
       std::vector<int64_t> shape;
       const std::vector<float> want = RefConv3D(p, x, w, b, &shape);
@@ -796,12 +799,7 @@ TEST(PoolTest, ThreeDimensionalPoolsMatchTheDefinition) {
         node.Attr("count_include_pad", int64_t{p.count_include_pad});
       }
       mb.Output("y");
-      auto exec = MustCreate(mb.Build());
-      ASSERT_NE(exec, nullptr);
-      Executor::RunOptions ro;
-      ro.pool = threads;
-      absl::StatusOr<std::vector<Tensor>> out =
-          exec->Run({{"x", Tensor::FromVector<float>(p.x, x)}}, ro);
+      absl::StatusOr<std::vector<Tensor>> out = RunX(mb, p.x, x, threads);
       ASSERT_TRUE(out.ok()) << out.status();
       std::vector<int64_t> shape;
       const std::vector<float> want = RefPool3D(p, x, &shape);
