@@ -58,6 +58,13 @@ class QuantdClientTest(unittest.TestCase):
             self.model_bytes = f.read()
         self.float_model = onnx.load_from_string(self.model_bytes)
 
+    def save_with_external_data(self, path, location):
+        """The float model at `path`, its tensors of 256 bytes and more in
+        one data file `location` beside it."""
+        onnx.save_model(self.float_model, path, save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=location,
+                        size_threshold=256)
+
     def test_health(self):
         self.assertEqual(self.client.health(), ServingStatus.SERVING)
         self.assertEqual(self.client.health("quantd.v1.QuantizationService"),
@@ -334,9 +341,7 @@ class QuantdClientTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             saved = os.path.join(tmp, "model", "digits.onnx")
             os.makedirs(os.path.dirname(saved))
-            onnx.save_model(self.float_model, saved, save_as_external_data=True,
-                            all_tensors_to_one_file=True, location="weights.bin",
-                            size_threshold=256)
+            self.save_with_external_data(saved, "weights.bin")
             with open(saved, "rb") as f:
                 self.assertTrue(uses_external_data(f.read()))
             self.assertFalse(uses_external_data(self.model_bytes))
@@ -385,9 +390,7 @@ class QuantdClientTest(unittest.TestCase):
     def test_save_to_writes_external_data_as_it_arrives(self):
         with tempfile.TemporaryDirectory() as tmp:
             saved = os.path.join(tmp, "digits.onnx")
-            onnx.save_model(self.float_model, saved, save_as_external_data=True,
-                            all_tensors_to_one_file=True, location="w.bin",
-                            size_threshold=256)
+            self.save_with_external_data(saved, "w.bin")
             held = self.client.quantize(saved, DYNAMIC)
             out_dir = os.path.join(tmp, "out")
             os.makedirs(out_dir)
@@ -438,9 +441,7 @@ class QuantdClientTest(unittest.TestCase):
     def test_a_streamed_model_reads_its_data_on_demand(self):
         with tempfile.TemporaryDirectory() as tmp:
             saved = os.path.join(tmp, "digits.onnx")
-            onnx.save_model(self.float_model, saved, save_as_external_data=True,
-                            all_tensors_to_one_file=True, location="w.bin",
-                            size_threshold=256)
+            self.save_with_external_data(saved, "w.bin")
             with open(saved, "rb") as f:
                 streamed = open_for_streaming(f.read(), tmp)
             self.assertGreater(streamed.counts["tensors"], 0)
