@@ -2,11 +2,12 @@
 // Calibrate share (server/job_reactor.cc, through quantize_call.cc and
 // calibrate_call.cc): the input decodes into one call, a sequence of
 // messages (configs, model chunks, external_data chunks, batches, empty
-// messages) with sizes that may lie, and how the client ends it (half-close or cancel). The call runs
-// against the real QuantizationServiceImpl, started once per process on a
-// localhost port (QUANTD_FUZZ_INPROC=1: in-process channel), with a fake
-// JobRunner whose jobs pop every batch, check each tensor with core's
-// TensorFromNamed and finish at once, so no model is parsed or quantized.
+// messages) with sizes that may lie, and how the client ends it (half-close or
+// cancel). The call runs against the real QuantizationServiceImpl, started once
+// per process on a localhost port (QUANTD_FUZZ_INPROC=1: in-process channel),
+// with a fake JobRunner whose jobs pop every batch, check each tensor with
+// core's TensorFromNamed and finish at once, so no model is parsed or
+// quantized.
 //
 // Checked for every input (a violation aborts):
 //  - the call ends with a status within its deadline (DEADLINE_EXCEEDED is
@@ -666,6 +667,9 @@ struct Harness {
   std::unique_ptr<quantd::server::QuantizationServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<quantd::v1::QuantizationService::Stub> stub;
+  // Quantize and Calibrate calls opened so far, less the cancelled ones
+  // the server never saw (see settle in LLVMFuzzerTestOneInput).
+  double calls_opened = 0;
 };
 
 // Every call logs a line to stderr (call_record.cc) and so would gRPC:
@@ -741,6 +745,24 @@ Harness* StartHarness() {
                                     grpc::InsecureChannelCredentials())
               : h->server->InProcessChannel(grpc::ChannelArguments()));
   return h;
+}
+
+// The calls the server has ended (status sent, quantd_requests_total) of
+// the two streaming methods.
+double StreamCallsEnded(quantd::server::Metrics& metrics) {
+  double sum = 0;
+  for (const prometheus::MetricFamily& family : metrics.registry().Collect()) {
+    if (family.name != "quantd_requests_total") continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      for (const prometheus::ClientMetric::Label& label : m.label) {
+        if (label.name == "method" &&
+            (label.value == "Quantize" || label.value == "Calibrate")) {
+          sum += m.counter.value;
+        }
+      }
+    }
+  }
+  return sum;
 }
 
 double GaugeValue(quantd::server::Metrics& metrics, const std::string& name) {
@@ -1050,7 +1072,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // (e.g. a read that completed as the client cancelled may submit the
   // job); none runs after OnDone. So: the call's OnDone (WaitForCalls),
   // then its job.
+  ++h->calls_opened;
   auto settle = [&] {
+    // A cancelled call's status is the client's own, so the server may not
+    // have started that call yet; its reactions (a job, even) would land in
+    // the next input's window. Wait until the server has ended it.
+    const absl::Time give_up = absl::Now() + kSettle;
+    double ended;
+    while ((ended = StreamCallsEnded(*h->metrics)) < h->calls_opened &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    if (ended > h->calls_opened) {
+      Fail(absl::StrCat("the server ended ", ended - h->calls_opened,
+                        " more calls than were opened (a call it dropped "
+                        "came back)"),
+           input);
+    }
+    if (ended < h->calls_opened) {
+      if (!plan.cancel) Fail("the server never ended the call", input);
+      // gRPC drops a call cancelled before it reached the service.
+      --h->calls_opened;
+    }
     if (const int left = h->service->WaitForCalls(absl::Now() + kSettle);
         left != 0) {
       Fail(absl::StrCat(left, " calls still in progress"), input);
