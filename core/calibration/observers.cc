@@ -401,8 +401,43 @@ Observer::~Observer() {
   if (budget_ != nullptr) budget_->Release(charged_);
 }
 
+namespace {
+
+// Values per chunk of a parallel fold: below this a chunk is over before a
+// helper would have started (a fold runs at several GB/s).
+constexpr int64_t kParallelFoldValues = int64_t{1} << 16;
+
+// FoldMinMax of n values in chunks over `pool` (its callers' rules: see
+// ThreadPool::ParallelFor), into [mn, mx] and nan as one call would.
+void ParallelFoldMinMax(ThreadPool* pool, const float* p, int64_t n, float& mn,
+                        float& mx, bool& nan) {
+  const int64_t parts =
+      pool == nullptr
+          ? 1
+          : std::min<int64_t>(pool->parallelism(), n / kParallelFoldValues);
+  if (parts <= 1) {
+    FoldMinMax(p, n, mn, mx, nan);
+    return;
+  }
+  std::vector<float> part_min(parts, kInf), part_max(parts, -kInf);
+  std::unique_ptr<bool[]> part_nan(new bool[parts]());
+  pool->ParallelFor(parts, [&](int64_t k) {
+    const int64_t begin = n * k / parts;
+    const int64_t end = n * (k + 1) / parts;
+    FoldMinMax(p + begin, end - begin, part_min[k], part_max[k], part_nan[k]);
+  });
+  for (int64_t k = 0; k < parts; ++k) {
+    mn = std::min(mn, part_min[k]);
+    mx = std::max(mx, part_max[k]);
+    nan = nan || part_nan[k];
+  }
+}
+
+}  // namespace
+
 absl::Status Observer::Observe(absl::Span<const float> data,
-                               absl::Span<const int64_t> shape) {
+                               absl::Span<const int64_t> shape,
+                               ThreadPool* pool) {
   QUANTD_ASSIGN_OR_RETURN(const int64_t size, CheckedElementCount(shape));
   if (size != static_cast<int64_t>(data.size())) {
     return absl::InvalidArgumentError(
@@ -431,17 +466,38 @@ absl::Status Observer::Observe(absl::Span<const float> data,
   if (slots == 1) {
     slot_min_[0] = kInf;
     slot_max_[0] = -kInf;
-    FoldMinMax(data.data(), size, slot_min_[0], slot_max_[0], nan);
+    ParallelFoldMinMax(pool, data.data(), size, slot_min_[0], slot_max_[0],
+                       nan);
   } else {
     std::fill(slot_min_.begin(), slot_min_.end(), kInf);
     std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
-    const float* p = data.data();
-    for (int64_t o = 0; o < layout.outer; ++o) {
-      for (int64_t c = 0; c < layout.channels; ++c) {
-        FoldMinMax(p, layout.inner, slot_min_[1 + c], slot_max_[1 + c], nan);
-        p += layout.inner;
+    // Channel c's values are inner-long runs, one per outer index: a task
+    // takes whole channels, so each slot has one writer.
+    const int64_t channels = layout.channels;
+    const int64_t tasks =
+        pool == nullptr || size < 2 * kParallelFoldValues
+            ? 1
+            : std::min<int64_t>(pool->parallelism(), channels);
+    std::unique_ptr<bool[]> task_nan(new bool[tasks]());
+    float* const slot_min = slot_min_.data();
+    float* const slot_max = slot_max_.data();
+    auto fold_channels = [&](int64_t k) {
+      for (int64_t c = channels * k / tasks; c < channels * (k + 1) / tasks;
+           ++c) {
+        const float* p = data.data() + c * layout.inner;
+        for (int64_t o = 0; o < layout.outer; ++o) {
+          FoldMinMax(p, layout.inner, slot_min[1 + c], slot_max[1 + c],
+                     task_nan[k]);
+          p += channels * layout.inner;
+        }
       }
+    };
+    if (tasks == 1) {
+      fold_channels(0);
+    } else {
+      pool->ParallelFor(tasks, fold_channels);
     }
+    for (int64_t k = 0; k < tasks; ++k) nan = nan || task_nan[k];
     for (size_t s = 1; s < slots; ++s) {
       slot_min_[0] = std::min(slot_min_[0], slot_min_[s]);
       slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "core/base/thread_pool.h"
 #include "core/calibration/memory_budget.h"
 #include "core/numerics/quant_params.h"
 #include "quantd/v1/quantization_service.pb.h"
@@ -159,9 +160,13 @@ class Observer {
   // value of magnitude >= kUnboundedMagnitude is counted and makes the
   // observer unbounded for good (Result().unbounded); it no longer updates
   // its range.
+  //
+  // With a `pool`, the extremes of a large batch are folded in chunks over
+  // its threads (the caller's included, see ThreadPool::ParallelFor); the
+  // result is the same. Histogram observers still bin on the caller.
   absl::Status Observe(absl::Span<const float> data,
-                       absl::Span<const int64_t> shape)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                       absl::Span<const int64_t> shape,
+                       ThreadPool* pool = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes one batch that is `source`'s last batch clamped to [lo, hi]
   // (y = min(max(x, lo), hi): Relu, Clip), of the same shape. Extremes map

@@ -335,13 +335,14 @@ absl::StatusOr<calibration::Observer*> CalibrationSession::ObserverFor(
 absl::Status CalibrationSession::ObserveWith(calibration::Observer* observer,
                                              const std::string& name,
                                              const executor::Tensor& t,
-                                             const ClampOf* clamp) const {
+                                             const ClampOf* clamp,
+                                             ThreadPool* pool) const {
   absl::Status s =
       clamp != nullptr
           ? observer->ObserveClamped(*clamp->source, clamp->clamp->lo,
                                      clamp->clamp->hi)
           : observer->Observe(absl::MakeConstSpan(t.data<float>(), t.size()),
-                              t.shape());
+                              t.shape(), pool);
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("tensor '", name, "': ", s.message()));
@@ -439,10 +440,11 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
   // Every tensor the run makes is held to the model's bound (an Expand or
   // a Loop's stacked output of a tiny model could ask for any size).
   options.max_tensor_elements = limits_.max_tensor_elements;
-  // Each value is observed on an idle worker while the next node runs, in
-  // the order the values came (an observer may see a value more than once
-  // per batch, in loop bodies). Queued values stay alive until observed:
-  // kObserveBacklogBytes bounds that.
+  // Values for histogram observers or the sink are observed on an idle
+  // worker while the next node runs, in the order the values came (an
+  // observer may see a value more than once per batch, in loop bodies).
+  // Queued values stay alive until observed: kObserveBacklogBytes bounds
+  // that. Extremes-only observers take their values at once (below).
   SerialQueue observing(pool, kObserveBacklogBytes);
   absl::Status observed = absl::OkStatus();
   // Observers made during this run, each with whether a value reached it
@@ -478,6 +480,23 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
           o != observed_now.end()) {
         clamp = ClampOf{&c->second, o->second};
       }
+    }
+    // An observer that keeps only extremes folds them right here, over the
+    // whole pool, while the value is warm: queued, the fold would hold one
+    // worker for most of the run (the queue drains while values keep
+    // coming), and each node's parallel region would run on this thread
+    // alone. Histogram observers and the sink bin and read on the queue,
+    // overlapping the next nodes.
+    if (!sink_ &&
+        !calibration::IsHistogramMethod((*observer)->config().method)) {
+      absl::Status s =
+          ObserveWith(*observer, name, t, clamp ? &*clamp : nullptr, pool);
+      if (!s.ok()) {
+        observed = std::move(s);
+      } else if (seen != nullptr) {
+        *seen = true;
+      }
+      return;
     }
     executor::Tensor kept =
         !clamp.has_value() || sink_ ? t : executor::Tensor();

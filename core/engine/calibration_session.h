@@ -143,10 +143,12 @@ class CalibrationSession {
     const calibration::Observer* source;
   };
   // Feeds `t` (or, given `clamp`, the source's extremes clamped) to
-  // `observer`, then `t` to the sink; errors name the tensor.
+  // `observer`, then `t` to the sink; errors name the tensor. `pool` folds
+  // large values' extremes in parallel (Observer::Observe).
   absl::Status ObserveWith(calibration::Observer* observer,
                            const std::string& name, const executor::Tensor& t,
-                           const ClampOf* clamp = nullptr) const;
+                           const ClampOf* clamp = nullptr,
+                           ThreadPool* pool = nullptr) const;
 
   // The executor, built on first use from model_ (then freed).
   absl::StatusOr<const executor::Executor*> GetExecutor();

@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/base/thread_pool.h"
 #include "core/calibration/histogram.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1113,6 +1114,52 @@ TEST(ObserverTest, MinMaxFindsExtremesAndNaNAnywhereInALongRow) {
       std::unique_ptr<Observer> bad = Make(Config("min_max"));
       EXPECT_THAT(bad->Observe(x, {1, 1, n}).message(), HasSubstr("NaN"))
           << n << " " << at;
+    }
+  }
+}
+
+// A pool splits a large batch's fold into chunks (per tensor) or channel
+// groups (per channel); the ranges, the NaN refusal and the unbounded mark
+// must be those of the fold on one thread, wherever the extreme lies.
+TEST(ObserverTest, FoldOverAPoolEqualsTheFoldOnOneThread) {
+  ThreadPool pool(3);
+  const int64_t channels = 5, inner = 70001;  // Odd sizes: uneven chunks.
+  const int64_t n = 2 * channels * inner;
+  for (const std::string method : {"min_max", "moving_average"}) {
+    for (bool per_channel : {false, true}) {
+      for (int64_t at : {int64_t{0}, n / 3, n / 2 + 1, n - 1}) {
+        std::vector<float> x(n);
+        for (int64_t i = 0; i < n; ++i) {
+          x[i] = static_cast<float>((i * 7919) % 1001) * 0.01f - 5.0f;
+        }
+        x[at] = -70.0f;
+        x[(at + n / 4) % n] = 90.0f;
+        ObserverConfig c = Config(method);
+        c.per_channel = per_channel;
+        c.axis = 1;
+        const std::vector<int64_t> shape = {2, channels, inner};
+        std::unique_ptr<Observer> serial = Make(c);
+        std::unique_ptr<Observer> pooled = Make(c);
+        ASSERT_TRUE(serial->Observe(x, shape).ok());
+        ASSERT_TRUE(pooled->Observe(x, shape, &pool).ok());
+        const ObserverResult a = serial->Result(), b = pooled->Result();
+        EXPECT_EQ(a.min, b.min) << method << per_channel << at;
+        EXPECT_EQ(a.max, b.max) << method << per_channel << at;
+        EXPECT_EQ(a.channel_min, b.channel_min) << method << per_channel << at;
+        EXPECT_EQ(a.channel_max, b.channel_max) << method << per_channel << at;
+        EXPECT_NEAR(b.min, -70.0f, 0.01f);  // Reported on the 8-bit grid.
+        EXPECT_NEAR(b.max, 90.0f, 0.01f);
+
+        x[at] = -kInf;
+        std::unique_ptr<Observer> masked = Make(c);
+        ASSERT_TRUE(masked->Observe(x, shape, &pool).ok());
+        EXPECT_TRUE(masked->Result().unbounded) << method << per_channel << at;
+
+        x[at] = kNaN;
+        std::unique_ptr<Observer> bad = Make(c);
+        EXPECT_THAT(bad->Observe(x, shape, &pool).message(), HasSubstr("NaN"))
+            << method << per_channel << at;
+      }
     }
   }
 }
