@@ -204,7 +204,9 @@ int64_t FoldGraph(
       bool too_big = false;
       for (const auto& t : outs) {
         const uint64_t b = graph::DataBytes(t);
-        too_big |= b > static_cast<uint64_t>(kMaxFoldedBytes) && b > in_bytes;
+        too_big |=
+            (b > static_cast<uint64_t>(kMaxFoldedBytes) && b > in_bytes) ||
+            b > in_bytes + static_cast<uint64_t>(kMaxFoldGrowthBytes);
       }
       if (too_big) continue;
     }

@@ -155,6 +155,59 @@ TEST(FoldConstantNodes, AValueTooBigToKeepIsNeverComputed) {
       << "folding allocated " << (peak - before) / 1e6 << " MB";
 }
 
+// tf2onnx pads channels by concatenating ConstantOfShape zeros: folded, each
+// would be stored in the model (BlazeFace grew by 28%). A value much larger
+// than what it is made from stays a node; a small one is still folded.
+TEST(FoldConstantNodes, AValueMuchLargerThanItsInputsStaysANode) {
+  ModelBuilder b;
+  b.Input("x", {1, 8, 32, 32}).Output("y").Output("z");
+  onnx::ModelProto m = b.Build();
+  auto shape = [&](const std::string& name, std::vector<int64_t> dims) {
+    onnx::TensorProto t;
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_dims(static_cast<int64_t>(dims.size()));
+    for (int64_t d : dims) t.add_int64_data(d);
+    *m.mutable_graph()->add_initializer() = t;
+  };
+  shape("pad_shape", {1, 8, 32, 32});  // 32 KiB of zeros.
+  shape("small_shape", {4});           // 16 bytes.
+  auto node = [&](const std::string& op, std::vector<std::string> in,
+                  const std::string& out) {
+    onnx::NodeProto* n = m.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  onnx::AttributeProto value;
+  value.set_name("value");
+  value.set_type(onnx::AttributeProto::TENSOR);
+  value.mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  value.mutable_t()->add_dims(1);
+  value.mutable_t()->add_float_data(0.0f);
+  *node("ConstantOfShape", {"pad_shape"}, "pad")->add_attribute() = value;
+  node("Concat", {"x", "pad"}, "y")->add_attribute()->CopyFrom([] {
+    onnx::AttributeProto a;
+    a.set_name("axis");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(1);
+    return a;
+  }());
+  *node("ConstantOfShape", {"small_shape"}, "small")->add_attribute() = value;
+  node("Neg", {"small"}, "z");
+
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 1);  // The small ConstantOfShape only.
+  EXPECT_EQ(CountOps(m.graph(), "ConstantOfShape"), 1);
+  EXPECT_EQ(m.graph().node(0).output(0), "pad");
+  int64_t stored = 0;
+  for (const auto& t : m.graph().initializer()) stored += t.ByteSizeLong();
+  EXPECT_LT(stored, 1024) << "the zeros were stored";
+}
+
 // An If whose then branch multiplies by Transpose(W) of an outer weight and
 // whose else branch transposes a branch-local one: both transposes are
 // folded into the bodies' initializers, the branch-local original goes, the
