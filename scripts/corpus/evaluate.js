@@ -178,15 +178,19 @@ async function infer(model, m, level) {
   try {
     if (m.task === 'vad') return await inferVad(sess, m);
     const x = lib.readNpy(path.join(CORPUS, m.name, m.eval.x));
-    const res = await lib.runBatched(ort, sess, { [sess.inputNames[0]]: x }, 16, [sess.outputNames[0]]);
+    // Every output: the task metric reads the first, and the others are
+    // compared too, so that a second head (BlazeFace's 384-anchor scores,
+    // M-LSD's centre map) cannot go wrong unseen.
+    const res = await lib.runBatched(ort, sess, { [sess.inputNames[0]]: x }, 16, sess.outputNames);
     const out = res[sess.outputNames[0]];
+    const others = Object.fromEntries(sess.outputNames.slice(1).map((o) => [o, res[o]]));
     if (m.time_major) {
       // [T, 1, C] per sample (runs of batch 1 concatenated on axis 0):
       // the samples' steps are contiguous, so it reads as [N, T, C].
       const n = x.shape[0], c = out.shape[out.shape.length - 1];
       out.shape = [n, out.data.length / (n * c), c];
     }
-    return { out };
+    return { out, others };
   } catch (e) {
     e.stage = 'run';
     throw e;
@@ -391,7 +395,9 @@ async function main() {
             const r = await infer(q.file, m, lv);
             if (!fr) throw Object.assign(new Error('no float reference ran'), { stage: 'ref' });
             const tm = taskMetric(m, fr.out, r.out, labels);
-            row.levels[lv] = { ok: true, sqnr: sqnr(fr.out, r.out), metric: tm.metric, metric_name: tm.name, extra: tm.extra };
+            const otherOutputs = Object.keys(fr.others || {}).filter((o) => r.others && r.others[o] &&
+              r.others[o].shape.join(',') === fr.others[o].shape.join(',')).map((o) => ({ name: o, sqnr: sqnr(fr.others[o], r.others[o]) }));
+            row.levels[lv] = { ok: true, sqnr: sqnr(fr.out, r.out), metric: tm.metric, metric_name: tm.name, extra: { ...tm.extra, other_outputs: otherOutputs } };
           } catch (e) {
             row.levels[lv] = { ok: false, stage: e.stage || 'run', error: firstLine(e.message) };
           }
@@ -477,6 +483,12 @@ function markdown(rows, started) {
       if (acc) note = (note ? note + '; ' : '') + `accuracy ${acc.extra.accuracy.toFixed(3)}`;
       const iou = Object.values(r.levels).find((c) => c.ok && c.extra && c.extra.iou_vs_truth !== undefined);
       if (iou) note = (note ? note + '; ' : '') + `IoU vs truth ${iou.extra.iou_vs_truth.toFixed(3)}`;
+      // The other outputs' SQNR at the last level that ran (ORT's default).
+      const last = [...LEVELS].reverse().map((l) => r.levels[l]).find((c) => c && c.ok && c.extra);
+      if (last && last.extra.other_outputs && last.extra.other_outputs.length) {
+        note = (note ? note + '; ' : '') + 'other outputs ' +
+          last.extra.other_outputs.map((o) => `${o.name} ${fmt(o.sqnr)} dB`).join(', ');
+      }
     }
     const cfg = r.config === 'float' ? '**float**' : CONFIGS[r.config].label;
     L.push(`| ${r.model} | ${cfg} | ${q} | ${size} | ${cells.join(' | ')} | ${note.replace(/\|/g, '\\|')} |`);
