@@ -108,6 +108,10 @@ class StaticRangePass {
   void PlanActivations(const graph::GraphIndex& index);
   void AddCandidate(const graph::GraphIndex& index, const std::string& tensor,
                     int node, absl::flat_hash_set<std::string>* seen);
+  // True when every reader of `tensor` is a Softmax (and it is no graph
+  // output).
+  bool OnlySoftmaxReads(const graph::GraphIndex& index,
+                        const std::string& tensor) const;
   void PlanBiases(const graph::GraphIndex& index);
   // A quantizable node that computes in float: PRECISION_FULL by
   // unit_wise_quantization_precision, or reading a weight left float for
@@ -357,8 +361,29 @@ void StaticRangePass::PlanActivations(const graph::GraphIndex& index) {
         }
       }
     }
+    // Attention scores that only a Softmax reads keep no point: a Softmax
+    // needs its input's precision relative to each row's maximum, which one
+    // grid over the whole tensor cannot give, and a Softmax between a
+    // DequantizeLinear and a QuantizeLinear becomes ONNX Runtime's
+    // QLinearSoftmax at its default level, whose float lookup table
+    // overflows once the output scale is finer than about 1/(148 x the
+    // row length): a short, flat attention (12 tokens, probabilities below
+    // 0.11) lost 30 -> 8 dB there. The Softmax output keeps its point.
+    if (OnlySoftmaxReads(index, out)) continue;
     AddCandidate(index, out, n, &seen);
   }
+}
+
+bool StaticRangePass::OnlySoftmaxReads(const graph::GraphIndex& index,
+                                       const std::string& tensor) const {
+  const std::vector<graph::Use>& uses = index.Uses(tensor);
+  if (uses.empty() || index.IsGraphOutput(tensor)) return false;
+  for (const graph::Use& u : uses) {
+    if (u.slot != 0) return false;
+    const NodeProto& r = graph_->node(u.node);
+    if (!IsDefaultDomain(r) || r.op_type() != "Softmax") return false;
+  }
+  return true;
 }
 
 bool StaticRangePass::ReachesQuantizedOp(const graph::GraphIndex& index,

@@ -360,6 +360,38 @@ TEST_F(StaticPassTest, MatMulOfTwoActivationsQuantizesBoth) {
   EXPECT_FLOAT_EQ(QuantizeParams(m, "b").scale, 0.01f);
 }
 
+// q k^T -> Softmax -> p v: the scores keep no point (a Softmax wants
+// precision relative to each row's maximum, and ONNX Runtime would fuse
+// DequantizeLinear -> Softmax -> QuantizeLinear into its QLinearSoftmax),
+// while the probabilities the second MatMul reads keep theirs. Scores that
+// something else reads too keep their point.
+TEST_F(StaticPassTest, ScoresOnlyASoftmaxReadsKeepNoPoint) {
+  ModelBuilder b(13);
+  b.Input("q", {2, 3}).Input("k", {3, 2}).Input("v", {2, 4});
+  b.Node("MatMul", {"q", "k"}, {"s"}, "scores");
+  b.Node("Softmax", {"s"}, {"p"}, "softmax").Attr("axis", int64_t{-1});
+  b.Node("MatMul", {"p", "v"}, {"y"}, "context");
+  b.Node("MatMul", {"q", "k"}, {"s2"}, "scores2");
+  b.Node("Softmax", {"s2"}, {"p2"}, "softmax2").Attr("axis", int64_t{-1});
+  b.Node("Neg", {"s2"}, {"n2"}, "neg");
+  b.Output("y").Output("p2").Output("n2");
+  onnx::ModelProto m = b.Build();
+  SetRange("q", -1.0f, 1.0f);
+  SetRange("k", -1.0f, 1.0f);
+  SetRange("v", -1.0f, 1.0f);
+  SetRange("s", -3.0f, 3.0f);
+  SetRange("s2", -3.0f, 3.0f);
+  SetRange("p", 0.0f, 0.6f);
+  StaticRangeStats stats = Run(&m);
+  EXPECT_EQ(NodeNamed(m.graph(), "softmax")->input(0), "s");
+  EXPECT_EQ(CountReading(m, "QuantizeLinear", "s"), 0);
+  EXPECT_EQ(NodeNamed(m.graph(), "context")->input(0), "p_dequantized");
+  EXPECT_FLOAT_EQ(QuantizeParams(m, "p").scale, 0.6f / 255.0f);
+  EXPECT_EQ(NodeNamed(m.graph(), "softmax2")->input(0), "s2_dequantized");
+  // q, k, v, p and s2 (y is a graph output nothing reads).
+  EXPECT_EQ(stats.quantized_activations, 5);
+}
+
 TEST_F(StaticPassTest, OutputOfClipIsQuantizedButNotOfASharedOutput) {
   ModelBuilder b(13);
   b.Input("x", {2, 8}).Weight("W", {8, 4}, 1).Weight("W2", {8, 4}, 2);
