@@ -472,7 +472,8 @@ absl::Status Observer::Observe(absl::Span<const float> data,
     std::fill(slot_min_.begin(), slot_min_.end(), kInf);
     std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
     // Channel c's values are inner-long runs, one per outer index: a task
-    // takes whole channels, so each slot has one writer.
+    // takes a block of whole channels, so each slot has one writer, and
+    // reads its block in memory order (one task reads as before).
     const int64_t channels = layout.channels;
     const int64_t tasks =
         pool == nullptr || size < 2 * kParallelFoldValues
@@ -482,13 +483,14 @@ absl::Status Observer::Observe(absl::Span<const float> data,
     float* const slot_min = slot_min_.data();
     float* const slot_max = slot_max_.data();
     auto fold_channels = [&](int64_t k) {
-      for (int64_t c = channels * k / tasks; c < channels * (k + 1) / tasks;
-           ++c) {
-        const float* p = data.data() + c * layout.inner;
-        for (int64_t o = 0; o < layout.outer; ++o) {
+      const int64_t first = channels * k / tasks;
+      const int64_t last = channels * (k + 1) / tasks;
+      for (int64_t o = 0; o < layout.outer; ++o) {
+        const float* p = data.data() + (o * channels + first) * layout.inner;
+        for (int64_t c = first; c < last; ++c) {
           FoldMinMax(p, layout.inner, slot_min[1 + c], slot_max[1 + c],
                      task_nan[k]);
-          p += channels * layout.inner;
+          p += layout.inner;
         }
       }
     };
