@@ -17,8 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/checked_count.h"
 #include "core/base/multiversion.h"
+#include "core/base/parallel.h"
 #include "core/base/status_macros.h"
 #include "core/calibration/histogram.h"
 #include "core/numerics/quant_params.h"
@@ -407,32 +409,6 @@ namespace {
 // helper would have started (a fold runs at several GB/s).
 constexpr int64_t kParallelFoldValues = int64_t{1} << 16;
 
-// FoldMinMax of n values in chunks over `pool` (its callers' rules: see
-// ThreadPool::ParallelFor), into [mn, mx] and nan as one call would.
-void ParallelFoldMinMax(ThreadPool* pool, const float* p, int64_t n, float& mn,
-                        float& mx, bool& nan) {
-  const int64_t parts =
-      pool == nullptr
-          ? 1
-          : std::min<int64_t>(pool->parallelism(), n / kParallelFoldValues);
-  if (parts <= 1) {
-    FoldMinMax(p, n, mn, mx, nan);
-    return;
-  }
-  std::vector<float> part_min(parts, kInf), part_max(parts, -kInf);
-  std::unique_ptr<bool[]> part_nan(new bool[parts]());
-  pool->ParallelFor(parts, [&](int64_t k) {
-    const int64_t begin = n * k / parts;
-    const int64_t end = n * (k + 1) / parts;
-    FoldMinMax(p + begin, end - begin, part_min[k], part_max[k], part_nan[k]);
-  });
-  for (int64_t k = 0; k < parts; ++k) {
-    mn = std::min(mn, part_min[k]);
-    mx = std::max(mx, part_max[k]);
-    nan = nan || part_nan[k];
-  }
-}
-
 }  // namespace
 
 absl::Status Observer::Observe(absl::Span<const float> data,
@@ -464,42 +440,48 @@ absl::Status Observer::Observe(absl::Span<const float> data,
   const size_t slots = slot_min_.size();
   bool nan = false;
   if (slots == 1) {
-    slot_min_[0] = kInf;
-    slot_max_[0] = -kInf;
-    ParallelFoldMinMax(pool, data.data(), size, slot_min_[0], slot_max_[0],
-                       nan);
+    // Each chunk folds into its own extremes; they meet under a lock.
+    float lo = kInf, hi = -kInf;
+    absl::Mutex fold_mu;
+    ParallelRange(
+        pool, size, kParallelFoldValues, [&](int64_t begin, int64_t end) {
+          float mn = kInf, mx = -kInf;
+          bool chunk_nan = false;
+          FoldMinMax(data.data() + begin, end - begin, mn, mx, chunk_nan);
+          absl::MutexLock fold_lock(&fold_mu);
+          lo = std::min(lo, mn);
+          hi = std::max(hi, mx);
+          nan = nan || chunk_nan;
+        });
+    slot_min_[0] = lo;
+    slot_max_[0] = hi;
   } else {
     std::fill(slot_min_.begin(), slot_min_.end(), kInf);
     std::fill(slot_max_.begin(), slot_max_.end(), -kInf);
-    // Channel c's values are inner-long runs, one per outer index: a task
+    // Channel c's values are inner-long runs, one per outer index: a chunk
     // takes a block of whole channels, so each slot has one writer, and
-    // reads its block in memory order (one task reads as before).
+    // reads its block in memory order (one chunk reads as one thread did).
     const int64_t channels = layout.channels;
-    const int64_t tasks =
-        pool == nullptr || size < 2 * kParallelFoldValues
-            ? 1
-            : std::min<int64_t>(pool->parallelism(), channels);
-    std::unique_ptr<bool[]> task_nan(new bool[tasks]());
+    const int64_t per_channel = layout.outer * layout.inner;
+    const int64_t grain =
+        per_channel > 0 ? (kParallelFoldValues + per_channel - 1) / per_channel
+                        : channels;
     float* const slot_min = slot_min_.data();
     float* const slot_max = slot_max_.data();
-    auto fold_channels = [&](int64_t k) {
-      const int64_t first = channels * k / tasks;
-      const int64_t last = channels * (k + 1) / tasks;
+    absl::Mutex nan_mu;
+    ParallelRange(pool, channels, grain, [&](int64_t first, int64_t last) {
+      bool chunk_nan = false;
       for (int64_t o = 0; o < layout.outer; ++o) {
         const float* p = data.data() + (o * channels + first) * layout.inner;
         for (int64_t c = first; c < last; ++c) {
           FoldMinMax(p, layout.inner, slot_min[1 + c], slot_max[1 + c],
-                     task_nan[k]);
+                     chunk_nan);
           p += layout.inner;
         }
       }
-    };
-    if (tasks == 1) {
-      fold_channels(0);
-    } else {
-      pool->ParallelFor(tasks, fold_channels);
-    }
-    for (int64_t k = 0; k < tasks; ++k) nan = nan || task_nan[k];
+      absl::MutexLock nan_lock(&nan_mu);
+      nan = nan || chunk_nan;
+    });
     for (size_t s = 1; s < slots; ++s) {
       slot_min_[0] = std::min(slot_min_[0], slot_min_[s]);
       slot_max_[0] = std::max(slot_max_[0], slot_max_[s]);
