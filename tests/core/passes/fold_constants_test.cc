@@ -161,6 +161,10 @@ TEST(FoldConstantNodes, AValueTooBigToKeepIsNeverComputed) {
 TEST(FoldConstantNodes, AValueMuchLargerThanItsInputsStaysANode) {
   ModelBuilder b;
   b.Input("x", {1, 8, 32, 32}).Output("y").Output("z");
+  b.Node("ConstantOfShape", {"pad_shape"}, {"pad"}, "pad");
+  b.Node("Concat", {"x", "pad"}, {"y"}, "concat").Attr("axis", int64_t{1});
+  b.Node("ConstantOfShape", {"small_shape"}, {"small"}, "small");
+  b.Node("Neg", {"small"}, {"z"}, "neg");
   onnx::ModelProto m = b.Build();
   auto shape = [&](const std::string& name, std::vector<int64_t> dims) {
     onnx::TensorProto t;
@@ -172,31 +176,13 @@ TEST(FoldConstantNodes, AValueMuchLargerThanItsInputsStaysANode) {
   };
   shape("pad_shape", {1, 8, 32, 32});  // 32 KiB of zeros.
   shape("small_shape", {4});           // 16 bytes.
-  auto node = [&](const std::string& op, std::vector<std::string> in,
-                  const std::string& out) {
-    onnx::NodeProto* n = m.mutable_graph()->add_node();
-    n->set_op_type(op);
-    n->set_name(out);
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  onnx::AttributeProto value;
-  value.set_name("value");
-  value.set_type(onnx::AttributeProto::TENSOR);
-  value.mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
-  value.mutable_t()->add_dims(1);
-  value.mutable_t()->add_float_data(0.0f);
-  *node("ConstantOfShape", {"pad_shape"}, "pad")->add_attribute() = value;
-  node("Concat", {"x", "pad"}, "y")->add_attribute()->CopyFrom([] {
-    onnx::AttributeProto a;
-    a.set_name("axis");
-    a.set_type(onnx::AttributeProto::INT);
-    a.set_i(1);
-    return a;
-  }());
-  *node("ConstantOfShape", {"small_shape"}, "small")->add_attribute() = value;
-  node("Neg", {"small"}, "z");
+  for (auto& node : *m.mutable_graph()->mutable_node()) {
+    if (node.op_type() != "ConstantOfShape") continue;
+    onnx::AttributeProto* value = node.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = ModelBuilder::FloatTensor("", {1}, {0.0f});
+  }
 
   absl::StatusOr<int64_t> folded = FoldConstantNodes(&m);
   ASSERT_TRUE(folded.ok()) << folded.status();
