@@ -747,34 +747,37 @@ Harness* StartHarness() {
   return h;
 }
 
-// The calls the server has ended (status sent, quantd_requests_total) of
-// the two streaming methods.
-double StreamCallsEnded(quantd::server::Metrics& metrics) {
+// The sum of value(m) over the series of metric family `name`.
+template <typename Value>
+double MetricSum(quantd::server::Metrics& metrics, const std::string& name,
+                 const Value& value) {
   double sum = 0;
   for (const prometheus::MetricFamily& family : metrics.registry().Collect()) {
-    if (family.name != "quantd_requests_total") continue;
-    for (const prometheus::ClientMetric& m : family.metric) {
-      for (const prometheus::ClientMetric::Label& label : m.label) {
-        if (label.name == "method" &&
-            (label.value == "Quantize" || label.value == "Calibrate")) {
-          sum += m.counter.value;
-        }
-      }
-    }
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& m : family.metric) sum += value(m);
   }
   return sum;
 }
 
+// The calls the server has ended (status sent, quantd_requests_total) of
+// the two streaming methods.
+double StreamCallsEnded(quantd::server::Metrics& metrics) {
+  return MetricSum(
+      metrics, "quantd_requests_total", [](const prometheus::ClientMetric& m) {
+        for (const prometheus::ClientMetric::Label& label : m.label) {
+          if (label.name == "method" &&
+              (label.value == "Quantize" || label.value == "Calibrate")) {
+            return m.counter.value;
+          }
+        }
+        return 0.0;
+      });
+}
+
 double GaugeValue(quantd::server::Metrics& metrics, const std::string& name) {
-  for (const prometheus::MetricFamily& family : metrics.registry().Collect()) {
-    if (family.name != name) continue;
-    double sum = 0;
-    for (const prometheus::ClientMetric& m : family.metric) {
-      sum += m.gauge.value;
-    }
-    return sum;
-  }
-  return 0;
+  return MetricSum(metrics, name, [](const prometheus::ClientMetric& m) {
+    return m.gauge.value;
+  });
 }
 
 // ---------------------------------------------------------------------------
