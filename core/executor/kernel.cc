@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/graph/validate.h"
 
 namespace quantd::executor {
 
@@ -112,6 +113,15 @@ absl::Status NodeInfo::RequireType(int i,
   if (t == 0 || !has_input(i)) return absl::OkStatus();
   if (std::find(types.begin(), types.end(), t) != types.end()) {
     return absl::OkStatus();
+  }
+  // A type the op's schema excludes makes the model invalid, not merely
+  // beyond the executor.
+  if (!graph::OpSchemaAllowsInput(node_.op_type(), opset_, i, t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input ", i, " of node '", label_, "' (op ",
+                     node_.op_type(), ") has element type ", DataTypeName(t),
+                     ", which ONNX's ", node_.op_type(), " at opset ", opset_,
+                     " does not allow: the model is invalid"));
   }
   return absl::UnimplementedError(
       absl::StrCat("input ", i, " of node '", label_, "' (op ", node_.op_type(),

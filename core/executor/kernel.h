@@ -108,7 +108,9 @@ class NodeInfo {
                                const std::string& value) const;
   // INVALID_ARGUMENT naming the node and the op.
   absl::Status Invalid(const std::string& message) const;
-  // UNIMPLEMENTED when input i's type is known and not one of `types`.
+  // When input i's type is known and not one of `types`: INVALID_ARGUMENT
+  // if ONNX's schema for the op does not allow it either (the model is
+  // invalid), else UNIMPLEMENTED.
   absl::Status RequireType(int i, std::initializer_list<int32_t> types) const;
   // The first attribute type error of a getter, else any attribute that was
   // never read (UNIMPLEMENTED), else OK.

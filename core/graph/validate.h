@@ -53,6 +53,13 @@ absl::Status ValidateModel(const onnx::ModelProto& model,
                            const std::string& what,
                            std::vector<std::string>* validations);
 
+// False when ONNX's schema for default-domain `op` at `opset` lists the
+// element types its input i may have and `elem_type` is not among them (the
+// model is invalid); true when it is, or when libonnx has no such schema or
+// formal input to ask.
+bool OpSchemaAllowsInput(const std::string& op, int64_t opset, int i,
+                         int32_t elem_type);
+
 // Our own checks of the main graph: every node input is produced by an
 // earlier node, an initializer or a graph input (topological order); tensor
 // and node output names are unique; graph inputs and outputs have a tensor
