@@ -471,8 +471,24 @@ absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
     RestoreInitializerData(std::move(stash), model->mutable_graph());
     return absl::InvalidArgumentError(error);
   }
+  // libonnx 1.12's converter writes graph inputs and outputs back without a
+  // type when it has no tensor type (sequences, optionals, maps): the
+  // originals' types go back where one is missing.
+  absl::flat_hash_map<std::string, onnx::TypeProto> io_types;
+  for (const auto* list : {&model->graph().input(), &model->graph().output()}) {
+    for (const auto& v : *list) {
+      if (v.has_type()) io_types.emplace(v.name(), v.type());
+    }
+  }
   model->Swap(&converted);
   RestoreInitializerData(std::move(stash), model->mutable_graph());
+  for (auto* list : {model->mutable_graph()->mutable_input(),
+                     model->mutable_graph()->mutable_output()}) {
+    for (auto& v : *list) {
+      auto it = io_types.find(v.name());
+      if (!v.has_type() && it != io_types.end()) *v.mutable_type() = it->second;
+    }
+  }
   {
     absl::flat_hash_set<std::string> defined;
     for (const auto& node : model->graph().node()) {

@@ -45,6 +45,23 @@ void SetStringAttr(onnx::ModelProto* m, const std::string& node,
   }
 }
 
+// ONNX's SequenceInsert test model (opset 11, sequence input and output):
+// libonnx's converter wrote both back without a type, and the output model
+// failed the checker (an INTERNAL error for a valid model).
+TEST(ConvertOpsetTest, SequenceInputsAndOutputsKeepTheirTypes) {
+  const std::string bytes = ::quantd::testing::ReadFileOrDie(
+      "/usr/include/onnx/backend/test/data/node/"
+      "test_sequence_insert_at_back/model.onnx");
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  ASSERT_TRUE(m.graph().input(0).type().has_sequence_type());
+  ASSERT_TRUE(ConvertOpset(&m, 13).ok());
+  EXPECT_EQ(graph::DefaultOpset(m), 13);
+  EXPECT_TRUE(m.graph().input(0).type().has_sequence_type());
+  EXPECT_TRUE(m.graph().output(0).type().has_sequence_type());
+  EXPECT_TRUE(m.graph().input(1).type().has_tensor_type());
+}
+
 TEST(RaiseOpsetForInt4Test, PlainModelIsRaisedWithIrVersion10) {
   onnx::ModelProto m = testing::ConvModel().Build();
   absl::StatusOr<std::string> note = RaiseOpsetForInt4(&m);
