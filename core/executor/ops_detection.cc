@@ -457,10 +457,12 @@ enum class GsMode { kNearest, kLinear, kCubic };
 enum class GsPad { kZeros, kBorder, kReflection };
 
 // Folds x into [lo, hi] by mirroring at the ends (ONNX Runtime's GsReflect,
-// without its int overflow for far-away coordinates).
+// without its int overflow for far-away coordinates). A finite grid value
+// can map to an infinite coordinate (beyond float range once scaled by the
+// image size), which has no mirror position: it folds to lo.
 double GsReflect(double x, double lo, double hi) {
   const double range = hi - lo;
-  if (!(range > 0)) return lo;
+  if (!(range > 0) || !std::isfinite(x)) return lo;
   if (x >= lo && x <= hi) return x;
   const double d = x < lo ? lo - x : x - hi;
   const double k = std::floor(d / range);

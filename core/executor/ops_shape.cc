@@ -409,8 +409,13 @@ class SliceKernel : public Kernel {
       QUANTD_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank));
       if (seen[ax]) return Invalid("repeated axis");
       seen[ax] = true;
-      const int64_t dim = x.dim(ax), st = steps[i];
-      if (st == 0) return Invalid("step 0");
+      const int64_t dim = x.dim(ax);
+      if (steps[i] == 0) return Invalid("step 0");
+      // A step longer than the dim takes at most one element, as a step of
+      // the dim does; clamped, the count and stride products below cannot
+      // overflow (a step of INT64_MAX or INT64_MIN is legal).
+      const int64_t longest = std::max<int64_t>(dim, 1);
+      const int64_t st = std::clamp<int64_t>(steps[i], -longest, longest);
       int64_t s = starts[i], e = ends[i];
       if (s < 0) s += dim;
       if (e < 0) e += dim;
@@ -827,6 +832,14 @@ class PadKernel : public Kernel {
     if (pads.size() != 2 * axes.size()) {
       return Invalid(
           absl::StrCat("pads ", Join(pads), " do not match rank ", rank));
+    }
+    // A pad past 2^40 would make a tensor far beyond any size limit; refused
+    // before the sums below, which then stay far from int64 overflow.
+    constexpr int64_t kMaxPad = int64_t{1} << 40;
+    for (int64_t p : pads) {
+      if (p > kMaxPad || p < -kMaxPad) {
+        return Invalid(absl::StrCat("pad ", p, " is beyond +-2^40"));
+      }
     }
     std::vector<int64_t> pb(rank, 0), pe(rank, 0);
     const int na = static_cast<int>(axes.size());

@@ -538,6 +538,20 @@ TEST(OpsDetectionTest, GridSampleEdgesAndRefusals) {
     EXPECT_NEAR(y->data<float>()[0], 2, 1e-5) << mode;
   }
 
+  // Reflection of a grid value that scales past float range (an infinite
+  // coordinate has no mirror position): it folds to the first pixel, in
+  // every mode (was a NaN cast to int64).
+  for (const char* mode : {"nearest", "bilinear", "bicubic"}) {
+    OneNode far("GridSample", 16);
+    far.inputs = {F32({1, 1, 2, 2}, {1, 2, 3, 4}),
+                  F32({1, 1, 1, 2}, {3e38f, -3e38f})};
+    far.String("mode", mode).String("padding_mode", "reflection");
+    y = far.Run1();
+    ASSERT_TRUE(y.ok()) << mode << ": " << y.status();
+    ASSERT_EQ(y->size(), 1);
+    EXPECT_TRUE(std::isfinite(y->data<float>()[0])) << mode;
+  }
+
   // Opset 20's N-D sampling is refused by name; opset 16's 'linear' is not a
   // mode.
   OneNode nd("GridSample", 20);

@@ -54,6 +54,15 @@ TEST(OpsPadTest, WrapBeforeOpset19AndUnknownModesAreUnimplemented) {
               "'mode' = symmetric");
 }
 
+TEST(OpsPadTest, PadsBeyondTwoToTheFortyAreRefused) {
+  // INT64_MAX + a dim overflowed the output shape's sum.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ExpectError(Pad1D("constant", 13, {max, 0}),
+              absl::StatusCode::kInvalidArgument, "beyond +-2^40");
+  ExpectError(Pad1D("reflect", 13, {-max, max}),
+              absl::StatusCode::kInvalidArgument, "beyond +-2^40");
+}
+
 TEST(OpsPadTest, AxesInputPadsOnlyThoseAxes) {
   OneNode n("Pad", 18);
   n.inputs = {T1<int32_t>({2, 2}, {1, 2, 3, 4}), T1<int64_t>({2}, {1, 0}),
@@ -85,6 +94,19 @@ TEST(OpsSliceTest, NegativeStepsAndHugeSentinels) {
   EXPECT_THAT(Values<float>(*r), ElementsAre(9, 5, 1));
   n.inputs[4] = T1<int64_t>({1}, {0});
   ExpectError(n.Run1(), absl::StatusCode::kInvalidArgument, "step 0");
+  // Steps past the dim take one element (their strides once overflowed).
+  n.inputs[1] = T1<int64_t>({1}, {2});
+  n.inputs[2] = T1<int64_t>({1}, {10});
+  n.inputs[4] = T1<int64_t>({1}, {std::numeric_limits<int64_t>::max()});
+  absl::StatusOr<Tensor> up = n.Run1();
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_THAT(Values<float>(*up), ElementsAre(2));
+  n.inputs[1] = T1<int64_t>({1}, {7});
+  n.inputs[2] = T1<int64_t>({1}, {std::numeric_limits<int64_t>::min()});
+  n.inputs[4] = T1<int64_t>({1}, {std::numeric_limits<int64_t>::min()});
+  absl::StatusOr<Tensor> down = n.Run1();
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_THAT(Values<float>(*down), ElementsAre(7));
 }
 
 // ------------------------------------------------------------------ Gather
