@@ -103,6 +103,56 @@ class Audio1d(nn.Module):
         return self.head(o)
 
 
+class BertLike(nn.Module):
+    """HuggingFace-BERT-shaped encoder over int64 token ids: word + position
+    embeddings, a padding mask from the ids turned additive (-10000 on padded
+    keys, as BERT does), attention written out (MatMul, Div, Add, Softmax),
+    GELU as Erf, an MLM head tied to the word embeddings (one initializer
+    read by Gather and by the output MatMul). Exported without constant
+    folding, with symbolic batch and sequence: the Shape/Gather/Concat
+    chains of older exports stay in the graph."""
+
+    def __init__(self, vocab=96, d=64, heads=4, layers=2):
+        super().__init__()
+        self.heads = heads
+        self.word = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(64, d)
+        self.ln0 = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            self.blocks.append(nn.ModuleDict({
+                "qkv": nn.Linear(d, 3 * d), "o": nn.Linear(d, d), "ln1": nn.LayerNorm(d),
+                "f1": nn.Linear(d, 4 * d), "f2": nn.Linear(4 * d, d), "ln2": nn.LayerNorm(d)}))
+        self.out_bias = nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, ids):  # [N, T] int64, 0 = padding
+        n, t = ids.shape
+        pos = torch.arange(t, device=ids.device).unsqueeze(0)
+        h = self.ln0(self.word(ids) + self.pos(pos))
+        mask = (1.0 - (ids > 0).float())[:, None, None, :] * -10000.0
+        hd = h.shape[-1] // self.heads
+        for b in self.blocks:
+            q, k, v = b["qkv"](h).split(h.shape[-1], dim=-1)
+            q, k, v = (z.view(n, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+            a = torch.softmax(q @ k.transpose(-1, -2) / hd ** 0.5 + mask, dim=-1)
+            h = b["ln1"](h + b["o"]((a @ v).transpose(1, 2).reshape(n, t, -1)))
+            h = b["ln2"](h + b["f2"](F.gelu(b["f1"](h))))
+        return h @ self.word.weight.t() + self.out_bias
+
+
+class Raft(nn.Module):
+    """torchvision's RAFT-small optical flow (correlation pyramid, GridSample
+    lookups, a ConvGRU refining the flow 4 times) on two frames stacked on
+    the channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.m = torchvision.models.optical_flow.raft_small(weights=None)
+
+    def forward(self, x):  # [N, 6, H, W]
+        return self.m(x[:, :3], x[:, 3:], num_flow_updates=4)[-1]
+
+
 def tv(name, **kw):
     return getattr(torchvision.models, name)(weights=None, **kw)
 
@@ -124,11 +174,36 @@ MODELS = {
     "seq2seq": (Seq2Seq, (2, 12, 16), [14, 17]),
     "padded_attention": (PaddedAttention, (4, 10, 16), [14, 17]),
     "audio1d": (Audio1d, (2, 1, 1600), [13, 17]),
+    "bert_like": (BertLike, (2, 24), [11, 14]),
+    "raft_small": (Raft, (1, 6, 128, 128), [16]),
 }
+# Exported without constant folding, with a symbolic sequence axis too.
+RAW_EXPORT = {"bert_like"}
+
+
+def fix_int_sqrt(path):
+    """torch 1.13 exports RAFT's sqrt of an integer as Cast(to=INT64) ->
+    Sqrt, which ONNX does not allow (ONNX Runtime refuses to load it, quantd
+    refuses it INVALID_ARGUMENT); the Cast is made to FLOAT, as torch
+    computes it."""
+    import onnx
+    m = onnx.load(path)
+    producer = {o: n for n in m.graph.node for o in n.output}
+    for n in m.graph.node:
+        p = producer.get(n.input[0]) if n.op_type == "Sqrt" else None
+        if p is not None and p.op_type == "Cast":
+            for a in p.attribute:
+                if a.name == "to" and a.i == onnx.TensorProto.INT64:
+                    a.i = onnx.TensorProto.FLOAT
+    onnx.save(m, path)
 
 
 def data(shape, seed, name):
     rng = np.random.RandomState(seed)
+    if name == "bert_like":  # Token ids, the tail of some rows padding.
+        ids = rng.randint(1, 96, size=shape).astype(np.int64)
+        ids[0, 17:] = 0
+        return ids
     x = rng.uniform(-1, 1, size=shape).astype(np.float32)
     if name == "padded_attention":
         x[:, 7:, :] = 0  # Padding rows.
@@ -152,15 +227,20 @@ for name, (make, shape, opsets) in MODELS.items():
         x = torch.from_numpy(data(shape, 1, name))
         try:
             with torch.no_grad():
+                raw = name in RAW_EXPORT
+                axes = {0: "n", 1: "t"} if raw else {0: "n"}
                 torch.onnx.export(m, x, os.path.join(d, "model.onnx"), opset_version=opset,
                                   input_names=["x"], output_names=["y"],
-                                  dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
+                                  dynamic_axes={"x": axes, "y": axes},
+                                  do_constant_folding=not raw,
                                   training=torch.onnx.TrainingMode.PRESERVE if train
                                   else torch.onnx.TrainingMode.EVAL)
         except Exception as e:  # noqa: BLE001
             print(f"{tag}: EXPORT FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             os.rmdir(d) if not os.listdir(d) else None
             continue
+        if name == "raft_small":
+            fix_int_sqrt(os.path.join(d, "model.onnx"))
         np.save(os.path.join(d, "calib.npy"), np.concatenate([data(shape, s, name) for s in (2, 3)]))
         np.save(os.path.join(d, "eval.npy"), data(shape, 9, name))
         print(f"{tag}: exported", flush=True)

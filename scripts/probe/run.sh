@@ -29,8 +29,11 @@ for d in "$OUT"/*/; do
       continue
     fi
     fid=$(grep -m1 "output .*SQNR" "$d/q_$cfg.txt" | sed 's/.*SQNR \([^ ]*\) dB.*/\1/')
+    # ONNX Runtime's default session options, as a deployment has them
+    # (ort_eval's --x64quantprecision=1 trips an ONNX Runtime 1.30 bug on a
+    # quantized weight shared by several Convs, e.g. RAFT's update block).
     if ! json=$(node "$REPO/scripts/ort_eval.js" compare --model "$d/model.onnx" --model2 "$out" \
-        --x "$d/eval.npy" --batch 2 2>"$d/ort_$cfg.err"); then
+        --x "$d/eval.npy" --batch 2 --x64quantprecision=0 2>"$d/ort_$cfg.err"); then
       printf '| %s | %s | ok | FAIL | %s |\n' "$name" "$cfg" "$(head -c 200 "$d/ort_$cfg.err" | tr '\n' ' ')"
       continue
     fi
