@@ -119,7 +119,8 @@ ABSL_FLAG(std::string, report, "",
           "to this file, atomically.");
 ABSL_FLAG(int32_t, block_size, 0,
           "quantize: weight_params.block_size, one weight scale per block of "
-          "N values along the input axis of MatMul / Gemm weights (a power "
+          "N values along the input axis of MatMul / Gemm weights and of "
+          "4-bit Conv weights (N input channels at each kernel tap; a power "
           "of two, 16..4096); 0: per output channel.");
 ABSL_FLAG(int32_t, weight_bits, 0,
           "quantize: weight_params.bits (2..8); 0: the precision's (8, or 4 "

@@ -561,6 +561,7 @@ absl::Status QuantizeJob::Awq(const calibration::ObserverConfig& observers) {
   grid.spec = pass.weights.SpecFor(pass.precision);
   grid.per_channel = pass.weights.per_channel;
   grid.block_size = pass.weights.block_size;
+  grid.four_bit_weights = passes::HasFourBitWeights(pass.precision);
   grid.min_elements = pass.min_num_elements;
   const passes::QuantGrids activations = Grids(observers);
   passes::ModelWeights weights(&model_);

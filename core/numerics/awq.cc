@@ -34,8 +34,11 @@ absl::Status CheckMatrix(const AwqMatrix& m, size_t channels) {
           absl::StrCat("AWQ column reads channel ", c, " of ", channels));
     }
   }
-  if (m.block_size < 0) {
-    return absl::InvalidArgumentError("AWQ block size is negative");
+  if (m.block_size < 0 || m.segment < 0 ||
+      (m.segment > 0 && m.cols % m.segment != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AWQ block size ", m.block_size, " in segments of ",
+                     m.segment, " columns (of ", m.cols, ") is out of range"));
   }
   return absl::OkStatus();
 }
@@ -87,10 +90,12 @@ absl::StatusOr<AwqLoss> ScaledRoundingLoss(const AwqMatrix& m,
   const int64_t n = static_cast<int64_t>(sample.size());
   MatF stacked(2 * n, cols);  // The sampled rows' weights, then errors.
   const int64_t block = m.per_row && m.block_size > 0 ? m.block_size : cols;
+  const int64_t segment = block < cols && m.segment > 0 ? m.segment : cols;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = sample[i];
-    for (int64_t begin = 0; begin < cols; begin += block) {
-      const int64_t len = std::min(block, cols - begin);
+    int64_t len = 0;
+    for (int64_t begin = 0; begin < cols; begin += len) {
+      len = std::min(block, segment - begin % segment);
       QuantParams p = whole;
       if (m.per_row) {
         QUANTD_ASSIGN_OR_RETURN(p, ParamsOver(&scaled(r, begin), len, 1, spec));

@@ -34,9 +34,13 @@ struct AwqMatrix {
   // the kernel positions).
   std::vector<int64_t> channel;
   // The grid rule of the weight pass: one scale per row (block_size 0),
-  // per block of block_size columns, or one for the whole matrix.
+  // per block of block_size columns, or one for the whole matrix. Blocks
+  // restart every `segment` columns (0: the whole row), so the last block
+  // of a segment may be short: a Conv weight blocked along its input
+  // channels, its columns ordered tap by tap, has one segment per tap.
   bool per_row = true;
   int64_t block_size = 0;
+  int64_t segment = 0;
 };
 
 // tr(E H E^T) for the matrix rounded after its columns are multiplied by

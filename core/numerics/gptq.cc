@@ -34,12 +34,33 @@ absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
   return ChooseQuantParams(lo, hi, spec);
 }
 
+// Where each column's parameters are: GptqBlocking resolved for one row
+// length.
+struct BlockMap {
+  int64_t size = 0;         // 0: one block per row.
+  int64_t segment = 1;      // Columns per segment.
+  int64_t per_segment = 1;  // Blocks per segment.
+  int64_t count = 1;        // Blocks per row.
+  int64_t Of(int64_t c) const {
+    return size == 0 ? 0 : c / segment * per_segment + c % segment / size;
+  }
+  bool Starts(int64_t c) const { return size > 0 && c % segment % size == 0; }
+  int64_t Begin(int64_t b) const {
+    return size == 0 ? 0 : b / per_segment * segment + b % per_segment * size;
+  }
+  // Columns in block b (the last of a segment may be short).
+  int64_t Length(int64_t b) const {
+    return size == 0 ? segment
+                     : std::min(size, segment - b % per_segment * size);
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
                                         int64_t cols, absl::Span<const float> h,
                                         const QuantSpec& spec,
-                                        int64_t block_size,
+                                        const GptqBlocking& blocking,
                                         const GptqOptions& options,
                                         absl::Span<const float> held_out_h) {
   QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
@@ -52,12 +73,21 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
         " x ", cols, " with ", w.size(), " weights and ", h.size(), " (",
         held_out_h.size(), " held-out) H entries"));
   }
-  if (block_size < 0 || options.lazy_block < 1 || !(options.dampening >= 0) ||
+  const int64_t segment = blocking.segment > 0 ? blocking.segment : cols;
+  if (blocking.size < 0 || blocking.segment < 0 || cols % segment != 0 ||
+      options.lazy_block < 1 || !(options.dampening >= 0) ||
       !std::isfinite(options.dampening)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "GPTQ block_size ", block_size, ", lazy block ", options.lazy_block,
+        "GPTQ block size ", blocking.size, " in segments of ", blocking.segment,
+        " columns (of ", cols, "), lazy block ", options.lazy_block,
         ", dampening ", options.dampening, " are out of range"));
   }
+  BlockMap blocks;
+  blocks.size = blocking.size;
+  blocks.segment = blocking.size > 0 ? segment : cols;
+  blocks.per_segment =
+      blocking.size > 0 ? BlockCount(blocks.segment, blocking.size) : 1;
+  blocks.count = cols / blocks.segment * blocks.per_segment;
   for (float v : w) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError("the weight holds NaN or infinity");
@@ -146,10 +176,9 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
 
   GptqResult out;
   out.dampening = damping;
-  const int64_t blocks = block_size > 0 ? BlockCount(cols, block_size) : 1;
-  out.params.resize(rows * blocks);
+  out.params.resize(rows * blocks.count);
   out.values.resize(rows * cols);
-  if (block_size == 0) {
+  if (blocks.size == 0) {
     for (int64_t r = 0; r < rows; ++r) {
       QUANTD_ASSIGN_OR_RETURN(out.params[r],
                               ParamsOver(&original(r, 0), cols, 1, spec));
@@ -158,11 +187,10 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     // Static groups: the blocks of the original column order, fixed before
     // the permuted columns start moving.
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t n = std::min(block_size, cols - b * block_size);
-        QUANTD_ASSIGN_OR_RETURN(
-            out.params[r * blocks + b],
-            ParamsOver(&original(r, b * block_size), n, 1, spec));
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        QUANTD_ASSIGN_OR_RETURN(out.params[r * blocks.count + b],
+                                ParamsOver(&original(r, blocks.Begin(b)),
+                                           blocks.Length(b), 1, spec));
       }
     }
   }
@@ -173,19 +201,19 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     MatF err(rows, i2 - i1);
     for (int64_t a = i1; a < i2; ++a) {
       const int64_t c = perm[a];
-      if (block_size > 0 && !options.act_order && c % block_size == 0) {
+      if (!options.act_order && blocks.Starts(c)) {
         // Without act_order a == c: the block's parameters come from the
         // weights as the columns before it have left them.
-        const int64_t n = std::min(block_size, cols - c);
+        const int64_t b = blocks.Of(c);
         for (int64_t r = 0; r < rows; ++r) {
-          QUANTD_ASSIGN_OR_RETURN(out.params[r * blocks + c / block_size],
-                                  ParamsOver(&weights(r, a), n, 1, spec));
+          QUANTD_ASSIGN_OR_RETURN(
+              out.params[r * blocks.count + b],
+              ParamsOver(&weights(r, a), blocks.Length(b), 1, spec));
         }
       }
       const float d = u(a, a);
       for (int64_t r = 0; r < rows; ++r) {
-        const QuantParams& p =
-            out.params[r * blocks + (block_size > 0 ? c / block_size : 0)];
+        const QuantParams& p = out.params[r * blocks.count + blocks.Of(c)];
         const int32_t q = QuantizeValue(weights(r, a), p, grid);
         out.values[r * cols + c] = q;
         err(r, a - i1) = (weights(r, a) - DequantizeValue(q, p)) / d;
@@ -216,15 +244,13 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     const int64_t r = sample[i];
     stacked.row(i) = original.row(r);
     for (int64_t c = 0; c < cols; ++c) {
-      const QuantParams& p =
-          out.params[r * blocks + (block_size > 0 ? c / block_size : 0)];
+      const QuantParams& p = out.params[r * blocks.count + blocks.Of(c)];
       stacked(n + i, c) =
           original(r, c) - DequantizeValue(out.values[r * cols + c], p);
     }
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t begin = b * block_size;
-      const int64_t len =
-          block_size > 0 ? std::min(block_size, cols - begin) : cols;
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      const int64_t begin = blocks.Begin(b);
+      const int64_t len = blocks.Length(b);
       QUANTD_ASSIGN_OR_RETURN(const QuantParams p,
                               ParamsOver(&original(r, begin), len, 1, spec));
       for (int64_t c = begin; c < begin + len; ++c) {

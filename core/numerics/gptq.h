@@ -36,12 +36,23 @@ struct GptqOptions {
   int64_t lazy_block = 128;
 };
 
+// How a row's columns share quantization parameters: blocks of `size`
+// consecutive columns (0: one set for the whole row), restarting at every
+// `segment` columns (0: the whole row is one segment), so that the last
+// block of each segment may be short. A Conv weight blocked along its input
+// channels, its columns ordered tap by tap, has one segment per kernel tap.
+struct GptqBlocking {
+  int64_t size = 0;
+  int64_t segment = 0;
+};
+
 // One weight matrix quantized by GPTQ.
 struct GptqResult {
   // rows x cols grid values, row-major, on the grid of the spec.
   std::vector<int32_t> values;
-  // One per row (block_size 0), or rows x BlockCount(cols, block_size)
-  // row-major (block b of row r at r * blocks + b).
+  // One per row (blocking.size 0), or rows x (cols / segment) x
+  // BlockCount(segment, size) row-major: block b of row r at r * blocks + b,
+  // a row's blocks in column order.
   std::vector<QuantParams> params;
   // The layer loss tr(E H E^T) over the calibration inputs (H undamped)
   // against the output energy tr(W H W^T): GPTQ's result and plain
@@ -63,19 +74,20 @@ struct GptqResult {
 // Quantizes `w` (rows x cols, row-major: one row per output channel, its
 // columns in the order of H's rows) with H = X^T X over the calibration
 // inputs of the layer (cols x cols, symmetric; any positive scale). Each
-// row's parameters come from ChooseQuantParams over the row (block_size 0)
-// or over each block of block_size consecutive columns, taken from the
-// weights as GPTQ has updated them when the block starts (or, with
-// act_order, from the original weights). Columns whose H diagonal is zero
-// (inputs that were always zero) are rounded to nearest. INVALID_ARGUMENT
-// for sizes that do not match, non-finite values, a bad spec or block size,
+// row's parameters come from ChooseQuantParams over the row (blocking.size
+// 0) or over each of its blocks, taken from the weights as GPTQ has updated
+// them when the block starts (or, with act_order, from the original
+// weights). Columns whose H diagonal is zero (inputs that were always zero)
+// are rounded to nearest. INVALID_ARGUMENT for sizes that do not match,
+// non-finite values, a bad spec or blocking (a segment must divide cols),
 // and for an H that stays indefinite after damping up to 1000x.
 // `held_out_h` (empty, or cols x cols like h): the second moment of inputs
 // the solve did not see, on which the result is also judged (held_out_*).
 absl::StatusOr<GptqResult> GptqQuantize(
     absl::Span<const float> w, int64_t rows, int64_t cols,
-    absl::Span<const float> h, const QuantSpec& spec, int64_t block_size,
-    const GptqOptions& options, absl::Span<const float> held_out_h = {});
+    absl::Span<const float> h, const QuantSpec& spec,
+    const GptqBlocking& blocking, const GptqOptions& options,
+    absl::Span<const float> held_out_h = {});
 
 }  // namespace quantd::numerics
 

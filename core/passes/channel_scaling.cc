@@ -991,26 +991,40 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
     folds = folds && m->h_fold.size() == m->h.size() && m->fold_rows > 0 &&
             m->fold_rows < m->rows;
     const int64_t inner = conv ? Product(d, 2) : 1;
+    // A blocked Conv weight is rounded in blocks of input channels at one
+    // kernel tap (weight_plan.cc): its columns go tap by tap
+    // (TapMajorColumn), one block segment per tap.
+    const bool conv_blocks = conv && grid.block_size > 0 && grid.per_channel &&
+                             BlocksConvWeight(grid.four_bit_weights, d);
+    const int64_t taps = conv_blocks ? inner : 1;
+    auto source = [&](int64_t c) {
+      return TapMajorColumn(c, cols / taps, taps);
+    };
+    // One group's H (cols x cols at `from`) in the matrix's column order.
+    auto ordered_h = [&](const float* from, std::vector<float>* to) {
+      to->resize(cols * cols);
+      TapMajorGram(from, cols / taps, taps, to->data());
+    };
     for (int64_t g = 0; g < groups; ++g) {
       numerics::AwqMatrix a;
       a.rows = rows;
       a.cols = cols;
       a.samples = m->rows;
       a.per_row = grid.per_channel;
-      a.block_size = conv ? 0 : grid.block_size;
+      a.block_size = !conv || conv_blocks ? grid.block_size : 0;
+      a.segment = conv_blocks ? d[1] : 0;
       a.w.resize(rows * cols);
       for (int64_t o = 0; o < rows; ++o) {
         for (int64_t c = 0; c < cols; ++c) {
-          a.w[o * cols + c] = conv      ? v[(g * rows + o) * cols + c]
+          a.w[o * cols + c] = conv      ? v[(g * rows + o) * cols + source(c)]
                               : trans_b ? v[o * cols + c]
                                         : v[c * rows + o];
         }
       }
-      a.h.assign(m->h.begin() + g * cols * cols,
-                 m->h.begin() + (g + 1) * cols * cols);
+      ordered_h(m->h.data() + g * cols * cols, &a.h);
       a.channel.resize(cols);
       for (int64_t c = 0; c < cols; ++c) {
-        a.channel[c] = conv ? g * d[1] + c / inner : c;
+        a.channel[c] = conv ? g * d[1] + source(c) / inner : c;
         if (a.channel[c] >= site.channels) {
           return absl::InternalError(absl::StrCat(
               Label(*r), " reads more channels than '", site.value, "' has"));
@@ -1023,8 +1037,8 @@ absl::StatusOr<AwqSiteChoice> ChooseAwqScales(
         numerics::AwqMatrix even = a, odd = a;
         even.samples = m->fold_rows;
         odd.samples = m->rows - m->fold_rows;
+        ordered_h(m->h_fold.data() + g * cols * cols, &even.h);
         for (int64_t i = 0; i < cols * cols; ++i) {
-          even.h[i] = m->h_fold[g * cols * cols + i];
           odd.h[i] = a.h[i] - even.h[i];
         }
         for (int64_t c = 0; c < cols; ++c) {

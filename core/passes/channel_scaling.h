@@ -233,11 +233,14 @@ absl::StatusOr<SmoothingChoice> ChooseSmoothing(
     const ChannelExtremes::Extremes& x, const QuantGrids& grids);
 
 // How AWQ's search rounds the readers' weights: the weight pass's grid for
-// the request's precision (Conv weights always per output channel).
+// the request's precision.
 struct AwqGrid {
   numerics::QuantSpec spec;
   bool per_channel = true;
-  int64_t block_size = 0;  // MatMul / Gemm weights.
+  // MatMul / Gemm weights; Conv weights too where BlocksConvWeight (INT4
+  // weights with more than one input channel per group).
+  int64_t block_size = 0;
+  bool four_bit_weights = false;
   // Readers whose weight has fewer values stay float (no rounding error).
   int64_t min_elements = 1024;
   int steps = 20;  // alpha in {0, 1/steps, ..., 1}.

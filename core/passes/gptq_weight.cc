@@ -26,10 +26,13 @@ struct MatrixView {
 };
 
 // The weight of `plan` as its consumer multiplies it, and the axes of its
-// output channels and inputs in the tensor (input -1: never blocked).
+// output channels and inputs in the tensor. A Conv weight [M, C/group,
+// kernel...] has `taps` kernel positions per input channel (1 otherwise):
+// its column c * taps + t is channel c at tap t.
 struct WeightLayout {
   MatrixView view;
   int channel_axis = 0, input_axis = 0;
+  int64_t taps = 1;
 };
 absl::StatusOr<WeightLayout> LayoutOf(const onnx::NodeProto& consumer,
                                       const WeightPlan& plan, int64_t groups) {
@@ -44,7 +47,8 @@ absl::StatusOr<WeightLayout> LayoutOf(const onnx::NodeProto& consumer,
     view.rows = dims[0] / view.groups;
     view.cols = plan.num_elements / dims[0];
     out.channel_axis = 0;
-    out.input_axis = -1;  // Conv weights are never blocked.
+    out.input_axis = 1;
+    out.taps = dims[1] > 0 ? view.cols / dims[1] : 1;
   } else if (dims.size() == 2) {
     const bool trans_b = consumer.op_type() == "Gemm" &&
                          graph::IntAttribute(consumer, "transB", 0) != 0;
@@ -132,6 +136,32 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
         " in ", view.groups));
   }
 
+  // Blocks run along the input channels. A Conv block is block_size
+  // channels at one kernel tap, so GPTQ sees the columns (and H) tap by tap
+  // (TapMajorColumn), one segment per tap. Otherwise the order is the
+  // tensor's.
+  const int64_t k = view.cols;
+  const int64_t taps = blocked ? layout.taps : 1;
+  const int64_t channels = k / taps;
+  auto source_column = [&](int64_t col) {
+    return TapMajorColumn(col, channels, taps);
+  };
+  const numerics::GptqBlocking blocking{plan.block_size,
+                                        blocked ? channels : 0};
+  // H (k x k per group) in GPTQ's column order.
+  auto reorder = [&](absl::Span<const float> h, std::vector<float>* out) {
+    if (taps == 1) return h;
+    out->resize(h.size());
+    for (size_t at = 0; at < h.size(); at += k * k) {
+      TapMajorGram(h.data() + at, channels, taps, out->data() + at);
+    }
+    return absl::MakeConstSpan(*out);
+  };
+  std::vector<float> h_reordered, h_fold_reordered;
+  const absl::Span<const float> h_all = reorder(inputs.h, &h_reordered);
+  const absl::Span<const float> h_fold_all =
+      reorder(inputs.h_fold, &h_fold_reordered);
+
   GptqWeight out;
   out.input_rows = inputs.rows;
   out.output_sqnr_db = std::numeric_limits<double>::infinity();
@@ -141,12 +171,13 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
   q.axis = plan.axis;
   q.block_size = plan.block_size;
   q.values.resize(values.size());
-  const int64_t blocks =
-      blocked ? numerics::BlockCount(view.cols, plan.block_size) : 1;
+  // Blocks per row per tap, and per row.
+  const int64_t per_tap =
+      blocked ? numerics::BlockCount(channels, plan.block_size) : 1;
+  const int64_t blocks = per_tap * taps;
   q.params.resize(view.groups * view.rows * blocks);
-  const int64_t k = view.cols;
   const bool cross_check =
-      static_cast<int64_t>(inputs.h_fold.size()) == view.groups * k * k &&
+      static_cast<int64_t>(h_fold_all.size()) == view.groups * k * k &&
       inputs.fold_rows > 0 && inputs.fold_rows < inputs.rows;
   double held_signal = 0, held_gptq = 0, held_rtn = 0;
   std::vector<float> w(view.rows * k);
@@ -154,21 +185,18 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
   for (int64_t g = 0; g < view.groups; ++g) {
     for (int64_t r = 0; r < view.rows; ++r) {
       for (int64_t c = 0; c < k; ++c)
-        w[r * k + c] = values[view.Index(g, r, c)];
+        w[r * k + c] = values[view.Index(g, r, source_column(c))];
     }
     QUANTD_ASSIGN_OR_RETURN(
         numerics::GptqResult result,
-        numerics::GptqQuantize(
-            w, view.rows, k,
-            absl::MakeConstSpan(inputs.h.data() + g * k * k, k * k), spec,
-            plan.block_size, options));
+        numerics::GptqQuantize(w, view.rows, k, h_all.subspan(g * k * k, k * k),
+                               spec, blocking, options));
     if (cross_check) {
       // Fitted on one fold, judged on the other, both ways.
-      const absl::Span<const float> even =
-          absl::MakeConstSpan(inputs.h_fold.data() + g * k * k, k * k);
+      const absl::Span<const float> even = h_fold_all.subspan(g * k * k, k * k);
       other_fold.resize(k * k);
       for (int64_t i = 0; i < k * k; ++i) {
-        other_fold[i] = inputs.h[g * k * k + i] - even[i];
+        other_fold[i] = h_all[g * k * k + i] - even[i];
       }
       for (int fold = 0; fold < 2; ++fold) {
         const absl::Span<const float> fit =
@@ -177,7 +205,7 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
             fold == 0 ? absl::MakeConstSpan(other_fold) : even;
         QUANTD_ASSIGN_OR_RETURN(
             const numerics::GptqResult half,
-            numerics::GptqQuantize(w, view.rows, k, fit, spec, plan.block_size,
+            numerics::GptqQuantize(w, view.rows, k, fit, spec, blocking,
                                    options, judge));
         held_signal += half.held_out_signal;
         held_gptq += half.held_out_gptq_error;
@@ -189,16 +217,20 @@ absl::StatusOr<GptqWeight> GptqQuantizeWeight(
         std::min(out.rtn_output_sqnr_db, result.rtn_output_sqnr_db);
     for (int64_t r = 0; r < view.rows; ++r) {
       for (int64_t c = 0; c < k; ++c) {
-        q.values[view.Index(g, r, c)] =
+        q.values[view.Index(g, r, source_column(c))] =
             numerics::ToByte(result.values[r * k + c], spec.is_signed);
       }
       const int64_t channel = g * view.rows + r;
       for (int64_t b = 0; b < blocks; ++b) {
         // The scale tensor: [C] per channel; blocked, the weight's shape
-        // with the input axis cut to blocks ([blocks, N] or [N, blocks]).
-        const int64_t at = !blocked       ? channel
-                           : view.k_major ? b * view.rows + r
-                                          : r * blocks + b;
+        // with the input axis cut to blocks ([blocks, N] or [N, blocks]
+        // for a matrix, [M, blocks, kernel...] for a Conv, whose GPTQ
+        // blocks run tap by tap).
+        const int64_t tap = b / per_tap, block = b % per_tap;
+        const int64_t at = !blocked ? channel
+                           : view.k_major
+                               ? b * view.rows + r
+                               : (channel * per_tap + block) * taps + tap;
         q.params[at] = result.params[r * blocks + b];
       }
     }

@@ -50,8 +50,8 @@ struct WeightQuantOptions {
   }
   bool per_channel = true;
   // > 0: MatMul and Gemm weights get one scale per block of this many values
-  // along their input axis (DequantizeLinear-21 block_size); Conv weights
-  // stay per channel.
+  // along their input axis (DequantizeLinear-21 block_size); so do INT4 Conv
+  // weights along their input channels (weight_plan.cc, ApplyBlocks).
   int64_t block_size = 0;
   // Weights whose tensor name does not start with producer_scope, or with a
   // consumer whose node name does not start with consumer_scope, stay float.

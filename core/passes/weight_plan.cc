@@ -137,14 +137,19 @@ class Planner {
   }
 
   // Blocks run along the input (reduction) axis, which every reader must
-  // agree on. Conv weights keep their per-channel scales: ONNX Runtime has
-  // no blocked convolution kernel, and blocks along input channels would
-  // split each kernel window's scales over its taps.
+  // agree on. For a Conv weight [M, C/group, kernel...] that is axis 1: a
+  // block is block_size input channels at one kernel tap, for the weights
+  // BlocksConvWeight allows.
   void ApplyBlocks(WeightPlan* plan) {
     const int rank = static_cast<int>(plan->dims.size());
     int axis = -1;
     for (int n : plan->consumers) {
-      const int a = InputAxis(graph_.node(n), rank);
+      const onnx::NodeProto& node = graph_.node(n);
+      if (node.op_type() == "Conv" &&
+          !BlocksConvWeight(HasFourBitWeights(plan->precision), plan->dims)) {
+        return;
+      }
+      const int a = InputAxis(node, rank);
       if (a < 0 || (axis >= 0 && a != axis)) return;
       axis = a;
     }
@@ -153,13 +158,14 @@ class Planner {
     plan->block_size = options_.weights.block_size;
   }
 
-  // The axis of a MatMul or Gemm weight that the product reduces over; -1
-  // for Conv.
+  // The axis of a MatMul, Gemm or Conv weight that the product reduces
+  // over (for a Conv, its input channels).
   static int InputAxis(const onnx::NodeProto& node, int rank) {
     if (node.op_type() == "Gemm") {
       return graph::IntAttribute(node, "transB", 0) != 0 ? 1 : 0;
     }
     if (node.op_type() == "MatMul") return rank >= 2 ? rank - 2 : 0;
+    if (node.op_type() == "Conv") return rank >= 3 ? 1 : -1;
     return -1;
   }
 
@@ -900,6 +906,20 @@ void RemoveQuantizedInitializers(const std::vector<WeightPlan>& weights,
     if (w.initializer >= 0) gone.insert(w.tensor);
   }
   graph::RemoveInitializers(gone, TensorProto::FLOAT, graph);
+}
+
+bool BlocksConvWeight(bool four_bit_weights, const std::vector<int64_t>& dims) {
+  return four_bit_weights && dims.size() >= 3 && dims[1] > 1;
+}
+
+void TapMajorGram(const float* h, int64_t channels, int64_t taps, float* out) {
+  const int64_t k = channels * taps;
+  for (int64_t a = 0; a < k; ++a) {
+    const float* from = h + TapMajorColumn(a, channels, taps) * k;
+    for (int64_t b = 0; b < k; ++b) {
+      out[a * k + b] = from[TapMajorColumn(b, channels, taps)];
+    }
+  }
 }
 
 }  // namespace quantd::passes

@@ -53,7 +53,9 @@ struct WeightPlan {
   // with block_size, the axis the blocks run along (the input axis).
   int axis = -1;
   // > 0: one scale per block of this many values along `axis`
-  // (DequantizeLinear-21 block_size); MatMul and Gemm weights only.
+  // (DequantizeLinear-21 block_size): MatMul and Gemm weights, and INT4
+  // Conv weights with more than one input channel per group (blocked along
+  // axis 1, their input channels).
   int64_t block_size = 0;
   // The precision of its consumers (never FULL). When quantized consumers
   // disagree on weight bits, the 8-bit one wins: one DequantizeLinear serves
@@ -62,6 +64,25 @@ struct WeightPlan {
   tensorflow::quantization::QuantizationPrecision precision =
       tensorflow::quantization::PRECISION_W8A8;
 };
+
+// Whether a Conv weight [M, C/group, kernel...] of a blocked request is
+// blocked along its input channels (axis 1): only INT4 weights (ONNX Runtime
+// runs an INT4 convolution on the dequantized weights, blocked or not, while
+// an INT8 one keeps the per-channel form its QLinearConv takes), and only
+// with more than one input channel per group.
+bool BlocksConvWeight(bool four_bit_weights, const std::vector<int64_t>& dims);
+
+// GPTQ and AWQ see a Conv weight as rows x K, K = channels x taps in the
+// tensor's order (column c * taps + t: channel c at kernel tap t). Blocked,
+// they take the columns tap by tap, so that each block of channels at one
+// tap is contiguous: column p of that order is the tensor's
+// TapMajorColumn(p, channels, taps).
+inline int64_t TapMajorColumn(int64_t p, int64_t channels, int64_t taps) {
+  return p % channels * taps + p / channels;
+}
+// One K x K input second moment `h` (the tensor's column order) in that
+// order, into `out` (K x K).
+void TapMajorGram(const float* h, int64_t channels, int64_t taps, float* out);
 
 struct WeightPlanResult {
   std::vector<WeightPlan> weights;

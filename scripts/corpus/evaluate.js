@@ -51,8 +51,9 @@ const CONFIGS = {
   static_xla_w8a8: { label: 'STATIC XLA W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=xla'] },
   static_uq_w8a8: { label: 'STATIC UNIFORM_QUANTIZED W8A8', static: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=uniform_quantized'] },
   dyn_tf_w4a8: { label: 'DYNAMIC TF W4A8', args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf'] },
-  // Blockwise weights (MatMul / Gemm along K; Conv stays per channel): the
-  // 4-bit form ONNX Runtime fuses into MatMulNBits. Run when named.
+  // Blockwise weights (MatMul / Gemm along K, the 4-bit form ONNX Runtime
+  // fuses into MatMulNBits; INT4 Conv along its input channels). Run when
+  // named.
   dyn_tf_w4a8_b32: { label: 'DYNAMIC TF W4A8 block 32', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32'] },
   dyn_tf_w4a8_b128: { label: 'DYNAMIC TF W4A8 block 128', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=128'] },
   static_tf_w4a8_b32: { label: 'STATIC TF W4A8 block 32', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32'] },
@@ -78,6 +79,7 @@ const CONFIGS = {
   // batches) against the round-to-nearest configs above.
   static_tf_w4a8_gptq: { label: 'STATIC TF W4A8 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq'] },
   static_tf_w4a8_b32_gptq: { label: 'STATIC TF W4A8 block 32 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=gptq'] },
+  static_tf_w4a8_b16_gptq: { label: 'STATIC TF W4A8 block 16 GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=16', '--weight_algorithm=gptq'] },
   static_tf_w4a8_gptq_ao: { label: 'STATIC TF W4A8 GPTQ act_order', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_act_order'] },
   // DYNAMIC with GPTQ: the calibration batches (sent as for STATIC, hence
   // `static: true`) are GPTQ's data only; activations stay dynamic.
@@ -121,6 +123,7 @@ const CONFIGS = {
   static_tf_w4a8_awq_gptq_d100: { label: 'STATIC TF W4A8 AWQ+GPTQ dampening 1', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq', '--gptq_dampening=1'] },
   static_tf_w4a8_gptq_d100: { label: 'STATIC TF W4A8 GPTQ dampening 1', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--gptq_dampening=1'] },
   static_tf_w4a8_awq_gptq: { label: 'STATIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
+  static_tf_w4a8_b32_awq_gptq: { label: 'STATIC TF W4A8 block 32 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq+gptq'] },
   dyn_tf_w4a8_awq_gptq: { label: 'DYNAMIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w4a8_a99: { label: 'STATIC TF W4A8 top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99'] },
@@ -129,6 +132,7 @@ const CONFIGS = {
   // search moves the costliest layers to 8 bits.
   static_tf_w4a8_gptq_t20_int: { label: 'STATIC TF W4A8 GPTQ target 20 dB, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_sqnr_db=20', '--allowed_precisions=w4a8,w8a8'] },
   static_tf_w4a8_gptq_t20_int_ho: { label: 'STATIC TF W4A8 GPTQ target 20 dB on a held-out batch, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_sqnr_db=20', '--allowed_precisions=w4a8,w8a8', '--holdout_batches=1'] },
+  static_tf_w4a8_b32_gptq_t20_int_ho: { label: 'STATIC TF W4A8 block 32 GPTQ target 20 dB on a held-out batch, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=gptq', '--target_sqnr_db=20', '--allowed_precisions=w4a8,w8a8', '--holdout_batches=1'] },
   static_tf_w4a8_gptq_a99: { label: 'STATIC TF W4A8 GPTQ top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=gptq', '--target_agreement=0.99'] },
   static_tf_w8a8_entropy: { label: 'STATIC TF W8A8 entropy', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy'] },
   static_tf_w8a8_entropy_unguarded: { label: 'STATIC TF W8A8 entropy unguarded', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--calibration_method=entropy_unguarded'] },

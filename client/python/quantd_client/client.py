@@ -469,7 +469,9 @@ class QuantdClient:
             over the batches).
         block_size: weight_params.block_size (quantctl --block_size): one
             weight scale per block of this many values along the input axis
-            of MatMul / Gemm weights; 0 or None: per output channel.
+            of MatMul / Gemm weights and of 4-bit Conv weights (that many
+            input channels at each kernel tap); 0 or None: per output
+            channel.
         target_sqnr_db: STATIC_RANGE with calibration_batches: the worst
             output SQNR to reach (quantctl --target_sqnr_db); the nodes that
             add the most error stay float until it is met. The summary's

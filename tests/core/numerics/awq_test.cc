@@ -244,6 +244,52 @@ TEST(SearchAwqScalesTest, KeepsTheWeightsWhenNoFactorHelps) {
   EXPECT_EQ(choice.error, choice.rtn_error);
 }
 
+// Blocks restart at every segment: with H = I and no rescale the loss is
+// the weights' rounding error, each block rounded over exactly its columns
+// (two segments of 20 columns in blocks of 8, 8 and 4).
+TEST(ScaledRoundingLossSegmentsTest, BlocksRestartAtEverySegment) {
+  const int64_t rows = 3, cols = 40;
+  AwqMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.w = RandomWeights(rows * cols, 12);
+  m.h.assign(cols * cols, 0.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    m.h[c * cols + c] = 1.0f;
+    m.channel.push_back(c);
+  }
+  m.block_size = 8;
+  m.segment = 20;
+  const QuantGrid grid = *GridFor(Int4());
+  const int64_t begins[7] = {0, 8, 16, 20, 28, 36, 40};
+  double want = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int b = 0; b < 6; ++b) {
+      float lo = 0, hi = 0;
+      for (int64_t c = begins[b]; c < begins[b + 1]; ++c) {
+        lo = std::min(lo, m.w[r * cols + c]);
+        hi = std::max(hi, m.w[r * cols + c]);
+      }
+      const QuantParams p = *ChooseQuantParams(lo, hi, Int4());
+      for (int64_t c = begins[b]; c < begins[b + 1]; ++c) {
+        const double e =
+            m.w[r * cols + c] -
+            DequantizeValue(QuantizeValue(m.w[r * cols + c], p, grid), p);
+        want += e * e;
+      }
+    }
+  }
+  absl::StatusOr<AwqLoss> got =
+      ScaledRoundingLoss(m, std::vector<double>(cols, 1.0), Int4());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NEAR(got->error, want, 1e-6 * want);
+  m.segment = 30;  // Does not divide the 40 columns.
+  EXPECT_THAT(ScaledRoundingLoss(m, std::vector<double>(cols, 1.0), Int4())
+                  .status()
+                  .message(),
+              HasSubstr("segments of 30"));
+}
+
 TEST(SearchAwqScalesTest, RefusesMatricesThatDoNotFit) {
   AwqMatrix m;
   m.rows = 2;

@@ -121,7 +121,7 @@ TEST(GptqTest, MatchesTheColumnByColumnSolve) {
     GptqOptions options;
     options.lazy_block = 5;  // Several lazy blocks, one not full.
     absl::StatusOr<GptqResult> got =
-        GptqQuantize(w, rows, cols, h, spec, 0, options);
+        GptqQuantize(w, rows, cols, h, spec, GptqBlocking{}, options);
     ASSERT_TRUE(got.ok()) << got.status();
     const std::vector<int32_t> want =
         SlowGptq(w, rows, cols, h, spec, options.dampening);
@@ -143,7 +143,7 @@ TEST(GptqTest, BeatsRoundToNearestOnCorrelatedInputs) {
       GptqOptions options;
       options.act_order = act_order;
       absl::StatusOr<GptqResult> got =
-          GptqQuantize(w, rows, cols, h, spec, block, options);
+          GptqQuantize(w, rows, cols, h, spec, GptqBlocking{block}, options);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_GT(got->output_sqnr_db, got->rtn_output_sqnr_db + 2.0)
           << "act_order " << act_order << " block " << block;
@@ -169,7 +169,7 @@ TEST(GptqTest, OutputSqnrIsTheLayerLossOnTheInputs) {
   GptqOptions options;
   options.dampening = 0;
   absl::StatusOr<GptqResult> got =
-      GptqQuantize(w, rows, cols, h, spec, 0, options);
+      GptqQuantize(w, rows, cols, h, spec, GptqBlocking{}, options);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_NEAR(got->output_sqnr_db, got->rtn_output_sqnr_db, 1e-9);
   double signal = 0, noise = 0;
@@ -185,6 +185,47 @@ TEST(GptqTest, OutputSqnrIsTheLayerLossOnTheInputs) {
   EXPECT_NEAR(got->output_sqnr_db, 10 * std::log10(signal / noise), 1e-3);
 }
 
+// Blocks restart at every segment: with H = I GPTQ moves nothing, so each
+// value is its block's rounding, the block's parameters taken over exactly
+// its columns (two segments of 20 columns in blocks of 8, 8 and 4).
+TEST(GptqTest, BlocksRestartAtEverySegment) {
+  const int64_t rows = 3, segment = 20, cols = 2 * segment, size = 8;
+  std::vector<float> h(cols * cols, 0.0f);
+  for (int64_t i = 0; i < cols; ++i) h[i * cols + i] = 1.0f;
+  const std::vector<float> w = RandomWeights(rows * cols, 9);
+  QuantSpec spec;
+  spec.bits = 4;
+  for (bool act_order : {false, true}) {
+    GptqOptions options;
+    options.act_order = act_order;
+    absl::StatusOr<GptqResult> got = GptqQuantize(
+        w, rows, cols, h, spec, GptqBlocking{size, segment}, options);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->params.size(), static_cast<size_t>(rows * 6));
+    const QuantGrid grid = *GridFor(spec);
+    const int64_t begins[6] = {0, 8, 16, 20, 28, 36};
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < 6; ++b) {
+        const int64_t end = b == 5 ? cols : begins[b + 1];
+        float lo = 0, hi = 0;
+        for (int64_t c = begins[b]; c < end; ++c) {
+          lo = std::min(lo, w[r * cols + c]);
+          hi = std::max(hi, w[r * cols + c]);
+        }
+        const QuantParams want = *ChooseQuantParams(lo, hi, spec);
+        const QuantParams& p = got->params[r * 6 + b];
+        EXPECT_EQ(p.scale, want.scale) << r << "," << b;
+        for (int64_t c = begins[b]; c < end; ++c) {
+          EXPECT_EQ(got->values[r * cols + c],
+                    QuantizeValue(w[r * cols + c], want, grid))
+              << r << "," << c;
+        }
+      }
+    }
+    EXPECT_NEAR(got->output_sqnr_db, got->rtn_output_sqnr_db, 1e-9);
+  }
+}
+
 TEST(GptqTest, DeadInputsRoundToNearestAndPassNoError) {
   const int64_t rows = 3, cols = 6;
   std::vector<float> h = CorrelatedH(cols, 50, 6);
@@ -196,7 +237,7 @@ TEST(GptqTest, DeadInputsRoundToNearestAndPassNoError) {
   QuantSpec spec;
   spec.bits = 4;
   absl::StatusOr<GptqResult> got =
-      GptqQuantize(w, rows, cols, h, spec, 0, GptqOptions());
+      GptqQuantize(w, rows, cols, h, spec, GptqBlocking{}, GptqOptions());
   ASSERT_TRUE(got.ok()) << got.status();
   const QuantGrid grid = *GridFor(spec);
   for (int64_t r = 0; r < rows; ++r) {
@@ -213,32 +254,42 @@ TEST(GptqTest, IndefiniteStatisticsAreDampedUntilTheyFactor) {
   GptqOptions options;
   options.dampening = 0;
   absl::StatusOr<GptqResult> got =
-      GptqQuantize(w, 2, cols, h, QuantSpec(), 0, options);
+      GptqQuantize(w, 2, cols, h, QuantSpec(), GptqBlocking{}, options);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_GT(got->dampening, 0);
 }
 
 TEST(GptqTest, RefusesBadInputs) {
   const std::vector<float> h(4, 1.0f);
-  EXPECT_THAT(GptqQuantize({1, 2, 3}, 2, 2, h, QuantSpec(), 0, GptqOptions())
+  EXPECT_THAT(GptqQuantize({1, 2, 3}, 2, 2, h, QuantSpec(), GptqBlocking{},
+                           GptqOptions())
                   .status()
                   .message(),
               HasSubstr("rows x cols"));
-  EXPECT_THAT(
-      GptqQuantize({1, NAN, 3, 4}, 2, 2, h, QuantSpec(), 0, GptqOptions())
-          .status()
-          .message(),
-      HasSubstr("NaN"));
+  EXPECT_THAT(GptqQuantize({1, NAN, 3, 4}, 2, 2, h, QuantSpec(), GptqBlocking{},
+                           GptqOptions())
+                  .status()
+                  .message(),
+              HasSubstr("NaN"));
   EXPECT_THAT(GptqQuantize({1, 2, 3, 4}, 2, 2, {1, 0, 0, INFINITY}, QuantSpec(),
-                           0, GptqOptions())
+                           GptqBlocking{}, GptqOptions())
                   .status()
                   .message(),
               HasSubstr("overflowed"));
   QuantSpec bad;
   bad.bits = 9;
-  EXPECT_FALSE(GptqQuantize({1, 2, 3, 4}, 2, 2, h, bad, 0, GptqOptions()).ok());
   EXPECT_FALSE(
-      GptqQuantize({1, 2, 3, 4}, 2, 2, h, QuantSpec(), -1, GptqOptions()).ok());
+      GptqQuantize({1, 2, 3, 4}, 2, 2, h, bad, GptqBlocking{}, GptqOptions())
+          .ok());
+  EXPECT_FALSE(GptqQuantize({1, 2, 3, 4}, 2, 2, h, QuantSpec(),
+                            GptqBlocking{-1}, GptqOptions())
+                   .ok());
+  // A segment that does not divide the row.
+  EXPECT_THAT(GptqQuantize({1, 2, 3, 4}, 2, 2, h, QuantSpec(),
+                           GptqBlocking{1, 3}, GptqOptions())
+                  .status()
+                  .message(),
+              HasSubstr("segments of 3"));
 }
 
 }  // namespace
