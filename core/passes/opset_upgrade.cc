@@ -404,6 +404,56 @@ const onnx::NodeProto* FirstForeignNode(const onnx::GraphProto& graph) {
   return nullptr;
 }
 
+// Empty when every graph input and output of `after` declares the tensor
+// type `before` does (element type, rank, and the dims both give); else
+// what changed. Some adapters move the interface: Scan 8 -> 9 drops the
+// batch axis of the state inputs, so the upgraded model would take other
+// tensors than the one the user sent.
+std::string ChangedInterface(const onnx::GraphProto& before,
+                             const onnx::GraphProto& after) {
+  absl::flat_hash_map<std::string, const onnx::TypeProto*> declared;
+  for (const auto* list : {&before.input(), &before.output()}) {
+    for (const auto& v : *list) declared.emplace(v.name(), &v.type());
+  }
+  auto shape = [](const onnx::TypeProto& t) {
+    std::string out = "[";
+    for (const auto& d : t.tensor_type().shape().dim()) {
+      if (out.size() > 1) out += ",";
+      out += d.has_dim_value() ? std::to_string(d.dim_value()) : "?";
+    }
+    return out + "]";
+  };
+  for (const auto* list : {&after.input(), &after.output()}) {
+    for (const auto& v : *list) {
+      auto it = declared.find(v.name());
+      if (it == declared.end()) continue;
+      const onnx::TypeProto& was = *it->second;
+      const onnx::TypeProto& now = v.type();
+      if (!was.has_tensor_type() || !now.has_tensor_type()) continue;
+      bool same =
+          was.tensor_type().elem_type() == now.tensor_type().elem_type();
+      if (same && was.tensor_type().has_shape() &&
+          now.tensor_type().has_shape()) {
+        const auto& a = was.tensor_type().shape().dim();
+        const auto& b = now.tensor_type().shape().dim();
+        same = a.size() == b.size();
+        for (int i = 0; same && i < a.size(); ++i) {
+          same = !a[i].has_dim_value() || !b[i].has_dim_value() ||
+                 a[i].dim_value() == b[i].dim_value();
+        }
+      }
+      if (!same) {
+        return absl::StrCat(
+            "the converter changed graph ",
+            list == &after.input() ? "input" : "output", " '", v.name(),
+            "' from ", shape(was), " to ", shape(now),
+            ", so the upgraded model would not take the original's tensors");
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
@@ -462,6 +512,8 @@ absl::Status ConvertOpset(onnx::ModelProto* model, int64_t target) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  if (error.empty())
+    error = ChangedInterface(model->graph(), converted.graph());
   if (!error.empty()) {
     if (rewrite_softmax) {
       model->mutable_graph()->Swap(&original_graph);

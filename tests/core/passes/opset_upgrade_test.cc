@@ -62,6 +62,31 @@ TEST(ConvertOpsetTest, SequenceInputsAndOutputsKeepTheirTypes) {
   EXPECT_TRUE(m.graph().input(1).type().has_tensor_type());
 }
 
+// ONNX's Scan test model at opset 8: the converter's Scan 8 -> 9 adapter
+// dropped the batch axis of the state input ('initial' [1,2] -> [2]), and the
+// quantized model took other tensors than the original (ONNX Runtime: "Invalid
+// rank for input: initial"). The upgrade is refused, naming the input, and
+// the model is left as it was.
+TEST(ConvertOpsetTest, AConversionThatChangesTheInterfaceIsRefused) {
+  const std::string bytes = ::quantd::testing::ReadFileOrDie(
+      "/usr/include/onnx/backend/test/data/node/test_scan_sum/model.onnx");
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  ASSERT_EQ(graph::DefaultOpset(m), 8);
+  const std::string before = m.SerializeAsString();
+  absl::Status s = ConvertOpset(&m, 13);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(),
+              HasSubstr("graph input 'initial' from [1,2] to [2]"));
+  EXPECT_EQ(m.SerializeAsString(), before);
+
+  absl::StatusOr<OpsetOutcome> ensured = EnsureOpset(&m, 13);
+  ASSERT_FALSE(ensured.ok());
+  EXPECT_EQ(ensured.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ensured.status().message(),
+              HasSubstr("Export the model with opset 13 or newer"));
+}
+
 TEST(RaiseOpsetForInt4Test, PlainModelIsRaisedWithIrVersion10) {
   onnx::ModelProto m = testing::ConvModel().Build();
   absl::StatusOr<std::string> note = RaiseOpsetForInt4(&m);
