@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "client/file_util.h"
 #include "core/executor/npy.h"
+#include "core/numerics/float16.h"
 #include "onnx/onnx_pb.h"
 
 namespace quantd::client {
@@ -24,9 +25,14 @@ bool Sendable(int32_t dtype) {
   switch (dtype) {
     case TP::FLOAT:
     case TP::DOUBLE:
+    case TP::FLOAT16:
     case TP::INT64:
     case TP::INT32:
+    case TP::INT16:
     case TP::INT8:
+    case TP::UINT64:
+    case TP::UINT32:
+    case TP::UINT16:
     case TP::UINT8:
     case TP::BOOL:
       return true;
@@ -40,16 +46,26 @@ std::string Label(const CalibrationInput& input) {
                             : absl::StrCat(input.name, "=", input.path);
 }
 
-// Appends `count` elements of `t` from flat element `first` to `data`;
-// float64 is sent as float32 (what models take, at half the bytes).
+// The type a tensor of `dtype` is sent as: floating data goes as float32,
+// the type quantd calibrates in (a FLOAT16 model is widened before it is
+// run; quantd widens float32 exactly for a DOUBLE input), at half the bytes
+// of float64.
+int32_t SentType(int32_t dtype) {
+  return dtype == TP::DOUBLE || dtype == TP::FLOAT16 ? TP::FLOAT : dtype;
+}
+
+// Appends `count` elements of `t` from flat element `first` to `data`, as
+// SentType.
 void AppendElements(const Tensor& t, int64_t first, int64_t count,
                     std::string* data) {
-  if (t.dtype() == TP::DOUBLE) {
+  if (t.dtype() == TP::DOUBLE || t.dtype() == TP::FLOAT16) {
     const size_t at = data->size();
     data->resize(at + static_cast<size_t>(count) * sizeof(float));
-    const double* in = t.data<double>() + first;
     for (int64_t i = 0; i < count; ++i) {
-      const float f = static_cast<float>(in[i]);
+      const float f =
+          t.dtype() == TP::DOUBLE
+              ? static_cast<float>(t.data<double>()[first + i])
+              : quantd::numerics::HalfToFloat(t.data<uint16_t>()[first + i]);
       std::memcpy(&(*data)[at + static_cast<size_t>(i) * sizeof(float)], &f,
                   sizeof(float));
     }
@@ -170,8 +186,8 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
       return absl::UnimplementedError(absl::StrCat(
           input.path, ": element type ",
           quantd::executor::DataTypeName(tensor->dtype()),
-          " is not supported for calibration data (float32, float64, int64, "
-          "int32, int8, uint8, bool)"));
+          " is not supported for calibration data (float32, float64, float16, "
+          "signed and unsigned integers of 8 to 64 bits, bool)"));
     }
     Source source;
     source.name = input.name.empty() ? proto_name : input.name;
@@ -257,7 +273,7 @@ std::optional<quantd::v1::TensorBatch> CalibrationData::Next() {
     const Tensor& t = source.tensor;
     quantd::v1::NamedTensor* named = batch.add_tensors();
     named->set_name(source.name);
-    named->set_data_type(t.dtype() == TP::DOUBLE ? TP::FLOAT : t.dtype());
+    named->set_data_type(SentType(t.dtype()));
     std::string* data = named->mutable_data();
     if (source.sample_axis == CalibrationInput::kWhole) {
       for (int i = 0; i < t.rank(); ++i) named->add_shape(t.dim(i));

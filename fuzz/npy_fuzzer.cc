@@ -23,7 +23,8 @@
 //    (a varint int64_data entry is 1 byte on the wire, 8 in memory);
 //  - Open accepts the array on a sample axis exactly when the array has
 //    that axis and it is not 0 long; its batches cover every sample once,
-//    in order, with the shape, element type (float64 sent as float32) and
+//    in order, with the shape, element type (float64 and float16 sent as
+//    float32) and
 //    values of the array's rows; Rewind starts over;
 //  - replay builds (no sanitizer): no single allocation beyond
 //    kAllocSlack + kAllocPerInputByte x the input size, so a header that
@@ -56,6 +57,7 @@
 #include "core/base/checked_count.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
+#include "core/numerics/float16.h"
 #include "fuzz/alloc_limit.h"
 #include "fuzz/quiet_protobuf.h"
 #include "fuzz/tensor_bytes.h"
@@ -125,9 +127,14 @@ void CheckParsed(const absl::StatusOr<Tensor>& parsed,
   switch (t.dtype()) {
     case TP::FLOAT:
     case TP::DOUBLE:
+    case TP::FLOAT16:
     case TP::INT64:
     case TP::INT32:
+    case TP::INT16:
     case TP::INT8:
+    case TP::UINT64:
+    case TP::UINT32:
+    case TP::UINT16:
     case TP::UINT8:
     case TP::BOOL:
       break;
@@ -161,9 +168,14 @@ bool Sendable(int32_t dtype) {
   switch (dtype) {
     case TP::FLOAT:
     case TP::DOUBLE:
+    case TP::FLOAT16:
     case TP::INT64:
     case TP::INT32:
+    case TP::INT16:
     case TP::INT8:
+    case TP::UINT64:
+    case TP::UINT32:
+    case TP::UINT16:
     case TP::UINT8:
     case TP::BOOL:
       return true;
@@ -173,7 +185,8 @@ bool Sendable(int32_t dtype) {
 }
 
 // The bytes a batch of rows [first, first + n) of `axis` must carry,
-// computed element by element (Next() copies runs): float64 as float32.
+// computed element by element (Next() copies runs): float64 and float16 as
+// float32.
 std::string ExpectedBatchData(const Tensor& t, int axis, int64_t first,
                               int64_t n) {
   int64_t outer = 1, inner = 1;
@@ -184,15 +197,18 @@ std::string ExpectedBatchData(const Tensor& t, int axis, int64_t first,
   // No values (a 0-long other axis): no bytes however many samples, and
   // the loops below would count up to 2^62 of them.
   if (outer == 0 || inner == 0) return "";
-  const bool narrow = t.dtype() == TP::DOUBLE;
+  const bool as_float = t.dtype() == TP::DOUBLE || t.dtype() == TP::FLOAT16;
   const int64_t element = ElementSize(t.dtype());
   std::string out;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t s = first; s < first + n; ++s) {
       for (int64_t i = 0; i < inner; ++i) {
         const int64_t at = (o * t.dim(axis) + s) * inner + i;
-        if (narrow) {
-          const float f = static_cast<float>(t.data<double>()[at]);
+        if (as_float) {
+          const float f =
+              t.dtype() == TP::DOUBLE
+                  ? static_cast<float>(t.data<double>()[at])
+                  : quantd::numerics::HalfToFloat(t.data<uint16_t>()[at]);
           out.append(reinterpret_cast<const char*>(&f), sizeof(f));
         } else {
           out.append(static_cast<const char*>(t.raw()) + at * element,
@@ -236,7 +252,9 @@ void CheckBatches(const Tensor& t, const std::string& name,
   if (d.num_samples() != t.dim(axis) || d.batch_size() != batch_size) {
     Fail("Open counts the samples wrong", input);
   }
-  const int32_t sent_type = t.dtype() == TP::DOUBLE ? TP::FLOAT : t.dtype();
+  const int32_t sent_type = t.dtype() == TP::DOUBLE || t.dtype() == TP::FLOAT16
+                                ? TP::FLOAT
+                                : t.dtype();
   int64_t next = 0, batches = 0;
   std::string first_batch;
   while (std::optional<quantd::v1::TensorBatch> batch = d.Next()) {

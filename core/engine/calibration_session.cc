@@ -11,6 +11,7 @@
 #include "core/base/onnx_names.h"
 #include "core/base/serial_queue.h"
 #include "core/base/status_macros.h"
+#include "core/executor/cast.h"
 #include "core/graph/inference.h"
 #include "core/graph/model_io.h"
 #include "core/graph/prepare.h"
@@ -120,7 +121,9 @@ absl::StatusOr<int64_t> ModelTensorTypes::Check(const std::string& name,
         absl::StrCat("tensor ", label, ": ", count.status().message()));
   }
   if (const DeclaredTensor* d = Find(name)) {
-    if (d->elem_type != 0 && dtype != d->elem_type) {
+    const bool widened = dtype == onnx::TensorProto::FLOAT &&
+                         d->elem_type == onnx::TensorProto::DOUBLE;
+    if (d->elem_type != 0 && dtype != d->elem_type && !widened) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", label, ": the model declares element type ",
                        executor::DataTypeName(d->elem_type), ", the batch has ",
@@ -413,6 +416,24 @@ absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
   return feeds;
 }
 
+absl::Status WidenFloatFeeds(
+    const executor::Executor& executor,
+    absl::flat_hash_map<std::string, executor::Tensor>* feeds) {
+  const std::vector<std::string>& names = executor.input_names();
+  const std::vector<int32_t>& types = executor.input_types();
+  for (size_t i = 0; i < names.size() && i < types.size(); ++i) {
+    if (types[i] != onnx::TensorProto::DOUBLE) continue;
+    auto it = feeds->find(names[i]);
+    if (it == feeds->end() || it->second.dtype() != onnx::TensorProto::FLOAT) {
+      continue;
+    }
+    QUANTD_ASSIGN_OR_RETURN(
+        it->second, executor::CastTensor(it->second, onnx::TensorProto::DOUBLE,
+                                         /*pool=*/nullptr));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
                                           ThreadPool* pool,
                                           const CancellationToken& cancel) {
@@ -434,6 +455,7 @@ absl::Status CalibrationSession::RunModel(const quantd::v1::TensorBatch& batch,
                      "): a zero-size batch cannot calibrate anything"));
   }
   QUANTD_ASSIGN_OR_RETURN(const executor::Executor* executor, GetExecutor());
+  QUANTD_RETURN_IF_ERROR(WidenFloatFeeds(*executor, &feeds));
   executor::Executor::RunOptions options;
   options.pool = pool;
   options.cancel = &cancel;

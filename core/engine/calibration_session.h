@@ -53,7 +53,9 @@ class ModelTensorTypes {
   // data is read: INVALID_ARGUMENT naming the tensor, the expected and the
   // got for a negative or overflowing shape, an element type, rank or
   // known dim that differs from the model's, or (max_elements > 0) more
-  // elements than that. Returns the element count.
+  // elements than that. FLOAT is accepted where the model declares DOUBLE
+  // (the SDKs send floating data as float32; WidenFloatFeeds widens it
+  // exactly). Returns the element count.
   absl::StatusOr<int64_t> Check(const std::string& name, int32_t dtype,
                                 absl::Span<const int64_t> shape,
                                 int64_t max_elements) const;
@@ -211,6 +213,12 @@ absl::StatusOr<absl::flat_hash_map<std::string, executor::Tensor>> BatchFeeds(
     const quantd::v1::TensorBatch& batch,
     const std::vector<std::string>& inputs,
     const ModelTensorTypes* types = nullptr, int64_t max_elements = 0);
+
+// FLOAT feeds of the inputs `executor` declares DOUBLE, widened (exactly) to
+// DOUBLE, as ModelTensorTypes::Check lets them through.
+absl::Status WidenFloatFeeds(
+    const executor::Executor& executor,
+    absl::flat_hash_map<std::string, executor::Tensor>* feeds);
 
 }  // namespace quantd
 

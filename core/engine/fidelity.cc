@@ -138,6 +138,7 @@ absl::Status FidelityEvaluator::AddBatch(const quantd::v1::TensorBatch& batch,
   }
   // The batch already ran through calibration, which checked it the same way.
   QUANTD_ASSIGN_OR_RETURN(auto feeds, BatchFeeds(batch, float_->input_names()));
+  QUANTD_RETURN_IF_ERROR(WidenFloatFeeds(*float_, &feeds));
 
   executor::Executor::RunOptions options;
   options.pool = pool;

@@ -24,10 +24,11 @@ struct Descr {
   DataType type;
 };
 // '|' marks byte-sized types, which have no byte order.
-constexpr Descr kDescrs[] = {{"<f4", TP::FLOAT}, {"<f8", TP::DOUBLE},
-                             {"<i8", TP::INT64}, {"<i4", TP::INT32},
-                             {"|i1", TP::INT8},  {"|u1", TP::UINT8},
-                             {"|b1", TP::BOOL}};
+constexpr Descr kDescrs[] = {
+    {"<f4", TP::FLOAT},  {"<f8", TP::DOUBLE}, {"<f2", TP::FLOAT16},
+    {"<i8", TP::INT64},  {"<i4", TP::INT32},  {"<i2", TP::INT16},
+    {"|i1", TP::INT8},   {"<u8", TP::UINT64}, {"<u4", TP::UINT32},
+    {"<u2", TP::UINT16}, {"|u1", TP::UINT8},  {"|b1", TP::BOOL}};
 
 // The value of 'key' in the header dict: a quoted string, a bool or a tuple.
 absl::StatusOr<std::string> DictValue(absl::string_view header,

@@ -130,11 +130,30 @@ TEST_F(CalibrationDataTest, Float64IsSentAsFloat32) {
   EXPECT_EQ(Floats(batch->tensors(0)), (std::vector<float>{1.5f, -2.25f}));
 }
 
+// float16 (0x3c00 = 1, 0xc100 = -2.5, 0x3555 ~ 1/3) goes as float32 too,
+// with each half's exact value.
+TEST_F(CalibrationDataTest, Float16IsSentAsFloat32) {
+  Tensor h(onnx::TensorProto::FLOAT16, {3, 1});
+  const uint16_t bits[] = {0x3c00, 0xc100, 0x3555};
+  std::memcpy(h.mutable_data<uint16_t>(), bits, sizeof(bits));
+  auto data = CalibrationData::Open({{"", Npy("h.npy", h)}}, 8);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto batch = (*data)->Next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->tensors(0).data_type(), 1);
+  EXPECT_EQ(Floats(batch->tensors(0)),
+            (std::vector<float>{1.0f, -2.5f, 0.333251953125f}));
+}
+
 TEST_F(CalibrationDataTest, OtherIntegerAndBoolTypesPassThrough) {
   auto data = CalibrationData::Open(
       {{"i32", Npy("i32.npy", Tensor::FromVector<int32_t>({2}, {1, 2}))},
        {"u8", Npy("u8.npy", Tensor::FromVector<uint8_t>({2}, {3, 4}))},
-       {"b", Npy("b.npy", Tensor::FromVector<bool>({2}, {true, false}))}},
+       {"b", Npy("b.npy", Tensor::FromVector<bool>({2}, {true, false}))},
+       {"u16", Npy("u16.npy", Tensor::FromVector<uint16_t>({2}, {5, 6}))},
+       {"i16", Npy("i16.npy", Tensor::FromVector<int16_t>({2}, {-7, 8}))},
+       {"u32", Npy("u32.npy", Tensor::FromVector<uint32_t>({2}, {9, 10}))},
+       {"u64", Npy("u64.npy", Tensor::FromVector<uint64_t>({2}, {11, 12}))}},
       1);
   ASSERT_TRUE(data.ok()) << data.status();
   auto batch = (*data)->Next();
@@ -145,6 +164,14 @@ TEST_F(CalibrationDataTest, OtherIntegerAndBoolTypesPassThrough) {
   EXPECT_EQ(batch->tensors(1).data(), std::string("\x03", 1));
   EXPECT_EQ(batch->tensors(2).data_type(), 9);  // BOOL
   EXPECT_EQ(batch->tensors(2).data(), std::string("\x01", 1));
+  EXPECT_EQ(batch->tensors(3).data_type(), 4);  // UINT16
+  EXPECT_EQ(batch->tensors(3).data(), std::string("\x05\x00", 2));
+  EXPECT_EQ(batch->tensors(4).data_type(), 5);  // INT16
+  EXPECT_EQ(batch->tensors(4).data(), std::string("\xf9\xff", 2));
+  EXPECT_EQ(batch->tensors(5).data_type(), 12);  // UINT32
+  EXPECT_EQ(batch->tensors(5).data(), std::string("\x09\x00\x00\x00", 4));
+  EXPECT_EQ(batch->tensors(6).data_type(), 13);  // UINT64
+  EXPECT_EQ(batch->tensors(6).data().size(), 8u);
 }
 
 TEST_F(CalibrationDataTest, TensorProtoFilesUseTheirNameUnlessGivenOne) {

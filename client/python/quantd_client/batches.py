@@ -10,8 +10,9 @@ as long) and cut into batches of `batch_size` samples, the last one possibly
 smaller. A tensor without a name
 ("") feeds the model's only graph input; a name is a graph input or, to send
 observed activations instead (no model run for that batch), any other tensor
-of the model. float32, int64, int32, int8, uint8 and bool are sent as they
-are; float64 is sent as float32 (what models take, at half the bytes).
+of the model. Integers (8 to 64 bits, signed and unsigned) and bool are sent
+as they are; floating data (float32, float64, float16) as float32, the type
+quantd calibrates in (it widens float32 exactly for a DOUBLE input).
 """
 
 import os
@@ -27,11 +28,17 @@ _ONNX_TYPES: Dict[np.dtype, int] = {
     np.dtype(np.float32): 1,  # FLOAT
     np.dtype(np.uint8): 2,  # UINT8
     np.dtype(np.int8): 3,  # INT8
+    np.dtype(np.uint16): 4,  # UINT16
+    np.dtype(np.int16): 5,  # INT16
     np.dtype(np.int32): 6,  # INT32
     np.dtype(np.int64): 7,  # INT64
     np.dtype(np.bool_): 9,  # BOOL
+    np.dtype(np.uint32): 12,  # UINT32
+    np.dtype(np.uint64): 13,  # UINT64
 }
-_SUPPORTED = "float32, float64, int64, int32, int8, uint8, bool"
+# Sent as float32.
+_FLOATING = (np.dtype(np.float64), np.dtype(np.float16))
+_SUPPORTED = "float32, float64, float16, signed and unsigned integers of 8 to 64 bits, bool"
 
 PathLike = Union[str, "os.PathLike[str]"]
 # What quantize()/calibrate() take as one batch: a TensorBatch as is, one
@@ -48,7 +55,7 @@ def named_tensor(name: str, array: np.ndarray, label: str = "") -> service_pb2.N
     """One tensor of a batch; `label` names the source in errors."""
     array = np.asarray(array)
     label = label or name or "(unnamed input)"
-    if _native(array.dtype) == np.float64:
+    if _native(array.dtype) in _FLOATING:
         array = array.astype(np.float32)
     onnx_type = _ONNX_TYPES.get(_native(array.dtype))
     if onnx_type is None:
@@ -161,7 +168,7 @@ class ArrayBatches:
                                  f"array of rank {s.array.ndim}")
             s.axis = axis
             native = _native(s.array.dtype)
-            if native != np.float64 and native not in _ONNX_TYPES:
+            if native not in _FLOATING and native not in _ONNX_TYPES:
                 raise ValueError(f"{s.label}: element type {s.array.dtype} is not supported "
                                  f"for calibration data ({_SUPPORTED})")
         sampled = [s for s in sources if s.axis is not None]

@@ -202,6 +202,51 @@ TEST(CalibrationSessionTest, DtypeRankAndDimsMustMatchTheModel) {
   EXPECT_EQ(session->batch_count(), 2);
 }
 
+// The SDKs send floating data as FLOAT; a graph input the model declares
+// DOUBLE takes it widened (exactly), and the ranges are those of the values.
+// Other mismatches stay refused.
+TEST(CalibrationSessionTest, FloatDataFeedsADoubleInputWidened) {
+  // x (DOUBLE) -> Cast to FLOAT -> r -> Relu -> y: r is observed.
+  onnx::ModelProto m = Model({-1, 4});
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(onnx::TensorProto::DOUBLE);
+  onnx::NodeProto* cast = m.mutable_graph()->mutable_node(0);
+  cast->set_op_type("Cast");
+  onnx::AttributeProto* to = cast->add_attribute();
+  to->set_name("to");
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::FLOAT);
+  auto session = Session(m);
+  ASSERT_TRUE(Add(session.get(), Batch("x", {2, 4})).ok());
+  quantd::v1::CalibrationResult result = session->Result();
+  bool saw_r = false;
+  for (const auto& r : result.ranges()) {
+    if (r.tensor_name() != "r") continue;
+    saw_r = true;
+    // Batch() writes (i % 7) - 3 for i in [0, 8): -3 .. 3.
+    EXPECT_EQ(r.min(), -3.0f);
+    EXPECT_EQ(r.max(), 3.0f);
+  }
+  EXPECT_TRUE(saw_r);
+
+  quantd::v1::TensorBatch b = Batch("x", {2, 4}, 16);
+  b.mutable_tensors(0)->set_data_type(onnx::TensorProto::INT64);
+  absl::Status s = Add(session.get(), b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("DOUBLE"), HasSubstr("INT64")));
+
+  // The other way round (DOUBLE data for a FLOAT input) is not widened.
+  auto float_session = Session(Model({-1, 4}));
+  quantd::v1::TensorBatch d = Batch("x", {1, 4}, 8);
+  d.mutable_tensors(0)->set_data_type(onnx::TensorProto::DOUBLE);
+  s = Add(float_session.get(), d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), AllOf(HasSubstr("FLOAT"), HasSubstr("DOUBLE")));
+}
+
 TEST(CalibrationSessionTest, DeclaredValueInfoIsChecked) {
   onnx::ModelProto m = Model({-1, -1}, "Mystery");
   // Inference knows nothing of Mystery's output; the model says [?,3].
