@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Sends every ONNX backend node model through quantd and tallies the answers.
+
+Each model in ONNX's backend test data (Debian libonnx-testdata,
+/usr/include/onnx/backend/test/data/node) is quantized with `quantctl` by a
+running quantd, DYNAMIC_RANGE W8A8 and STATIC_RANGE W8A8 (op set TF); STATIC
+calibrates on the model's own test inputs (test_data_set_0), sent as one
+batch each (a leading axis of one, `--unbatched`). Every answer's status code
+is counted; INTERNAL, UNKNOWN, a crash or a hang is a finding. The manifest it
+writes lists the models served, for scripts/sweep/ort_check.js to load in ONNX
+Runtime beside the float model.
+
+  /usr/bin/python3 scripts/sweep/backend_nodes.py --server=HOST:PORT --out=DIR
+      [--configs=dynamic,static] [--filter=REGEX] [--quantctl=PATH]
+
+Prints one JSON line per answer that is not OK and a summary; writes
+DIR/manifest.json. scripts/sweep/run.sh starts the server and runs both parts.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+DATA = '/usr/include/onnx/backend/test/data/node'
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CODES = ('OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND',
+         'ALREADY_EXISTS', 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION',
+         'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',
+         'UNAUTHENTICATED')
+# Answers that are never right for a model ONNX ships as valid.
+FINDINGS = ('INTERNAL', 'UNKNOWN', 'CRASH', 'TIMEOUT', 'DATA_LOSS')
+
+
+def tensor_inputs(model, case_dir):
+    """(name, array) of each graph input fed by test_data_set_0, or a reason."""
+    inits = {t.name for t in model.graph.initializer}
+    names = [i for i in model.graph.input if i.name not in inits]
+    data = os.path.join(case_dir, 'test_data_set_0')
+    out = []
+    for k, vi in enumerate(names):
+        if not vi.type.HasField('tensor_type'):
+            return None, 'non-tensor input %r' % vi.name
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
+            return None, 'bfloat16 input %r (numpy has no such type)' % vi.name
+        path = os.path.join(data, 'input_%d.pb' % k)
+        if not os.path.exists(path):
+            return None, 'no test input %d' % k
+        t = onnx.TensorProto()
+        with open(path, 'rb') as f:
+            t.ParseFromString(f.read())
+        try:
+            a = numpy_helper.to_array(t)
+        except Exception as e:  # noqa: BLE001 - any unreadable test tensor
+            return None, 'unreadable test input %d: %s' % (k, e)
+        if a.dtype == object or a.dtype.kind in 'USc':
+            return None, 'string input %r' % vi.name
+        if a.dtype.kind == 'V':
+            return None, 'input %r of a type numpy lacks' % vi.name
+        out.append((vi.name, a))
+    return out, None
+
+
+def run_quantctl(args, timeout):
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 'TIMEOUT', 'no answer in %d s' % timeout
+    if p.returncode == 0:
+        return 'OK', ''
+    line = (p.stderr.strip().splitlines() or [''])[-1]
+    m = re.match(r'([A-Z_]+): (.*)', line)
+    if m and m.group(1) in CODES:
+        return m.group(1), m.group(2)[:300]
+    if p.returncode < 0:
+        return 'CRASH', 'quantctl killed by signal %d' % -p.returncode
+    return 'CLIENT', line[:300]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--server', required=True)
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--configs', default='dynamic,static')
+    ap.add_argument('--filter', default='')
+    ap.add_argument('--quantctl', default=os.path.join(REPO, 'build/client/quantctl'))
+    ap.add_argument('--timeout', type=int, default=120)
+    a = ap.parse_args()
+    configs = [c for c in a.configs.split(',') if c]
+    os.makedirs(a.out, exist_ok=True)
+    cases = sorted(d for d in os.listdir(DATA) if re.search(a.filter, d))
+    tally = {c: {} for c in configs}
+    manifest = []
+    skipped = {}
+    for name in cases:
+        case_dir = os.path.join(DATA, name)
+        model_path = os.path.join(case_dir, 'model.onnx')
+        if not os.path.exists(model_path):
+            continue
+        model = onnx.load(model_path)
+        inputs, why = tensor_inputs(model, case_dir)
+        work = os.path.join(a.out, name)
+        os.makedirs(work, exist_ok=True)
+        npys = []
+        if inputs is not None:
+            for k, (iname, arr) in enumerate(inputs):
+                path = os.path.join(work, 'input_%d.npy' % k)
+                np.save(path, np.ascontiguousarray(arr[None]))
+                npys.append((iname, path))
+        for cfg in configs:
+            if cfg == 'static' and inputs is None:
+                skipped[why] = skipped.get(why, 0) + 1
+                tally[cfg]['skipped'] = tally[cfg].get('skipped', 0) + 1
+                continue
+            out = os.path.join(work, 'q_%s.onnx' % cfg)
+            if os.path.exists(out):
+                os.remove(out)
+            args = [a.quantctl, 'quantize', '--server=' + a.server, '--model=' + model_path,
+                    '--output=' + out, '--method=%s_range' % cfg, '--precision=w8a8',
+                    '--op_set=tf', '--retries=0', '--timeout=%d' % a.timeout]
+            if cfg == 'static':
+                args.append('--unbatched')
+                args += ['--calibration_data=%s=%s' % (n, p) for n, p in npys]
+            code, msg = run_quantctl(args, a.timeout + 10)
+            tally[cfg][code] = tally[cfg].get(code, 0) + 1
+            if code != 'OK':
+                print(json.dumps({'model': name, 'config': cfg, 'code': code, 'message': msg}),
+                      flush=True)
+            elif inputs is not None:
+                manifest.append({'name': name, 'config': cfg, 'float': model_path,
+                                 'quantized': out,
+                                 'inputs': [{'name': n, 'npy': p} for n, p in npys]})
+    with open(os.path.join(a.out, 'manifest.json'), 'w') as f:
+        json.dump(manifest, f, indent=1)
+    print(json.dumps({'summary': tally, 'static_skipped': skipped,
+                      'models': len(cases)}), flush=True)
+    bad = sum(n for c in tally.values() for k, n in c.items() if k in FINDINGS)
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

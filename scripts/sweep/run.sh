@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every ONNX backend node model through a fresh quantd, DYNAMIC and STATIC
+# W8A8 (scripts/sweep/backend_nodes.py), then every model it served through
+# ONNX Runtime beside the float original (scripts/sweep/ort_check.js).
+# Exit 1 on any finding: INTERNAL / UNKNOWN / crash / hang from quantd, or a
+# quantized model ONNX Runtime cannot run where it runs the float one.
+#
+#   scripts/sweep/run.sh [OUT] [backend_nodes.py args, e.g. --filter=conv]
+set -u
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-$(mktemp -d)}
+shift || true
+log=$(mktemp)
+"$REPO/build/server/quantd" --host=127.0.0.1 --port=0 --metrics_port=-1 >"$log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$log" | head -n1)
+rc=0
+/usr/bin/python3 "$REPO/scripts/sweep/backend_nodes.py" --server=127.0.0.1:"$port" \
+  --out="$OUT" "$@" || rc=1
+kill -0 $pid 2>/dev/null || { echo "quantd died"; cat "$log"; exit 1; }
+NODE_PATH="$REPO/build/ort/node_modules" node "$REPO/scripts/sweep/ort_check.js" \
+  "$OUT/manifest.json" || rc=1
+echo "work dir: $OUT"
+exit $rc
