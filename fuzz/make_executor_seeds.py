@@ -150,10 +150,6 @@ REGRESS = {
     # check, then read shape[-1] (UBSan, libFuzzer run 10 after ~29,300
     # executions, through constant folding).
     "regress_gathernd_batch_dims_narrowed": "00000454006a00065bca42c905051f02f7050507000500050063020057000005040007030302840201d1000700f7fffbfffbfdfdfb510a040606040e03",
-    # GridSample with reflection padding: a finite grid value scaled past
-    # float range made an infinite coordinate, which reflected to NaN and
-    # was cast to int64 (UBSan, libFuzzer run 12 after ~38,500 executions);
-    # an infinite coordinate now folds to the low edge.
     # Pad's output dims summed INT64_MAX pads with the dim (UBSan, libFuzzer
     # run 13 after ~4,800 executions); pads beyond +-2^40 are now refused.
     "regress_pad_sum_overflow": (
@@ -181,9 +177,27 @@ REGRESS = {
     # libonnx (libFuzzer run 15 at once, on the schema check's first
     # version); types libonnx does not know are no longer asked about.
     "regress_castlike_unknown_type": "0100008600c64c53544d0725030701b4060000001e07000400fc06000600b1e20402",
+    # GridSample with reflection padding: a finite grid value scaled past
+    # float range made an infinite coordinate, which reflected to NaN and
+    # was cast to int64 (UBSan, libFuzzer run 12 after ~38,500 executions);
+    # an infinite coordinate now folds to the low edge.
     "regress_gridsample_reflect_infinite": (
         "01000089000e05954d610700030a8e0007511004020200060400050604d3522d86"
         "020570070006b601dd04016d007806050504"
+    ),
+    # GroupNormalization-21 of zero channels divided by c / groups = 0
+    # (UBSan, libFuzzer run 16 after ~129,000 executions); an empty input
+    # is an empty output.
+    "regress_groupnorm_zero_channels": (
+        "03040589000307373737373737373737373737373737373737373737373737373737"
+        "37373737373737373737373737373737373737373737373737373737373737373737"
+        "3737373737373737373737373737040707df0206000701069ea8000601300706c803"
+        "057938040407f50001c8064c020207060614075b035ff6059428000001fb476b2a04"
+        "0204f2000303f15702fb05350400020253544600030206bc8c3ad30204a207eb0000"
+        "0202000307e2420600030003074c00060404010004020034df0573047f9700000000"
+        "00000000000000000000000000cf450000017ee5014e02032d030018000101000049"
+        "b5050302032c06e8e400400044b204020516000307e6910207040000028ffa000556"
+        "440000010700050004b9d046054c0001000003020401010b0c"
     ),
 }
 

@@ -1027,6 +1027,10 @@ class GroupNormKernel : public Kernel {
                            DataTypeName(x.dtype()), " [", want, "]"));
         }
       }
+      if (x.size() == 0) {  // No channels or no samples: c / g may be 0.
+        (*ctx.outputs)[0] = Tensor(x.dtype(), x.shape());
+        return absl::OkStatus();
+      }
       const T* scale = ctx.in(1).data<T>();
       const T* bias = ctx.in(2).data<T>();
       const int64_t rows = x.dim(0) * g;

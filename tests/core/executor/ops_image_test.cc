@@ -378,6 +378,17 @@ TEST(OpsImageTest, NormalisationsMatchTorch) {
   g.inputs = {x, RnnImageGolden("norm_w"), RnnImageGolden("norm_b")};
   g.Int("num_groups", 4);  // 6 channels.
   EXPECT_EQ(g.Run().status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Zero channels (per-channel scale and bias of none) is an empty output,
+  // not a division by zero (fuzz finding 24).
+  OneNode empty("GroupNormalization", 21);
+  empty.inputs = {Tensor::FromVector<float>({1, 0}, {}),
+                  Tensor::FromVector<float>({0}, {}),
+                  Tensor::FromVector<float>({0}, {})};
+  empty.Int("num_groups", 4);
+  absl::StatusOr<Tensor> e = empty.Run1();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->shape(), (std::vector<int64_t>{1, 0}));
 }
 
 TEST(OpsImageTest, MeanVarianceNormalizationOverAxes) {
