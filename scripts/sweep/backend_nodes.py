@@ -13,6 +13,9 @@ Runtime beside the float model.
   /usr/bin/python3 scripts/sweep/backend_nodes.py --server=HOST:PORT --out=DIR
       [--configs=dynamic,static] [--filter=REGEX] [--quantctl=PATH]
 
+--configs takes any of: dynamic, static (W8A8, op set TF), dynamic_w4a8,
+static_w4a8, static_xla, static_uq.
+
 Prints one JSON line per answer that is not OK and a summary; writes
 DIR/manifest.json. scripts/sweep/run.sh starts the server and runs both parts.
 """
@@ -35,6 +38,15 @@ CODES = ('OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 
          'UNAUTHENTICATED')
 # Answers that are never right for a model ONNX ships as valid.
 FINDINGS = ('INTERNAL', 'UNKNOWN', 'CRASH', 'TIMEOUT', 'DATA_LOSS')
+# --configs names: (method, precision, op set); STATIC ones calibrate.
+CONFIGS = {
+    'dynamic': ('dynamic', 'w8a8', 'tf'),
+    'static': ('static', 'w8a8', 'tf'),
+    'dynamic_w4a8': ('dynamic', 'w4a8', 'tf'),
+    'static_w4a8': ('static', 'w4a8', 'tf'),
+    'static_xla': ('static', 'w8a8', 'xla'),
+    'static_uq': ('static', 'w8a8', 'uniform_quantized'),
+}
 
 
 def tensor_inputs(model, case_dir):
@@ -92,6 +104,9 @@ def main():
     ap.add_argument('--timeout', type=int, default=120)
     a = ap.parse_args()
     configs = [c for c in a.configs.split(',') if c]
+    for c in configs:
+        if c not in CONFIGS:
+            ap.error('unknown config %r (one of %s)' % (c, ', '.join(CONFIGS)))
     os.makedirs(a.out, exist_ok=True)
     cases = sorted(d for d in os.listdir(DATA) if re.search(a.filter, d))
     tally = {c: {} for c in configs}
@@ -113,7 +128,8 @@ def main():
                 np.save(path, np.ascontiguousarray(arr[None]))
                 npys.append((iname, path))
         for cfg in configs:
-            if cfg == 'static' and inputs is None:
+            method, precision, op_set = CONFIGS[cfg]
+            if method == 'static' and inputs is None:
                 skipped[why] = skipped.get(why, 0) + 1
                 tally[cfg]['skipped'] = tally[cfg].get('skipped', 0) + 1
                 continue
@@ -121,9 +137,10 @@ def main():
             if os.path.exists(out):
                 os.remove(out)
             args = [a.quantctl, 'quantize', '--server=' + a.server, '--model=' + model_path,
-                    '--output=' + out, '--method=%s_range' % cfg, '--precision=w8a8',
-                    '--op_set=tf', '--retries=0', '--timeout=%d' % a.timeout]
-            if cfg == 'static':
+                    '--output=' + out, '--method=%s_range' % method,
+                    '--precision=' + precision, '--op_set=' + op_set, '--retries=0',
+                    '--timeout=%d' % a.timeout]
+            if method == 'static':
                 args.append('--unbatched')
                 args += ['--calibration_data=%s=%s' % (n, p) for n, p in npys]
             code, msg = run_quantctl(args, a.timeout + 10)
