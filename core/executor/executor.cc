@@ -330,6 +330,14 @@ int Executor::ValueId(const std::string& name) {
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const onnx::ModelProto& model, Options options) {
   int64_t opset = graph::DefaultOpset(model);
+  if (opset < 1 && model.graph().node_size() > 0) {
+    const onnx::NodeProto& n = model.graph().node(0);
+    return absl::UnimplementedError(absl::StrCat(
+        "the model imports no default-domain (ai.onnx) opset: its ops are "
+        "from other domains (first: ",
+        n.op_type(), " of '", n.domain(),
+        "'), which the executor does not run"));
+  }
   if (opset > kMaxOpset || opset < 1) {
     return absl::UnimplementedError(
         absl::StrCat("the executor supports default-domain opsets ", kMinOpset,

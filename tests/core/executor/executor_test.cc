@@ -252,6 +252,22 @@ TEST(CreateTest, ForeignDomainsAndBranchlessIfAreRefused) {
   ASSERT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("com.microsoft"));
 
+  // A model importing only another domain (ONNX's training ops) says so
+  // rather than "opsets 7 to 21; the model imports 0".
+  onnx::ModelProto foreign = mb.Build();
+  foreign.clear_opset_import();
+  auto* training = foreign.add_opset_import();
+  training->set_domain("ai.onnx.preview.training");
+  training->set_version(1);
+  foreign.mutable_graph()->mutable_node(0)->set_domain(
+      "ai.onnx.preview.training");
+  e = Executor::Create(foreign);
+  ASSERT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(e.status().message()),
+              HasSubstr("imports no default-domain (ai.onnx) opset: its ops "
+                        "are from other domains (first: Relu of "
+                        "'ai.onnx.preview.training')"));
+
   // Control flow runs (tests/core/executor/ops_control_test.cc); an If
   // without its branches is malformed.
   ModelBuilder ifb(13);
