@@ -878,7 +878,9 @@ std::vector<int64_t> GraphDecoder::WeightShape(const OpSpec& op, int slot,
   }
   if (name == "LSTM" || name == "GRU" || name == "RNN") {
     const int64_t gates = name == "LSTM" ? 4 : name == "GRU" ? 3 : 1;
-    const int64_t h = std::max<int64_t>(1, attr("hidden_size", 1));
+    // Clamped for the shapes chosen here only (a wild hidden_size overflowed
+    // gates * h); the node keeps its attribute.
+    const int64_t h = std::clamp<int64_t>(attr("hidden_size", 1), 1, 1 << 16);
     const int64_t dirs = attr("bidirectional", 0) ? 2 : 1;
     const bool batch_first = attr("layout", 0) != 0;
     const int64_t batch = batch_first ? at(0) : at(1);
