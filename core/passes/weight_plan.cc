@@ -130,10 +130,29 @@ class Planner {
     if (skip) {
       AddSkip(name, first, plan.num_elements, std::move(*skip));
     } else {
-      if (!options_.weights.per_channel) plan.axis = -1;
+      if (!options_.weights.per_channel || BatchedEightBitMatMulWeight(plan)) {
+        plan.axis = -1;
+      }
       if (options_.weights.block_size > 0 && !recurrent_) ApplyBlocks(&plan);
       result_.weights.push_back(std::move(plan));
     }
+  }
+
+  // An 8-bit MatMul weight of rank >= 3 (one matrix per batch) gets one
+  // scale: ONNX Runtime fuses DequantizeLinear -> MatMul into its integer
+  // MatMul kernels, which take per-column scales only for a 2-D B, and the
+  // session then fails at run time on per-column scales of a batched one.
+  // 4-bit weights are not fused (ONNX Runtime dequantizes them), and blocks
+  // are another form.
+  bool BatchedEightBitMatMulWeight(const WeightPlan& plan) const {
+    if (recurrent_ || plan.dims.size() < 3 ||
+        HasFourBitWeights(plan.precision) || options_.weights.block_size > 0) {
+      return false;
+    }
+    for (int n : plan.consumers) {
+      if (graph_.node(n).op_type() != "MatMul") return false;
+    }
+    return true;
   }
 
   // Blocks run along the input (reduction) axis, which every reader must

@@ -207,8 +207,10 @@ TEST_F(PassTest, MatMulAxisIsLastOfBAndRank1IsPerTensor) {
     int64_t axis;
     std::vector<int64_t> scale_dims;
   };
+  // A batched 8-bit weight (rank 3) gets one scale: see
+  // BatchedMatMulWeightRunsInOnnxRuntime.
   for (const Case& c : {Case{{2, 64}, {64, 32}, 1, {32}},
-                        Case{{4, 2, 64}, {4, 64, 32}, 2, {32}},
+                        Case{{4, 2, 64}, {4, 64, 32}, -100, {}},
                         Case{{2, 64}, {64}, -100, {}}}) {
     ModelBuilder b(13);
     b.Input("x", c.x).Weight("W", c.w).Node("MatMul", {"x", "W"}, {"y"}, "mm");
@@ -220,6 +222,45 @@ TEST_F(PassTest, MatMulAxisIsLastOfBAndRank1IsPerTensor) {
     EXPECT_EQ(d.scale_dims, c.scale_dims) << "rank " << c.w.size();
     ExpectClose(m, "W", Wave(testing::Product(c.w), 1));
   }
+}
+
+// A constant batched MatMul weight [4, 64, 32] (ONNX's test_matmul_3d with
+// its B frozen found it): with per-column scales ONNX Runtime fused
+// DequantizeLinear -> MatMul into its integer MatMul, which then failed at
+// run time. W8A8 gives it one scale and the session runs; W4A8 (not fused)
+// keeps per-column scales.
+TEST_F(PassTest, BatchedMatMulWeightRunsInOnnxRuntime) {
+  ModelBuilder b(13);
+  b.Input("x", {4, 2, 64}).Weight("W", {4, 64, 32});
+  b.Node("MatMul", {"x", "W"}, {"y"}, "mm").Output("y");
+  const onnx::ModelProto original = b.Build();
+  ::quantd::testing::TempDir tmp;
+  ::quantd::testing::WriteFileOrDie(tmp.File("f.onnx"),
+                                    original.SerializeAsString());
+  ASSERT_TRUE(executor::WriteNpyFile(tmp.File("x.npy"),
+                                     executor::Tensor::FromVector<float>(
+                                         {8, 2, 64}, Wave(8 * 128, 3)))
+                  .ok());
+  onnx::ModelProto m = original;
+  Run(&m);
+  EXPECT_EQ(DequantizeInModel(m, "W").axis, -100);
+  ::quantd::testing::WriteFileOrDie(tmp.File("q8.onnx"), m.SerializeAsString());
+  const std::string json = ::quantd::testing::OrtEval(
+      {"compare", "--model", tmp.File("f.onnx"), "--model2",
+       tmp.File("q8.onnx"), "--x", tmp.File("x.npy")});
+  EXPECT_GT(::quantd::testing::JsonNumber(json, "sqnr_db"), 25.0) << json;
+
+  options_.precision = tensorflow::quantization::PRECISION_W4A8;
+  onnx::ModelProto m4 = original;
+  Run(&m4);
+  ::quantd::testing::WriteFileOrDie(tmp.File("q4.onnx"),
+                                    m4.SerializeAsString());
+  const std::string json4 = ::quantd::testing::OrtEval(
+      {"compare", "--model", tmp.File("f.onnx"), "--model2",
+       tmp.File("q4.onnx"), "--x", tmp.File("x.npy")});
+  EXPECT_GT(::quantd::testing::JsonNumber(json4, "sqnr_db"), 10.0) << json4;
+  ASSERT_FALSE(reports_.empty());
+  EXPECT_TRUE(reports_.back().scheme().per_channel());
 }
 
 TEST_F(PassTest, SharedWeightGetsOneDequantizeLinear) {
