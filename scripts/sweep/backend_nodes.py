@@ -11,10 +11,13 @@ writes lists the models served, for scripts/sweep/ort_check.js to load in ONNX
 Runtime beside the float model.
 
   /usr/bin/python3 scripts/sweep/backend_nodes.py --server=HOST:PORT --out=DIR
-      [--configs=dynamic,static] [--filter=REGEX] [--quantctl=PATH]
+      [--configs=dynamic,static] [--filter=REGEX] [--freeze] [--quantctl=PATH]
 
---configs takes any of: dynamic, static (W8A8, op set TF), dynamic_w4a8,
-static_w4a8, static_xla, static_uq.
+--configs takes any of the CONFIGS below: dynamic, static (W8A8, op set
+TF), dynamic_w4a8, static_w4a8, static_xla, static_uq, and the weight
+algorithms and data-driven passes on every weight (static_w4a8_gptq_b16,
+static_w4a8_awq_gptq, static_sq_bc_eq, static_entropy_target,
+dynamic_gptq_bc).
 
 Prints one JSON line per answer that is not OK and a summary; writes
 DIR/manifest.json. scripts/sweep/run.sh starts the server and runs both parts.
@@ -40,13 +43,32 @@ CODES = ('OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 
 FINDINGS = ('INTERNAL', 'UNKNOWN', 'CRASH', 'TIMEOUT', 'DATA_LOSS')
 # --configs names: (method, precision, op set); STATIC ones calibrate.
 CONFIGS = {
-    'dynamic': ('dynamic', 'w8a8', 'tf'),
-    'static': ('static', 'w8a8', 'tf'),
-    'dynamic_w4a8': ('dynamic', 'w4a8', 'tf'),
-    'static_w4a8': ('static', 'w4a8', 'tf'),
-    'static_xla': ('static', 'w8a8', 'xla'),
-    'static_uq': ('static', 'w8a8', 'uniform_quantized'),
+    'dynamic': ('dynamic', 'w8a8', 'tf', []),
+    'static': ('static', 'w8a8', 'tf', []),
+    'dynamic_w4a8': ('dynamic', 'w4a8', 'tf', []),
+    'static_w4a8': ('static', 'w4a8', 'tf', []),
+    'static_xla': ('static', 'w8a8', 'xla', []),
+    'static_uq': ('static', 'w8a8', 'uniform_quantized', []),
+    # The weight algorithms and the data-driven passes on every op's graph
+    # (weights of any size: the node models' are tiny).
+    'static_w4a8_gptq_b16': ('static', 'w4a8', 'tf', [
+        '--weight_algorithm=gptq', '--block_size=16', '--min_num_elements_for_weights=1']),
+    'static_w4a8_awq_gptq': ('static', 'w4a8', 'tf', [
+        '--weight_algorithm=awq+gptq', '--min_num_elements_for_weights=1']),
+    'static_sq_bc_eq': ('static', 'w8a8', 'tf', [
+        '--smoothquant=0.5', '--bias_correction', '--equalize',
+        '--min_num_elements_for_weights=1']),
+    'static_entropy_target': ('static', 'w8a8', 'tf', [
+        '--calibration_method=entropy', '--target_sqnr_db=40',
+        '--min_num_elements_for_weights=1']),
+    'dynamic_gptq_bc': ('dynamic', 'w8a8', 'tf', [
+        '--weight_algorithm=gptq', '--bias_correction', '--min_num_elements_for_weights=1']),
 }
+# Configs that send the model's test inputs as calibration batches.
+def needs_data(cfg):
+    return CONFIGS[cfg][0] == 'static' or any(
+        a.startswith(('--weight_algorithm', '--bias_correction', '--smoothquant'))
+        for a in CONFIGS[cfg][3])
 
 
 def tensor_inputs(model, case_dir):
@@ -102,6 +124,10 @@ def main():
     ap.add_argument('--filter', default='')
     ap.add_argument('--quantctl', default=os.path.join(REPO, 'build/client/quantctl'))
     ap.add_argument('--timeout', type=int, default=120)
+    ap.add_argument('--freeze', action='store_true',
+                    help='every graph input but the first becomes an initializer holding its '
+                         'test value (ONNX node models take weights as inputs; frozen, the '
+                         'weight passes see them); models with one input are left out')
     a = ap.parse_args()
     configs = [c for c in a.configs.split(',') if c]
     for c in configs:
@@ -120,6 +146,20 @@ def main():
         model = onnx.load(model_path)
         inputs, why = tensor_inputs(model, case_dir)
         work = os.path.join(a.out, name)
+        if a.freeze:
+            if inputs is None or len(inputs) < 2:
+                continue
+            for iname, arr in inputs[1:]:
+                model.graph.initializer.append(numpy_helper.from_array(arr, iname))
+            keep = [i for i in model.graph.input if i.name == inputs[0][0]]
+            del model.graph.input[:]
+            model.graph.input.extend(keep)
+            inputs = inputs[:1]
+            # Initializers that are not graph inputs need IR version 4.
+            model.ir_version = max(model.ir_version, 4)
+            os.makedirs(work, exist_ok=True)
+            model_path = os.path.join(work, 'frozen.onnx')
+            onnx.save(model, model_path)
         os.makedirs(work, exist_ok=True)
         npys = []
         if inputs is not None:
@@ -128,8 +168,8 @@ def main():
                 np.save(path, np.ascontiguousarray(arr[None]))
                 npys.append((iname, path))
         for cfg in configs:
-            method, precision, op_set = CONFIGS[cfg]
-            if method == 'static' and inputs is None:
+            method, precision, op_set, extra = CONFIGS[cfg]
+            if needs_data(cfg) and inputs is None:
                 skipped[why] = skipped.get(why, 0) + 1
                 tally[cfg]['skipped'] = tally[cfg].get('skipped', 0) + 1
                 continue
@@ -139,8 +179,8 @@ def main():
             args = [a.quantctl, 'quantize', '--server=' + a.server, '--model=' + model_path,
                     '--output=' + out, '--method=%s_range' % method,
                     '--precision=' + precision, '--op_set=' + op_set, '--retries=0',
-                    '--timeout=%d' % a.timeout]
-            if method == 'static':
+                    '--timeout=%d' % a.timeout] + extra
+            if needs_data(cfg):
                 args.append('--unbatched')
                 args += ['--calibration_data=%s=%s' % (n, p) for n, p in npys]
             code, msg = run_quantctl(args, a.timeout + 10)
