@@ -776,6 +776,9 @@ class TriluKernel : public Kernel {
       QUANTD_ASSIGN_OR_RETURN(k, ScalarInt(ctx.in(1), "k"));
     }
     const int64_t n = x.dim(x.rank() - 2), m = x.dim(x.rank() - 1);
+    // A diagonal beyond the matrix on either side keeps all or nothing, as
+    // one just past it does; clamped, i + k cannot overflow.
+    k = std::clamp<int64_t>(k, -n - 1, m + 1);
     const int64_t mats = Prod(x.shape(), 0, x.rank() - 2);
     Tensor y(x.dtype(), x.shape());
     const int64_t esize = ElementSize(x.dtype());

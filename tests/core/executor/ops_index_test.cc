@@ -440,6 +440,24 @@ TEST(OpsIndexTest, TriluUpperAndLowerWithK) {
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_THAT(Values<int64_t>(*l),
               ElementsAre(0, 0, 0, 4, 0, 0, 0, 0, 0, 10, 0, 0));
+  // Diagonals far outside the matrix (fuzz finding 25: i + k overflowed):
+  // upper with k = INT64_MAX zeroes all, with INT64_MIN keeps all; lower
+  // the other way round.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  for (int upper : {1, 0}) {
+    for (int64_t k : {kMax, kMin}) {
+      OneNode far("Trilu", 14);
+      far.inputs = {x, Tensor::Scalar<int64_t>(k)};
+      far.Int("upper", upper);
+      absl::StatusOr<Tensor> f = far.Run1();
+      ASSERT_TRUE(f.ok()) << f.status();
+      const bool keeps_all = (upper == 1) == (k == kMin);
+      EXPECT_EQ(Values<int64_t>(*f),
+                keeps_all ? Values<int64_t>(x) : std::vector<int64_t>(12, 0))
+          << upper << " " << k;
+    }
+  }
   OneNode flat("Trilu", 14);
   flat.inputs = {T1<float>({3}, {1, 2, 3})};
   ExpectError(flat.Run1(), absl::StatusCode::kInvalidArgument, "rank >= 2");
