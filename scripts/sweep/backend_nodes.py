@@ -15,9 +15,10 @@ Runtime beside the float model.
 
 --configs takes any of the CONFIGS below: dynamic, static (W8A8, op set
 TF), dynamic_w4a8, static_w4a8, static_xla, static_uq, and the weight
-algorithms and data-driven passes on every weight (static_w4a8_gptq_b16,
-static_w4a8_awq_gptq, static_sq_bc_eq, static_entropy_target,
-dynamic_gptq_bc).
+algorithms and data-driven passes on every weight (dynamic_all,
+static_all, dynamic_w4a8_all, static_xla_all, static_uq_all,
+static_w4a8_gptq_b16, static_w4a8_awq_gptq, static_sq_bc_eq,
+static_entropy_target, dynamic_gptq_bc).
 
 Prints one JSON line per answer that is not OK and a summary; writes
 DIR/manifest.json. scripts/sweep/run.sh starts the server and runs both parts.
@@ -49,8 +50,14 @@ CONFIGS = {
     'static_w4a8': ('static', 'w4a8', 'tf', []),
     'static_xla': ('static', 'w8a8', 'xla', []),
     'static_uq': ('static', 'w8a8', 'uniform_quantized', []),
-    # The weight algorithms and the data-driven passes on every op's graph
-    # (weights of any size: the node models' are tiny).
+    # Weights of any size (the node models' are tiny; with --freeze the
+    # passes see them), and the weight algorithms and data-driven passes.
+    'dynamic_all': ('dynamic', 'w8a8', 'tf', ['--min_num_elements_for_weights=1']),
+    'static_all': ('static', 'w8a8', 'tf', ['--min_num_elements_for_weights=1']),
+    'dynamic_w4a8_all': ('dynamic', 'w4a8', 'tf', ['--min_num_elements_for_weights=1']),
+    'static_xla_all': ('static', 'w8a8', 'xla', ['--min_num_elements_for_weights=1']),
+    'static_uq_all': ('static', 'w8a8', 'uniform_quantized',
+                      ['--min_num_elements_for_weights=1']),
     'static_w4a8_gptq_b16': ('static', 'w4a8', 'tf', [
         '--weight_algorithm=gptq', '--block_size=16', '--min_num_elements_for_weights=1']),
     'static_w4a8_awq_gptq': ('static', 'w4a8', 'tf', [
