@@ -6,21 +6,31 @@
 # quantized model ONNX Runtime cannot run where it runs the float one.
 #
 #   scripts/sweep/run.sh [OUT] [backend_nodes.py args, e.g. --filter=conv]
+#
+# QUANTD_BIN, QUANTCTL_BIN and ORT_DIR (onnxruntime-node's node_modules)
+# default to the build tree's. OUT "-" is a temporary folder, removed after.
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${1:-$(mktemp -d)}
+QUANTD_BIN=${QUANTD_BIN:-$REPO/build/server/quantd}
+QUANTCTL_BIN=${QUANTCTL_BIN:-$REPO/build/client/quantctl}
+ORT_DIR=${ORT_DIR:-$REPO/build/ort/node_modules}
+OUT=${1:--}
 shift || true
+cleanup_out=
+if [[ $OUT == - ]]; then
+  OUT=$(mktemp -d)
+  cleanup_out=$OUT
+fi
 log=$(mktemp)
-"$REPO/build/server/quantd" --host=127.0.0.1 --port=0 --metrics_port=-1 >"$log" 2>&1 &
+"$QUANTD_BIN" --host=127.0.0.1 --port=0 --metrics_port=-1 >"$log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill $pid 2>/dev/null; rm -f "$log"; [[ -n $cleanup_out ]] && rm -rf "$cleanup_out"' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done
 port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$log" | head -n1)
 rc=0
 /usr/bin/python3 "$REPO/scripts/sweep/backend_nodes.py" --server=127.0.0.1:"$port" \
-  --out="$OUT" "$@" || rc=1
+  --quantctl="$QUANTCTL_BIN" --out="$OUT" "$@" || rc=1
 kill -0 $pid 2>/dev/null || { echo "quantd died"; cat "$log"; exit 1; }
-NODE_PATH="$REPO/build/ort/node_modules" node "$REPO/scripts/sweep/ort_check.js" \
-  "$OUT/manifest.json" || rc=1
-echo "work dir: $OUT"
+NODE_PATH="$ORT_DIR" node "$REPO/scripts/sweep/ort_check.js" "$OUT/manifest.json" || rc=1
+[[ -z $cleanup_out ]] && echo "work dir: $OUT"
 exit $rc
