@@ -200,16 +200,6 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
           source.path, ": sample axis ", input.sample_axis,
           " is out of range for an array of rank ", tensor->rank()));
     }
-    // Samples of no values each: a 128-byte file could declare 2^62 of
-    // them and make an endless stream of empty batches.
-    if (source.sample_axis != CalibrationInput::kWhole && tensor->size() == 0 &&
-        tensor->dim(source.sample_axis) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source.path, ": an array of shape ",
-          quantd::executor::ShapeString(tensor->shape()), " has ",
-          tensor->dim(source.sample_axis), " samples on axis ",
-          source.sample_axis, " but no values: every sample would be empty"));
-    }
     source.tensor = std::move(*tensor);
     for (const Source& other : sources) {
       if (other.name == source.name) {
@@ -238,6 +228,27 @@ absl::StatusOr<std::unique_ptr<CalibrationData>> CalibrationData::Open(
         "every calibration input goes whole with each batch (a scalar, or "
         "--sample_axis=NAME=none): at least one needs a sample axis to cut "
         "batches along");
+  }
+  // Samples of no values each (an empty `axes` input of a ReduceSum) go
+  // beside an input whose samples hold values, which bounds their count by
+  // its file; alone, a 128-byte file could declare 2^62 of them and make an
+  // endless stream of empty batches.
+  const Source* with_values = nullptr;
+  for (const Source& source : sources) {
+    if (source.sample_axis != CalibrationInput::kWhole &&
+        source.tensor.size() > 0) {
+      with_values = &source;
+      break;
+    }
+  }
+  if (with_values == nullptr && first->tensor.dim(first->sample_axis) > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        first->path, ": an array of shape ",
+        quantd::executor::ShapeString(first->tensor.shape()), " has ",
+        first->tensor.dim(first->sample_axis), " samples on axis ",
+        first->sample_axis,
+        " but no values, and no other input's samples hold any: every batch "
+        "would be empty"));
   }
   const int64_t num_samples = first->tensor.dim(first->sample_axis);
   if (num_samples == 0) {

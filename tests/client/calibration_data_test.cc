@@ -201,6 +201,27 @@ TEST_F(CalibrationDataTest, SamplesWithoutValuesAreRefused) {
   const std::string none =
       Npy("none.npy", Tensor::FromVector<float>({0, 3}, {}));
   EXPECT_FALSE(CalibrationData::Open({{"", none}}, 4).ok());
+  // Beside an input whose samples hold values (which bounds their count),
+  // empty samples are sent: a ReduceSum's empty `axes` (ONNX's
+  // test_reduce_sum_empty_axes_input_noop).
+  const std::string axes =
+      Npy("axes.npy", Tensor::FromVector<int64_t>({2, 0}, {}));
+  const std::string x =
+      Npy("x.npy", Tensor::FromVector<float>({2, 3}, {1, 2, 3, 4, 5, 6}));
+  auto zipped = CalibrationData::Open({{"data", x}, {"axes", axes}}, 1, true);
+  ASSERT_TRUE(zipped.ok()) << zipped.status();
+  auto batch = (*zipped)->Next();
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->tensors_size(), 2);
+  EXPECT_EQ(batch->tensors(1).name(), "axes");
+  EXPECT_EQ(batch->tensors(1).shape_size(), 1);
+  EXPECT_EQ(batch->tensors(1).shape(0), 0);
+  EXPECT_TRUE(batch->tensors(1).data().empty());
+  EXPECT_TRUE((*zipped)->Next().has_value());
+  EXPECT_FALSE((*zipped)->Next().has_value());
+  // Two empty inputs are still refused.
+  auto both = CalibrationData::Open({{"a", axes}, {"b", empty}}, 1);
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CalibrationDataTest, ErrorsAreNamed) {

@@ -180,6 +180,14 @@ class ArrayBatches:
         if num_samples == 0:
             raise ValueError(f"{sampled[0].label} has no samples (sample axis "
                              f"{sampled[0].axis} is 0 long)")
+        # Samples of no values (an empty `axes` input) go beside an input whose
+        # samples hold values, which bounds their count; alone, a tiny file
+        # could declare 2^62 of them and make an endless stream of batches.
+        if not any(s.array.size > 0 for s in sampled):
+            raise ValueError(f"{sampled[0].label}: an array of shape {sampled[0].array.shape} "
+                             f"has {num_samples} samples on axis {sampled[0].axis} but no "
+                             "values, and no other input's samples hold any: every batch "
+                             "would be empty")
         if any(s.array.shape[s.axis] != num_samples for s in sampled):
             sizes = ", ".join(f"{s.label} has {s.array.shape[s.axis]} on axis {s.axis}"
                               for s in sampled)

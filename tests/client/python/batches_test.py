@@ -109,6 +109,16 @@ class BatchesTest(unittest.TestCase):
         self.assertIn("batch size must be 1, not 2", str(ctx.exception))
         self.assertEqual(ArrayBatches(images).batch_size, 32)
 
+    def test_empty_samples_only_beside_samples_with_values(self):
+        with self.assertRaisesRegex(ValueError, "no values"):
+            list(ArrayBatches(np.zeros((1 << 20, 0), np.float32)))
+        batches = list(ArrayBatches({"x": np.ones((2, 3), np.float32),
+                                     "axes": np.zeros((2, 0), np.int64)}, batch_size=1))
+        self.assertEqual(len(batches), 2)
+        axes = [t for t in batches[0].tensors if t.name == "axes"][0]
+        self.assertEqual(list(axes.shape), [1, 0])
+        self.assertEqual(axes.data, b"")
+
     def test_refusals(self):
         x = self.save("x.npy", np.zeros((2, 2), np.float32))
         with self.assertRaisesRegex(ValueError, "two unnamed"):
