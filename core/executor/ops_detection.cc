@@ -412,9 +412,12 @@ class RoiAlignKernel : public Kernel {
   template <typename T>
   static Sample<T> Bilinear(T y, T x, int64_t h, int64_t w) {
     Sample<T> s{};
-    if (y < T(-1) || y > static_cast<T>(h) || x < T(-1) ||
-        x > static_cast<T>(w) || h == 0 || w == 0) {
-      return s;  // Outside: contributes zero.
+    // Outside (or NaN: finite RoIs scaled past float range give inf - inf)
+    // contributes zero.
+    if (!(y >= T(-1) && y <= static_cast<T>(h) && x >= T(-1) &&
+          x <= static_cast<T>(w)) ||
+        h == 0 || w == 0) {
+      return s;
     }
     if (y <= 0) y = 0;
     if (x <= 0) x = 0;

@@ -168,6 +168,20 @@ TEST(OpsDetectionTest, RoiAlignAdaptiveSamplingAndMax) {
   ASSERT_TRUE(y.ok()) << y.status();
   ExpectClose(*y, F32({1, 1, 2, 2}, {102.5f, 104.5f, 110.5f, 112.5f}), 1e-5,
               "spatial_scale");
+  // A spatial scale that takes finite RoIs past float range makes NaN
+  // sample positions (inf - inf): they sample nothing (fuzz finding 26,
+  // a NaN cast to int64), in both modes.
+  for (const char* mode : {"avg", "max"}) {
+    OneNode far = RoiAlign(16, F32({1, 4}, {2, 2, 3, 3}), I64({1}, {0}));
+    far.Int("sampling_ratio", 2).String("mode", mode);
+    far.Float("spatial_scale", 3.4e38f);
+    far.String("coordinate_transformation_mode", "output_half_pixel");
+    y = far.Run1();
+    ASSERT_TRUE(y.ok()) << mode << ": " << y.status();
+    for (int64_t i = 0; i < y->size(); ++i) {
+      EXPECT_FALSE(std::isnan(y->data<float>()[i])) << mode << " " << i;
+    }
+  }
 }
 
 // Goldens from ONNX Runtime 1.30 (onnxruntime-node via scripts/ort_eval.js
