@@ -223,6 +223,22 @@ REGRESS = {
         "ff6260002b3b802e880d00008080808080808080808080808080000330feec3a285e"
         "5e5e5e5e5e5e5e5e5e5e5e5e5e"
     ),
+    # RoiAlign with adaptive sampling over RoIs of constant inputs: constant
+    # folding (which no deadline stops) ran up to 2^34 samples for minutes
+    # (libFuzzer timeout, run 20 after ~61,000 executions); the bound is
+    # 2^30 samples x channels and 2^20 per bin now, and a run checks
+    # cancellation between RoIs.
+    "regress_roialign_unbounded_fold": (
+        "020007060700000000f4f4f4f4f4f4f4f40009f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4"
+        "f4f4f4f4f4f4f4f4f4f4f4f4f4f4d4f4f4f4f4f4f4f4fafffffff4f4f4f4f4f4f4f4"
+        "f4436f6e7374f400007431350000001af4f4f4f4f4f4f4f40009f4f4f4f4f4f4f4f4"
+        "f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4d4f4f4f4f4f4f4f4fafffffff4"
+        "f4f4f4f4f4f4f4f4436f6e7374f40000003d00f4f4f4f4f4f4f4f4f4f4f4f4f40009"
+        "f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4d4f4f426f4"
+        "f4f4f4fafffffff4f4f4f4f4f4f4f4f4f4000000c9f40000003d00f4f4f4f4f4f4f4"
+        "f4f4f4f44400c06000009bf6f99b1d04fd332c0a0100f9ee090500000000000000d0"
+        "0400edd4"
+    ),
 }
 
 

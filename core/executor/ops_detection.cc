@@ -3,6 +3,7 @@
 // and ONNX Runtime implement it (including the quirks real models were
 // exported against, e.g. RoiAlign's max mode).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,6 +14,7 @@
 #include "core/base/checked_count.h"
 #include "core/base/parallel.h"
 #include "core/base/status_macros.h"
+#include "core/executor/executor.h"
 #include "core/executor/kernel.h"
 
 namespace quantd::executor {
@@ -193,9 +195,13 @@ class NmsKernel : public Kernel {
 
 // Samples times channels one RoiAlign node may compute: with adaptive
 // sampling (sampling_ratio 0) the sample count grows with the RoI size, which
-// comes from an input, so a crafted RoI could otherwise stall the run. Real
-// detectors stay several orders of magnitude below this.
-constexpr double kRoiAlignWorkBudget = 17179869184.0;  // 2^34
+// comes from an input, so a crafted RoI could otherwise stall the run (or
+// constant folding, which no deadline stops). Mask R-CNN's 1000 RoIs x 256
+// channels x 7x7 bins x 2x2 samples are 2^25.6; 2^30 takes seconds.
+constexpr double kRoiAlignWorkBudget = 1073741824.0;  // 2^30
+// Samples one bin may hold (they are gathered before the channels read
+// them): a 1024x1024 RoI in 7x7 bins samples 147x147 = 2^14.4 per bin.
+constexpr double kRoiAlignBinSamples = 1048576.0;  // 2^20
 
 class RoiAlignKernel : public Kernel {
  public:
@@ -318,10 +324,14 @@ class RoiAlignKernel : public Kernel {
               static_cast<double>(grid[2 * i + 1]) *
               static_cast<double>(out_h_) * static_cast<double>(out_w_) *
               static_cast<double>(std::max<int64_t>(c, 1));
-      if (work > kRoiAlignWorkBudget) {
+      if (work > kRoiAlignWorkBudget ||
+          static_cast<double>(grid[2 * i]) *
+                  static_cast<double>(grid[2 * i + 1]) >
+              kRoiAlignBinSamples) {
         return Invalid(absl::StrCat(
-            "the RoIs need more than 2^34 samples times channels (RoI ", i,
-            " samples a ", grid[2 * i], "x", grid[2 * i + 1],
+            "the RoIs need more than 2^30 samples times channels, or 2^20 "
+            "samples per bin (RoI ",
+            i, " samples a ", grid[2 * i], "x", grid[2 * i + 1],
             " grid per bin); refused as unbounded work"));
       }
     }
@@ -337,9 +347,17 @@ class RoiAlignKernel : public Kernel {
       (*ctx.outputs)[0] = std::move(y);
       return absl::OkStatus();
     }
+    // Up to 2^30 samples: a cancelled run (a deadline) stops between RoIs.
+    const quantd::CancellationToken* cancel =
+        ctx.run_options != nullptr ? ctx.run_options->cancel : nullptr;
+    std::atomic<bool> cancelled{false};
     ParallelRange(ctx.pool, nr, 1, [&](int64_t r0, int64_t r1) {
       std::vector<Sample<T>> samples;
       for (int64_t i = r0; i < r1; ++i) {
+        if (cancel != nullptr && cancel->IsCancelled()) {
+          cancelled = true;
+          return;
+        }
         const T* roi = r + i * 4;
         const T off = half_pixel_ ? T(0.5) : T(0);
         const T ss = static_cast<T>(spatial_scale_);
@@ -390,6 +408,7 @@ class RoiAlignKernel : public Kernel {
         }
       }
     });
+    if (cancelled) return cancel->Check("RoiAlign");
     (*ctx.outputs)[0] = std::move(y);
     return absl::OkStatus();
   }

@@ -326,6 +326,24 @@ TEST(OpsDetectionTest, RoiAlignMatchesOnnxRuntime) {
   }
 }
 
+// Work that grows with the RoI values is bounded: a RoI of a million pixels
+// sampled adaptively into one bin (10^12 samples), or a fixed sampling
+// ratio of 2048 (2^22 samples in one bin), is refused, not computed.
+TEST(OpsDetectionTest, RoiAlignRefusesUnboundedWork) {
+  OneNode huge("RoiAlign", 16);
+  huge.inputs = {RoiX(), F32({1, 4}, {0, 0, 1e6f, 1e6f}), I64({1}, {0})};
+  ExpectError(huge.Run1(), absl::StatusCode::kInvalidArgument,
+              "refused as unbounded work");
+  OneNode dense = RoiAlign(16, F32({1, 4}, {0, 0, 4, 4}), I64({1}, {0}));
+  dense.Int("sampling_ratio", 2048);
+  ExpectError(dense.Run1(), absl::StatusCode::kInvalidArgument,
+              "2^20 samples per bin");
+  // 1024 x 1024 samples in each of 2x2 bins (2^22 in all) still run.
+  OneNode fine = RoiAlign(16, F32({1, 4}, {0, 0, 4, 4}), I64({1}, {0}));
+  fine.Int("sampling_ratio", 1024);
+  EXPECT_TRUE(fine.Run1().ok());
+}
+
 TEST(OpsDetectionTest, RoiAlignRejectsBadInputs) {
   const Tensor roi = F32({1, 4}, {0, 0, 4, 4});
   for (int64_t b : {2, -1}) {
