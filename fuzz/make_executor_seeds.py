@@ -239,6 +239,15 @@ REGRESS = {
         "f4f4f4f44400c06000009bf6f99b1d04fd332c0a0100f9ee090500000000000000d0"
         "0400edd4"
     ),
+    # Resize with sizes of INT64_MAX: out * taps overflowed before any
+    # tensor was allocated (UBSan, libFuzzer run 21 after ~20,250
+    # executions); an output shape that overflows is refused first.
+    "regress_resize_sizes_overflow": (
+        "050606d31900f57060abf2b524130202000570030a8e0007511004020300064545f3"
+        "636c00d06000004545454545454545454545454545454553756d454545030405ffff"
+        "ffffffffffffffffffffffffffffffffffffffffffffffffffffff89000345454545"
+        "4545454545454545454545454c6f6f70070c070745"
+    ),
 }
 
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/checked_count.h"
 #include "core/base/parallel.h"
 #include "core/base/status_macros.h"
 #include "core/executor/gemm.h"
@@ -101,6 +103,8 @@ AxisTaps MakeTaps(const ResizeParams& p, int64_t in, int64_t out, double scale,
     const int64_t start = static_cast<int64_t>(std::floor(-radius / sa)) + 1;
     t.n = 2 - 2 * start;
   }
+  // Taps no memory could hold are what a Tensor of that shape is.
+  if (out > 0 && t.n > (int64_t{1} << 36) / out) throw std::bad_alloc();
   t.idx.assign(out * t.n, 0);
   t.w.assign(out * t.n, 0);
   t.extrap.assign(out, 0);
@@ -533,6 +537,20 @@ absl::Status ResizeKernel::Run(const KernelContext& ctx) const {
         return absl::InvalidArgumentError("cannot resize an empty axis");
       }
     }
+  }
+  // An empty output computes nothing. Its scale may be anything (a scale
+  // of 1e-300 shrinks every axis to 0), and an antialiased filter stretched
+  // by 1 / scale would have more taps than int64 counts. With an output,
+  // scale >= 1 / in, so the taps stay within a few times the input.
+  absl::StatusOr<int64_t> out_count = CheckedElementCount(out_shape);
+  if (!out_count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output shape ", ShapeString(out_shape), ": ",
+                     out_count.status().message()));
+  }
+  if (*out_count == 0) {
+    (*ctx.outputs)[0] = Tensor(x.dtype(), out_shape);
+    return absl::OkStatus();
   }
   Tensor cur = x;
   std::vector<int64_t> shape = x.shape();

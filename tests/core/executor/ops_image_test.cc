@@ -3,6 +3,7 @@
 // (scripts/make_rnn_image_golden.py), hand-worked cases and ONNX Runtime on a
 // torch.onnx.export model.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,23 @@ TEST(OpsImageTest, ResizeNearestKeepsIntegerTypes) {
   const std::vector<int8_t> want = {-5, -5, 0, 0, 7, 7};
   EXPECT_EQ(std::vector<int8_t>(y->data<int8_t>(), y->data<int8_t>() + 6),
             want);
+}
+
+// Sizes whose product overflows are refused before any tap is computed,
+// and an output with a zero axis is empty whatever the scale (fuzz finding
+// 28: sizes of INT64_MAX overflowed out * taps).
+TEST(OpsImageTest, ResizeOverflowingAndEmptyOutputs) {
+  const ResizeCase linear_aa{"",      "linear", "pytorch_half_pixel",
+                             nullptr, -0.75f,   true};
+  const Tensor x =
+      Tensor::FromVector<float>({1, 1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  OneNode huge = ResizeNode(linear_aa, x, {1, 1, kMax, kMax});
+  ExpectError(huge.Run1(), absl::StatusCode::kInvalidArgument, "output shape");
+  OneNode empty = ResizeNode(linear_aa, x, {1, 1, 0, 3});
+  absl::StatusOr<Tensor> y = empty.Run1();
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 1, 0, 3}));
 }
 
 TEST(OpsImageTest, ResizeRefusesByName) {
