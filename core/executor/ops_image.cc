@@ -467,9 +467,14 @@ absl::Status ResizeKernel::Plan(const KernelContext& ctx,
         return absl::InvalidArgumentError(
             absl::StrCat("scales must be positive, got ", s));
       }
+      const double length = std::floor(s * static_cast<double>(in[axes[i]]));
+      if (!(length < 4611686018427387904.0)) {  // 2^62, and not inf or NaN.
+        return absl::InvalidArgumentError(
+            absl::StrCat("scale ", s, " makes axis ", axes[i], " of length ",
+                         in[axes[i]], " longer than 2^62"));
+      }
       (*scales)[axes[i]] = s;
-      (*out)[axes[i]] = static_cast<int64_t>(
-          std::floor(s * static_cast<double>(in[axes[i]])));
+      (*out)[axes[i]] = static_cast<int64_t>(length);
     }
   } else {
     if (sizes.size() != na) {

@@ -199,6 +199,14 @@ TEST(OpsImageTest, ResizeOverflowingAndEmptyOutputs) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   OneNode huge = ResizeNode(linear_aa, x, {1, 1, kMax, kMax});
   ExpectError(huge.Run1(), absl::StatusCode::kInvalidArgument, "output shape");
+  // A scale that makes an axis longer than int64 counts (fuzz finding 29:
+  // floor(scale * in) cast to int64).
+  OneNode scaled("Resize", 13);
+  scaled.inputs = {x, Tensor(),
+                   Tensor::FromVector<float>({4}, {1, 1, 1e36f, 1}), Tensor()};
+  scaled.constant = {false, false, true, false};
+  ExpectError(scaled.Run1(), absl::StatusCode::kInvalidArgument,
+              "longer than 2^62");
   OneNode empty = ResizeNode(linear_aa, x, {1, 1, 0, 3});
   absl::StatusOr<Tensor> y = empty.Run1();
   ASSERT_TRUE(y.ok()) << y.status();
