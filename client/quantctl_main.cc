@@ -122,6 +122,11 @@ ABSL_FLAG(int32_t, block_size, 0,
           "N values along the input axis of MatMul / Gemm weights and of "
           "4-bit Conv weights (N input channels at each kernel tap; a power "
           "of two, 16..4096); 0: per output channel.");
+ABSL_FLAG(std::string, weight_range, "",
+          "quantize: weight_params.range, how each weight channel's or "
+          "block's range is chosen: min_max (its extremes, the default) or "
+          "mse (the range with the least squared rounding error, clipping a "
+          "few outliers; helps 4-bit weights most).");
 ABSL_FLAG(int32_t, weight_bits, 0,
           "quantize: weight_params.bits (2..8); 0: the precision's (8, or 4 "
           "for w4a8 / w4a4). 7 is ONNX Runtime's reduce_range: on x86 CPUs "
@@ -209,7 +214,8 @@ constexpr char kUsage[] =
     "                    [--method=dynamic_range|static_range]\n"
     "                    [--precision=w8a8|w4a8|w4a4|full]\n"
     "                    [--op_set=tf|xla|uniform_quantized] [--json]\n"
-    "                    [--block_size=N] [--target_sqnr_db=DB]\n"
+    "                    [--block_size=N] [--weight_range=min_max|mse]\n"
+    "                    [--target_sqnr_db=DB]\n"
     "                    [--target_agreement=Y]\n"
     "                    [--allowed_precisions=w4a8,w8a8,full]\n"
     "                    [--weight_bits=N] [--holdout_batches=N]\n"
@@ -274,6 +280,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         "unbatched",
         "report",
         "block_size",
+        "weight_range",
         "target_sqnr_db",
         "weight_bits",
         "holdout_batches",
@@ -511,6 +518,7 @@ std::string SchemeText(const quantd::v1::QuantScheme& scheme) {
   if (!scheme.storage_type().empty()) {
     absl::StrAppend(&text, " ", scheme.storage_type());
   }
+  if (scheme.range() == "mse") absl::StrAppend(&text, " mse-range");
   return text;
 }
 
@@ -890,6 +898,17 @@ int RunQuantize() {
   }
   if (const int32_t block = absl::GetFlag(FLAGS_block_size); block != 0) {
     config.mutable_weight_params()->set_block_size(block);
+  }
+  if (const std::string r = absl::GetFlag(FLAGS_weight_range); !r.empty()) {
+    if (r == "min_max") {
+      config.mutable_weight_params()->set_range(
+          quantd::v1::WEIGHT_RANGE_MIN_MAX);
+    } else if (r == "mse") {
+      config.mutable_weight_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+    } else {
+      return UsageError(absl::StrCat("--weight_range is '", r,
+                                     "'; it must be min_max or mse"));
+    }
   }
   if (const std::string path = absl::GetFlag(FLAGS_calibration);
       !path.empty()) {

@@ -438,6 +438,7 @@ std::string TensorSection(const QuantizeReportInput& in) {
               : q.per_channel()
                   ? absl::StrCat(", per-channel (axis ", q.axis(), ")")
                   : ", per-tensor";
+    if (q.range() == "mse") scheme += ", MSE range";
     const std::string output_sqnr = GptqOutcomeText(r);
     const std::string scale =
         r.scale_min() == r.scale_max()

@@ -108,6 +108,7 @@ def quantize_configs(qs, qo):
     w.narrow_range = True
     w.per_channel = True
     w.block_size = 32
+    w.range = qs.WEIGHT_RANGE_MSE
     w.producer_scope = "enc/"
     w.consumer_scope = "enc/"
     yield "q_dynamic_weight_params", c, False

@@ -43,17 +43,6 @@ absl::Status CheckMatrix(const AwqMatrix& m, size_t channels) {
   return absl::OkStatus();
 }
 
-// Parameters over n values with stride.
-absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
-                                       int64_t stride, const QuantSpec& spec) {
-  float lo = 0.0f, hi = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, v[i * stride]);
-    hi = std::max(hi, v[i * stride]);
-  }
-  return ChooseQuantParams(lo, hi, spec);
-}
-
 }  // namespace
 
 absl::StatusOr<AwqLoss> ScaledRoundingLoss(const AwqMatrix& m,
@@ -78,8 +67,8 @@ absl::StatusOr<AwqLoss> ScaledRoundingLoss(const AwqMatrix& m,
   }
   QuantParams whole;
   if (!m.per_row) {
-    QUANTD_ASSIGN_OR_RETURN(whole,
-                            ParamsOver(scaled.data(), rows * cols, 1, spec));
+    QUANTD_ASSIGN_OR_RETURN(
+        whole, ChooseParamsOver(scaled.data(), rows * cols, 1, spec));
   }
   const int64_t step = std::max<int64_t>(1, rows / kLossRows);
   std::vector<int64_t> sample;
@@ -98,7 +87,8 @@ absl::StatusOr<AwqLoss> ScaledRoundingLoss(const AwqMatrix& m,
       len = std::min(block, segment - begin % segment);
       QuantParams p = whole;
       if (m.per_row) {
-        QUANTD_ASSIGN_OR_RETURN(p, ParamsOver(&scaled(r, begin), len, 1, spec));
+        QUANTD_ASSIGN_OR_RETURN(
+            p, ChooseParamsOver(&scaled(r, begin), len, 1, spec));
       }
       for (int64_t c = begin; c < begin + len; ++c) {
         const float back =

@@ -24,16 +24,6 @@ using MatD =
 // exact, they would cost rows x cols^2 more work, as much as GPTQ itself.
 constexpr int64_t kReportRows = 128;
 
-absl::StatusOr<QuantParams> ParamsOver(const float* v, int64_t n,
-                                       int64_t stride, const QuantSpec& spec) {
-  float lo = 0.0f, hi = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, v[i * stride]);
-    hi = std::max(hi, v[i * stride]);
-  }
-  return ChooseQuantParams(lo, hi, spec);
-}
-
 // Where each column's parameters are: GptqBlocking resolved for one row
 // length.
 struct BlockMap {
@@ -180,17 +170,19 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
   out.values.resize(rows * cols);
   if (blocks.size == 0) {
     for (int64_t r = 0; r < rows; ++r) {
-      QUANTD_ASSIGN_OR_RETURN(out.params[r],
-                              ParamsOver(&original(r, 0), cols, 1, spec));
+      QUANTD_ASSIGN_OR_RETURN(
+          out.params[r],
+          ChooseParamsOver(&original(r, 0), cols, 1, spec, options.range));
     }
   } else if (options.act_order) {
     // Static groups: the blocks of the original column order, fixed before
     // the permuted columns start moving.
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t b = 0; b < blocks.count; ++b) {
-        QUANTD_ASSIGN_OR_RETURN(out.params[r * blocks.count + b],
-                                ParamsOver(&original(r, blocks.Begin(b)),
-                                           blocks.Length(b), 1, spec));
+        QUANTD_ASSIGN_OR_RETURN(
+            out.params[r * blocks.count + b],
+            ChooseParamsOver(&original(r, blocks.Begin(b)), blocks.Length(b), 1,
+                             spec, options.range));
       }
     }
   }
@@ -208,7 +200,8 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
         for (int64_t r = 0; r < rows; ++r) {
           QUANTD_ASSIGN_OR_RETURN(
               out.params[r * blocks.count + b],
-              ParamsOver(&weights(r, a), blocks.Length(b), 1, spec));
+              ChooseParamsOver(&weights(r, a), blocks.Length(b), 1, spec,
+                               options.range));
         }
       }
       const float d = u(a, a);
@@ -251,8 +244,9 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
     for (int64_t b = 0; b < blocks.count; ++b) {
       const int64_t begin = blocks.Begin(b);
       const int64_t len = blocks.Length(b);
-      QUANTD_ASSIGN_OR_RETURN(const QuantParams p,
-                              ParamsOver(&original(r, begin), len, 1, spec));
+      QUANTD_ASSIGN_OR_RETURN(
+          const QuantParams p,
+          ChooseParamsOver(&original(r, begin), len, 1, spec, options.range));
       for (int64_t c = begin; c < begin + len; ++c) {
         stacked(2 * n + i, c) =
             original(r, c) -

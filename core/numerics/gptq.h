@@ -34,6 +34,8 @@ struct GptqOptions {
   // Columns per lazy block: the error of a block reaches the columns after
   // it as one matrix product.
   int64_t lazy_block = 128;
+  // How each row's or block's range is chosen (weight_params.range).
+  RangeSearch range;
 };
 
 // How a row's columns share quantization parameters: blocks of `size`

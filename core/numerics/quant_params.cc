@@ -209,6 +209,64 @@ int32_t QuantizeValue(float x, const QuantParams& params,
   return static_cast<int32_t>(clamped);
 }
 
+namespace {
+
+// sum((x - dq(q(x)))^2) over the values, q as QuantizeValue computes it: a
+// clamp to the grid before rounding gives the same integer (rounding is
+// monotonic and the bounds are integers), and adding then subtracting
+// 1.5 * 2^23 rounds half to even exactly for the clamped |y| < 2^22, so the
+// loop needs no libm call and vectorises.
+double RoundingError(const float* v, int64_t n, int64_t stride,
+                     const QuantParams& p, const QuantGrid& grid) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23.
+  const float zp = static_cast<float>(p.zero_point);
+  const float lo = static_cast<float>(grid.quant_min) - zp;
+  const float hi = static_cast<float>(grid.quant_max) - zp;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = v[i * stride];
+    const float y = std::min(std::max(x / p.scale, lo), hi);
+    const float r = (y + kRound) - kRound;
+    const float e = x - p.scale * r;
+    sum += static_cast<double>(e) * e;
+  }
+  return sum;
+}
+
+}  // namespace
+
+absl::StatusOr<QuantParams> ChooseParamsOver(const float* v, int64_t n,
+                                             int64_t stride,
+                                             const QuantSpec& spec,
+                                             const RangeSearch& search) {
+  float lo = 0.0f, hi = 0.0f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = v[i * stride];
+    nan = nan || std::isnan(x);
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  if (nan) return absl::InvalidArgumentError("tensor holds NaN");
+  QUANTD_ASSIGN_OR_RETURN(QuantParams best, ChooseQuantParams(lo, hi, spec));
+  if (!search.enabled() || (lo == 0.0f && hi == 0.0f)) return best;
+  QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
+  double best_error = RoundingError(v, n, stride, best, grid);
+  const float step =
+      (1.0f - search.min_ratio) / static_cast<float>(search.steps - 1);
+  for (int k = 1; k < search.steps && best_error > 0.0; ++k) {
+    const float ratio = 1.0f - step * static_cast<float>(k);
+    const QuantParams candidate =
+        ChooseQuantParamsUnchecked(lo * ratio, hi * ratio, spec, grid);
+    const double error = RoundingError(v, n, stride, candidate, grid);
+    if (error < best_error) {
+      best_error = error;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
 absl::StatusOr<ChannelLayout> LayoutFor(absl::Span<const int64_t> shape,
                                         int axis) {
   const int rank = static_cast<int>(shape.size());

@@ -80,6 +80,32 @@ QuantParams ChooseQuantParamsUnchecked(float min, float max,
                                        const QuantSpec& spec,
                                        const QuantGrid& grid);
 
+// How a weight's range is chosen for each tensor, channel or block
+// (weight_params.range). Disabled (steps 0): the values' own extremes, so
+// nothing is clipped. Enabled: the candidates [p * min, p * max] for
+// p = 1, 1 - step, 1 - 2 * step, ... (`steps` of them, step =
+// (1 - min_ratio) / (steps - 1)), and the one whose rounding error
+// sum((x - dq(q(x)))^2) over the values is least: a few outliers are
+// clipped so that the grid is finer for all the rest (the "mse" search of
+// GPTQ's reference quantizer, with the squared error).
+struct RangeSearch {
+  int steps = 0;
+  float min_ratio = 1.0f;
+  bool enabled() const { return steps > 1; }
+};
+// weight_params.range WEIGHT_RANGE_MSE: p = 1, 0.98, ..., 0.2.
+inline constexpr RangeSearch kMseRangeSearch{41, 0.2f};
+
+// The params of the `n` values v[0], v[stride], ..., v[(n - 1) * stride] on
+// spec's grid: ChooseQuantParams over their [min, max] (n = 0: all zeros),
+// or with `search` the candidate with the least squared rounding error (the
+// widest among equals). INVALID_ARGUMENT as ChooseQuantParams, for values
+// that are not finite.
+absl::StatusOr<QuantParams> ChooseParamsOver(const float* v, int64_t n,
+                                             int64_t stride,
+                                             const QuantSpec& spec,
+                                             const RangeSearch& search = {});
+
 // ONNX QuantizeLinear on one value: round(x / scale) half to even, plus the
 // zero point, saturated to the grid. NaN maps to the zero point. Assumes the
 // default FE_TONEAREST rounding mode.

@@ -27,6 +27,7 @@ std::vector<std::string> SetFields(const QuantOpParams& p) {
   if (p.has_producer_scope()) set.push_back("producer_scope");
   if (p.has_consumer_scope()) set.push_back("consumer_scope");
   if (p.has_block_size()) set.push_back("block_size");
+  if (p.has_range()) set.push_back("range");
   return set;
 }
 

@@ -56,6 +56,12 @@ absl::Status ResolveActivations(const QuantOpParams& a,
         "activation_params.block_size cannot be used: blocks are for weights "
         "(weight_params.block_size); an activation gets one scale per tensor");
   }
+  if (a.has_range()) {
+    return absl::InvalidArgumentError(
+        "activation_params.range cannot be used: it chooses weight ranges "
+        "(weight_params.range); an activation's range comes from calibration "
+        "(calibration_config.method, e.g. \"mse\" or \"percentile\")");
+  }
   act.producer_scope = a.producer_scope();
   act.consumer_scope = a.consumer_scope();
 

@@ -182,7 +182,23 @@ absl::StatusOr<WeightPassOptions> ResolveWeightPassOptions(
   weights.producer_scope = w.producer_scope();
   weights.consumer_scope = w.consumer_scope();
   QUANTD_RETURN_IF_ERROR(ResolveBlockSize(w, options.op_set, &weights));
+  if (w.has_range()) {
+    switch (w.range()) {
+      case quantd::v1::WEIGHT_RANGE_UNSPECIFIED:
+      case quantd::v1::WEIGHT_RANGE_MIN_MAX:
+        break;
+      case quantd::v1::WEIGHT_RANGE_MSE:
+        weights.range = numerics::kMseRangeSearch;
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "weight_params.range ", w.range(),
+            " is not a known range method (WEIGHT_RANGE_MIN_MAX or "
+            "WEIGHT_RANGE_MSE)"));
+    }
+  }
   QUANTD_RETURN_IF_ERROR(ResolveWeightAlgorithm(config, &options));
+  options.gptq.range = weights.range;
   options.bias_correction = config.bias_correction();
   return options;
 }

@@ -53,6 +53,9 @@ struct WeightQuantOptions {
   // along their input axis (DequantizeLinear-21 block_size); so do INT4 Conv
   // weights along their input channels (weight_plan.cc, ApplyBlocks).
   int64_t block_size = 0;
+  // weight_params.range: min/max (disabled) or the MSE search of each
+  // tensor's, channel's or block's range.
+  numerics::RangeSearch range;
   // Weights whose tensor name does not start with producer_scope, or with a
   // consumer whose node name does not start with consumer_scope, stay float.
   std::string producer_scope;
@@ -109,8 +112,8 @@ struct WeightPassOptions {
 // The weight side of a request, for either method: options.op_set,
 // quantization_precision, min_num_elements_for_weights,
 // unit_wise_quantization_precision and weight_params (bits, symmetric,
-// narrow_range, per_channel, block_size, scopes). INVALID_ARGUMENT naming
-// the field for min_num_elements_for_weights < -1, weight_params.bits
+// narrow_range, per_channel, block_size, range, scopes). INVALID_ARGUMENT
+// naming the field for min_num_elements_for_weights < -1, weight_params.bits
 // outside 2..8 (or above 4 when the model-wide precision or a unit entry is
 // W4A8 / W4A4: INT4 storage holds 4 bits), weight_params.block_size that is
 // not a power of two in [kMinWeightBlockSize, kMaxWeightBlockSize] or comes

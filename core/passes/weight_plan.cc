@@ -16,6 +16,7 @@
 #include "core/graph/tensor_util.h"
 #include "core/numerics/int4.h"
 #include "core/numerics/quantize_kernel.h"
+#include "core/numerics/range_search.h"
 #include "core/passes/gptq_weight.h"
 
 namespace quantd::passes {
@@ -582,6 +583,7 @@ quantd::v1::TensorReport MakeReport(const onnx::GraphProto& graph,
   s->set_per_channel(q.axis >= 0 && q.block_size == 0);
   s->set_axis(std::max(q.axis, 0));
   s->set_block_size(static_cast<int32_t>(q.block_size));
+  s->set_range(options.weights.range.enabled() ? "mse" : "min_max");
   s->set_storage_type(HasFourBitWeights(plan.precision)
                           ? (q.spec.is_signed ? "INT4" : "UINT4")
                           : "INT8");
@@ -700,12 +702,13 @@ QuantizedWeight QuantizeWeight(
   const bool four_bit = HasFourBitWeights(plan.precision);
   const numerics::QuantSpec spec = options.weights.SpecFor(plan.precision);
   const bool gptq_asked = options.algorithm == WeightAlgorithm::kGptq;
-  // The values as floats, when an algorithm needs them; else a view of the
-  // tensor's own bytes.
+  const numerics::RangeSearch& range = options.weights.range;
+  // The values as floats, when an algorithm or the range search needs them;
+  // else a view of the tensor's own bytes.
   std::vector<float> values;
   absl::StatusOr<numerics::FloatBytes> view =
       absl::UnimplementedError("values are copied");
-  if (!gptq_asked && !options.bias_correction) {
+  if (!gptq_asked && !options.bias_correction && !range.enabled()) {
     view = graph::ViewFloatTensor(*tensor);
   }
   if (!view.ok() && !absl::IsUnimplemented(view.status())) {
@@ -750,6 +753,10 @@ QuantizedWeight QuantizeWeight(
     q = numerics::QuantizedWithError{std::move(gptq->q), {}};
     std::vector<float> approx = numerics::DequantizeTensor(q->q, plan.dims);
     q->error = numerics::MeasureError(values, approx);
+  } else if (range.enabled()) {
+    q = numerics::QuantizeSearchedAndMeasure(
+        values, plan.dims, plan.axis >= 0 && plan.block_size == 0, plan.axis,
+        plan.block_size, spec, range, parallel_for);
   } else {
     q = numerics::QuantizeAndMeasure(
         *view, plan.dims, plan.axis >= 0 && plan.block_size == 0, plan.axis,

@@ -125,6 +125,15 @@ const CONFIGS = {
   static_tf_w4a8_awq_gptq: { label: 'STATIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
   static_tf_w4a8_b32_awq_gptq: { label: 'STATIC TF W4A8 block 32 AWQ+GPTQ', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq+gptq'] },
   dyn_tf_w4a8_awq_gptq: { label: 'DYNAMIC TF W4A8 AWQ+GPTQ', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_algorithm=awq+gptq'] },
+  // weight_params.range MSE (each channel's / block's range with the least
+  // squared rounding error): run when named.
+  dyn_tf_w4a8_mse: { label: 'DYNAMIC TF W4A8 MSE range', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--weight_range=mse'] },
+  dyn_tf_w4a8_b32_mse: { label: 'DYNAMIC TF W4A8 block 32 MSE range', extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_range=mse'] },
+  dyn_tf_w8a8_mse: { label: 'DYNAMIC TF W8A8 MSE range', extra: true, args: ['--method=dynamic_range', '--precision=w8a8', '--op_set=tf', '--weight_range=mse'] },
+  static_tf_w8a8_mse: { label: 'STATIC TF W8A8 MSE range', static: true, extra: true, args: ['--method=static_range', '--precision=w8a8', '--op_set=tf', '--weight_range=mse'] },
+  static_tf_w4a8_mse: { label: 'STATIC TF W4A8 MSE range', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--weight_range=mse'] },
+  static_tf_w4a8_b32_awq_gptq_mse: { label: 'STATIC TF W4A8 block 32 AWQ+GPTQ MSE range', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=awq+gptq', '--weight_range=mse'] },
+  dyn_tf_w4a8_b32_gptq_mse: { label: 'DYNAMIC TF W4A8 block 32 GPTQ MSE range', static: true, extra: true, args: ['--method=dynamic_range', '--precision=w4a8', '--op_set=tf', '--block_size=32', '--weight_algorithm=gptq', '--weight_range=mse'] },
   static_tf_w4a8_t25: { label: 'STATIC TF W4A8 target 25 dB', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_sqnr_db=25'] },
   static_tf_w4a8_a99: { label: 'STATIC TF W4A8 top-1 target 0.99', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99'] },
   static_tf_w4a8_a99_int: { label: 'STATIC TF W4A8 top-1 target 0.99, no float', static: true, extra: true, args: ['--method=static_range', '--precision=w4a8', '--op_set=tf', '--target_agreement=0.99', '--allowed_precisions=w4a8,w8a8'] },

@@ -436,6 +436,7 @@ class QuantdClient:
                  weight_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  activation_params: Union[service_pb2.QuantOpParams, Mapping, str, None] = None,
                  block_size: Optional[int] = None,
+                 weight_range: Optional[str] = None,
                  target_sqnr_db: Optional[float] = None,
                  target_agreement: Optional[float] = None,
                  allowed_precisions: Optional[Iterable[str]] = None,
@@ -472,6 +473,10 @@ class QuantdClient:
             of MatMul / Gemm weights and of 4-bit Conv weights (that many
             input channels at each kernel tap); 0 or None: per output
             channel.
+        weight_range: weight_params.range (quantctl --weight_range):
+            "min_max" (each channel's or block's extremes, the default) or
+            "mse" (the range with the least squared rounding error, clipping
+            a few outliers; helps 4-bit weights most).
         target_sqnr_db: STATIC_RANGE with calibration_batches: the worst
             output SQNR to reach (quantctl --target_sqnr_db); the nodes that
             add the most error stay float until it is met. The summary's
@@ -529,6 +534,12 @@ class QuantdClient:
                 getattr(config, name).CopyFrom(_to_message(value, kind, name))
         if block_size:
             config.weight_params.block_size = int(block_size)
+        if weight_range is not None:
+            ranges = {"min_max": service_pb2.WEIGHT_RANGE_MIN_MAX,
+                      "mse": service_pb2.WEIGHT_RANGE_MSE}
+            if weight_range not in ranges:
+                raise ValueError(f"weight_range is {weight_range!r}; it must be min_max or mse")
+            config.weight_params.range = ranges[weight_range]
         if target_sqnr_db is not None:
             config.target_sqnr_db = float(target_sqnr_db)
         if target_agreement is not None:

@@ -157,6 +157,40 @@ TEST(GptqTest, BeatsRoundToNearestOnCorrelatedInputs) {
   }
 }
 
+// options.range: each row's (and each static block's) params are
+// ChooseParamsOver's searched ones over the original weights.
+TEST(GptqTest, RangeSearchChoosesEachRowsParams) {
+  const int64_t rows = 8, cols = 48;
+  const std::vector<float> h = CorrelatedH(cols, 300, 5);
+  const std::vector<float> w = RandomWeights(rows * cols, 6);
+  QuantSpec spec;
+  spec.bits = 4;
+  for (bool act_order : {false, true}) {
+    GptqOptions options;
+    options.range = kMseRangeSearch;
+    options.act_order = act_order;
+    const int64_t block = act_order ? 16 : 0;
+    absl::StatusOr<GptqResult> got =
+        GptqQuantize(w, rows, cols, h, spec, GptqBlocking{block}, options);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const int64_t per_row = block > 0 ? cols / block : 1;
+    ASSERT_EQ(got->params.size(), static_cast<size_t>(rows * per_row));
+    int clipped = 0;  // Groups whose searched range is not min/max's.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < per_row; ++b) {
+        const int64_t len = block > 0 ? block : cols;
+        const float* v = &w[r * cols + b * len];
+        const QuantParams want =
+            *ChooseParamsOver(v, len, 1, spec, kMseRangeSearch);
+        EXPECT_EQ(got->params[r * per_row + b].scale, want.scale)
+            << "row " << r << " block " << b << " act_order " << act_order;
+        clipped += want.scale < ChooseParamsOver(v, len, 1, spec)->scale;
+      }
+    }
+    EXPECT_GT(clipped, 0);
+  }
+}
+
 TEST(GptqTest, OutputSqnrIsTheLayerLossOnTheInputs) {
   // With H = I the layer loss is the weight error itself: GPTQ has nothing
   // to trade and rounds to nearest.

@@ -193,5 +193,18 @@ TEST(DynamicRangeOptionsTest, BlockSize) {
   EXPECT_THAT(Message(act), HasSubstr("activation_params.block_size"));
 }
 
+TEST(DynamicRangeOptionsTest, RangeIsForWeightsOnly) {
+  auto o = ResolveWith([](auto* c) {
+    c->mutable_weight_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+  });
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->weights.range.enabled());
+  auto act = ResolveWith([](auto* c) {
+    c->mutable_activation_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+  });
+  EXPECT_EQ(act.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(act), HasSubstr("activation_params.range"));
+}
+
 }  // namespace
 }  // namespace quantd::passes

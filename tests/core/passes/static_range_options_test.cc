@@ -75,6 +75,18 @@ TEST(StaticRangeOptionsTest, BlockSizeIsForWeightsOnly) {
   EXPECT_THAT(s.message(), HasSubstr("activation_params.block_size"));
 }
 
+TEST(StaticRangeOptionsTest, RangeIsForWeightsOnly) {
+  quantd::v1::QuantizeConfig c;
+  c.mutable_weight_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+  absl::StatusOr<StaticRangeOptions> o = ResolveStaticRangeOptions(c);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->weights.range.enabled());
+  c.mutable_activation_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+  absl::Status s = ResolveStaticRangeOptions(c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("activation_params.range"));
+}
+
 TEST(StaticRangeOptionsTest, TrackingFieldsAreForActivationsOnly) {
   quantd::v1::QuantizeConfig c;
   auto* a = c.mutable_activation_params();

@@ -27,6 +27,8 @@ TEST(ResolveWeightPassOptionsTest, EmptyConfigGivesTheDocumentedDefaults) {
   EXPECT_TRUE(o->weights.spec.narrow_range);
   EXPECT_TRUE(o->weights.per_channel);
   EXPECT_EQ(o->weights.block_size, 0);
+  EXPECT_FALSE(o->weights.range.enabled());
+  EXPECT_FALSE(o->gptq.range.enabled());
   EXPECT_FALSE(o->weights.bits_from_params);
   EXPECT_TRUE(o->units.empty());
 }
@@ -135,6 +137,28 @@ TEST(ResolveWeightPassOptionsTest, BlocksNeedPerChannelAndOpSetTf) {
     EXPECT_THAT(Message(o), HasSubstr(op_set == tfq::XLA ? "MatMulInteger"
                                                          : "QLinearConv"));
   }
+}
+
+TEST(ResolveWeightPassOptionsTest, RangeMseSearchesWeightsAndGptqRows) {
+  quantd::v1::QuantizeConfig config;
+  config.mutable_weight_params()->set_range(quantd::v1::WEIGHT_RANGE_MIN_MAX);
+  auto o = ResolveWeightPassOptions(config);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->weights.range.enabled());
+
+  config.mutable_weight_params()->set_range(quantd::v1::WEIGHT_RANGE_MSE);
+  config.set_weight_algorithm(quantd::v1::WEIGHT_ALGORITHM_GPTQ);
+  o = ResolveWeightPassOptions(config);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->weights.range.steps, numerics::kMseRangeSearch.steps);
+  EXPECT_EQ(o->weights.range.min_ratio, numerics::kMseRangeSearch.min_ratio);
+  EXPECT_EQ(o->gptq.range.steps, numerics::kMseRangeSearch.steps);
+
+  config.mutable_weight_params()->set_range(
+      static_cast<quantd::v1::WeightRange>(7));
+  o = ResolveWeightPassOptions(config);
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(o), HasSubstr("weight_params.range 7"));
 }
 
 }  // namespace
