@@ -30,6 +30,7 @@
 #include "core/graph/tensor_util.h"
 #include "core/numerics/quant_params.h"
 #include "core/numerics/quantize_kernel.h"
+#include "core/numerics/range_search.h"
 #include "core/passes/dynamic_range_pass.h"
 
 ABSL_FLAG(int64_t, rows, 4096, "Rows of the weight (axis 0).");
@@ -41,6 +42,9 @@ ABSL_FLAG(std::string, cases, "",
 ABSL_FLAG(bool, old_path, true, "Also time the replaced path (one thread).");
 ABSL_FLAG(bool, whole_pass, true,
           "Also time the whole DYNAMIC_RANGE pass on a one-MatMul model.");
+ABSL_FLAG(bool, mse, false,
+          "Also time weight_params.range MSE (QuantizeSearchedAndMeasure on "
+          "the float values: 41 candidate roundings per value), 3 runs.");
 ABSL_FLAG(std::string, peer_file, "",
           "Lines 'case threads GB/s' of a peer (torch) to compare with.");
 
@@ -219,6 +223,12 @@ int Main() {
       "/ memcpy | fused / old |%s\n|---|---|---|---|---|---|---|%s\n",
       with_peer ? " torch GB/s | fused / torch |" : "",
       with_peer ? "---|---|" : "");
+  const bool mse = absl::GetFlag(FLAGS_mse);
+  std::vector<float> floats;
+  if (mse) {
+    std::printf("(with --mse: two more columns, mse GB/s and fused / mse)\n");
+    floats = *graph::ReadFloatTensor(tensor);
+  }
   std::string copy(tensor.raw_data().size(), '\0');
   std::map<std::string, double> old_gbps;
   for (const int threads : thread_counts) {
@@ -286,6 +296,17 @@ int Main() {
         } else {
           std::printf(" %.2f | %.2f |", p->second, fused_gbps / p->second);
         }
+      }
+      if (mse) {
+        absl::StatusOr<QuantizedWithError> searched;
+        const double mse_s = Time(std::min(repeats, 3), [&] {
+          searched = QuantizeSearchedAndMeasure(floats, shape, c.per_channel,
+                                                c.axis, c.block_size, c.spec,
+                                                kMseRangeSearch, parallel_for);
+        });
+        if (!searched.ok()) return 1;
+        const double mse_gbps = bytes / mse_s / 1e9;
+        std::printf(" %.3f | %.1f |", mse_gbps, fused_gbps / mse_gbps);
       }
       std::printf("\n");
       std::fflush(stdout);

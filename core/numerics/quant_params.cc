@@ -5,11 +5,24 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/multiversion.h"
 #include "core/base/status_macros.h"
+
+// The range search's error loop, built for x86-64-v4, v3 and the baseline
+// like the fused kernel, with fp-contract=off so that every clone computes
+// the same sums.
+#if QUANTD_HAS_TARGET_CLONES
+#define QUANTD_SEARCH_KERNEL                                                   \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("O3", "fp-contract=off")))
+#else
+#define QUANTD_SEARCH_KERNEL
+#endif
 
 namespace quantd::numerics {
 namespace {
@@ -211,26 +224,47 @@ int32_t QuantizeValue(float x, const QuantParams& params,
 
 namespace {
 
-// sum((x - dq(q(x)))^2) over the values, q as QuantizeValue computes it: a
+// sum((x - dq(q(x)))^2) over v[0, n), q as QuantizeValue computes it: a
 // clamp to the grid before rounding gives the same integer (rounding is
 // monotonic and the bounds are integers), and adding then subtracting
 // 1.5 * 2^23 rounds half to even exactly for the clamped |y| < 2^22, so the
-// loop needs no libm call and vectorises.
-double RoundingError(const float* v, int64_t n, int64_t stride,
-                     const QuantParams& p, const QuantGrid& grid) {
+// loop needs no libm call. The squares go to kLanes sums in a fixed order
+// (value i to lane i % kLanes), so the loop vectorises and every clone
+// (fp-contract=off: no FMA in one and not another) adds the same numbers
+// the same way.
+constexpr int kLanes = 8;
+QUANTD_SEARCH_KERNEL double SquaredError(const float* v, int64_t n, float scale,
+                                         float zero_point, float lo, float hi) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23.
-  const float zp = static_cast<float>(p.zero_point);
-  const float lo = static_cast<float>(grid.quant_min) - zp;
-  const float hi = static_cast<float>(grid.quant_max) - zp;
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = v[i * stride];
-    const float y = std::min(std::max(x / p.scale, lo), hi);
-    const float r = (y + kRound) - kRound;
-    const float e = x - p.scale * r;
-    sum += static_cast<double>(e) * e;
+  double acc[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float x = v[i + k];
+      const float y = std::min(std::max(x / scale, lo), hi);
+      const float r = (y + kRound) - kRound;
+      const double e = static_cast<double>(x - scale * r);
+      acc[k] += e * e;
+    }
   }
+  for (int64_t i = whole; i < n; ++i) {
+    const float x = v[i];
+    const float y = std::min(std::max(x / scale, lo), hi);
+    const float r = (y + kRound) - kRound;
+    const double e = static_cast<double>(x - scale * r);
+    acc[i - whole] += e * e;
+  }
+  double sum = 0.0;
+  for (double a : acc) sum += a;
   return sum;
+}
+
+double RoundingError(const float* v, int64_t n, const QuantParams& p,
+                     const QuantGrid& grid) {
+  const float zp = static_cast<float>(p.zero_point);
+  return SquaredError(v, n, p.scale, zp,
+                      static_cast<float>(grid.quant_min) - zp,
+                      static_cast<float>(grid.quant_max) - zp);
 }
 
 }  // namespace
@@ -251,14 +285,20 @@ absl::StatusOr<QuantParams> ChooseParamsOver(const float* v, int64_t n,
   QUANTD_ASSIGN_OR_RETURN(QuantParams best, ChooseQuantParams(lo, hi, spec));
   if (!search.enabled() || (lo == 0.0f && hi == 0.0f)) return best;
   QUANTD_ASSIGN_OR_RETURN(const QuantGrid grid, GridFor(spec));
-  double best_error = RoundingError(v, n, stride, best, grid);
+  std::vector<float> gathered;
+  if (stride != 1) {
+    gathered.resize(n);
+    for (int64_t i = 0; i < n; ++i) gathered[i] = v[i * stride];
+    v = gathered.data();
+  }
+  double best_error = RoundingError(v, n, best, grid);
   const float step =
       (1.0f - search.min_ratio) / static_cast<float>(search.steps - 1);
   for (int k = 1; k < search.steps && best_error > 0.0; ++k) {
     const float ratio = 1.0f - step * static_cast<float>(k);
     const QuantParams candidate =
         ChooseQuantParamsUnchecked(lo * ratio, hi * ratio, spec, grid);
-    const double error = RoundingError(v, n, stride, candidate, grid);
+    const double error = RoundingError(v, n, candidate, grid);
     if (error < best_error) {
       best_error = error;
       best = candidate;
