@@ -7,6 +7,7 @@
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/numerics/row_blocks.h"
 
 namespace quantd::numerics {
 namespace {
@@ -78,13 +79,13 @@ absl::StatusOr<AwqLoss> ScaledRoundingLoss(const AwqMatrix& m,
   }
   const int64_t n = static_cast<int64_t>(sample.size());
   MatF stacked(2 * n, cols);  // The sampled rows' weights, then errors.
-  const int64_t block = m.per_row && m.block_size > 0 ? m.block_size : cols;
-  const int64_t segment = block < cols && m.segment > 0 ? m.segment : cols;
+  const RowBlocks blocks =
+      RowBlocks::For(m.per_row ? m.block_size : 0, m.segment, cols);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = sample[i];
-    int64_t len = 0;
-    for (int64_t begin = 0; begin < cols; begin += len) {
-      len = std::min(block, segment - begin % segment);
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      const int64_t begin = blocks.Begin(b);
+      const int64_t len = blocks.Length(b);
       QuantParams p = whole;
       if (m.per_row) {
         QUANTD_ASSIGN_OR_RETURN(

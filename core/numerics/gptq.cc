@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/numerics/decibels.h"
+#include "core/numerics/row_blocks.h"
 
 namespace quantd::numerics {
 namespace {
@@ -23,27 +24,6 @@ using MatD =
 // The output SQNRs are estimated on at most this many rows (evenly spaced):
 // exact, they would cost rows x cols^2 more work, as much as GPTQ itself.
 constexpr int64_t kReportRows = 128;
-
-// Where each column's parameters are: GptqBlocking resolved for one row
-// length.
-struct BlockMap {
-  int64_t size = 0;         // 0: one block per row.
-  int64_t segment = 1;      // Columns per segment.
-  int64_t per_segment = 1;  // Blocks per segment.
-  int64_t count = 1;        // Blocks per row.
-  int64_t Of(int64_t c) const {
-    return size == 0 ? 0 : c / segment * per_segment + c % segment / size;
-  }
-  bool Starts(int64_t c) const { return size > 0 && c % segment % size == 0; }
-  int64_t Begin(int64_t b) const {
-    return size == 0 ? 0 : b / per_segment * segment + b % per_segment * size;
-  }
-  // Columns in block b (the last of a segment may be short).
-  int64_t Length(int64_t b) const {
-    return size == 0 ? segment
-                     : std::min(size, segment - b % per_segment * size);
-  }
-};
 
 }  // namespace
 
@@ -72,12 +52,7 @@ absl::StatusOr<GptqResult> GptqQuantize(absl::Span<const float> w, int64_t rows,
         " columns (of ", cols, "), lazy block ", options.lazy_block,
         ", dampening ", options.dampening, " are out of range"));
   }
-  BlockMap blocks;
-  blocks.size = blocking.size;
-  blocks.segment = blocking.size > 0 ? segment : cols;
-  blocks.per_segment =
-      blocking.size > 0 ? BlockCount(blocks.segment, blocking.size) : 1;
-  blocks.count = cols / blocks.segment * blocks.per_segment;
+  const RowBlocks blocks = RowBlocks::For(blocking.size, segment, cols);
   for (float v : w) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError("the weight holds NaN or infinity");

@@ -283,6 +283,18 @@ TEST(ScaledRoundingLossSegmentsTest, BlocksRestartAtEverySegment) {
       ScaledRoundingLoss(m, std::vector<double>(cols, 1.0), Int4());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_NEAR(got->error, want, 1e-6 * want);
+  // A block longer than the whole row still restarts at every segment, as
+  // the weight pass blocks a Conv of few input channels (3 x 9 taps in
+  // blocks of 32: one block per tap): the same grid as blocks of 20 here.
+  AwqMatrix per_segment = m;
+  per_segment.block_size = 20;
+  m.block_size = 64;
+  const double long_blocks =
+      ScaledRoundingLoss(m, std::vector<double>(cols, 1.0), Int4())->error;
+  EXPECT_EQ(long_blocks,
+            ScaledRoundingLoss(per_segment, std::vector<double>(cols, 1.0),
+                               Int4())
+                ->error);
   m.segment = 30;  // Does not divide the 40 columns.
   EXPECT_THAT(ScaledRoundingLoss(m, std::vector<double>(cols, 1.0), Int4())
                   .status()
