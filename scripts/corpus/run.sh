@@ -54,16 +54,10 @@ done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/quantd-corpus-run.XXXXXX")
 log="$work/quantd.log"
-"$QUANTD_BIN" --host=127.0.0.1 --port=0 --metrics_port=0 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 300); do
-  grep -q "listening on" "$log" && break
-  kill -0 $pid 2>/dev/null || { echo "quantd exited:"; cat "$log"; exit 1; }
-  sleep 0.1
-done
-port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$log" | head -n1)
-[[ -n "$port" ]] || { echo "quantd did not start:"; cat "$log"; exit 1; }
+source "$REPO/scripts/lib/quantd_server.sh"
+trap 'kill $QUANTD_PID 2>/dev/null || true; wait $QUANTD_PID 2>/dev/null || true; rm -rf "$work"' EXIT
+start_quantd "$QUANTD_BIN" "$log" --metrics_port=0
+pid=$QUANTD_PID port=$QUANTD_PORT
 echo "[corpus] quantd pid $pid on 127.0.0.1:$port" >&2
 
 eval_args=(--server "127.0.0.1:$port" --quantctl "$QUANTCTL_BIN" --corpus "$CORPUS_DIR"

@@ -10,11 +10,10 @@ set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?usage: scripts/probe/run.sh OUT}
 log=$(mktemp)
-"$REPO/build/server/quantd" --host=127.0.0.1 --port=0 --metrics_port=-1 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$log" | head -n1)
+source "$REPO/scripts/lib/quantd_server.sh"
+trap 'kill $QUANTD_PID 2>/dev/null; rm -f "$log"' EXIT
+start_quantd "$REPO/build/server/quantd" "$log" --metrics_port=-1
+port=$QUANTD_PORT
 printf '| model | config | quantd | ORT SQNR dB / top-1 | note |\n|---|---|---|---|---|\n'
 for d in "$OUT"/*/; do
   name=$(basename "$d")

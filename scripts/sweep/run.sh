@@ -22,11 +22,10 @@ if [[ $OUT == - ]]; then
   cleanup_out=$OUT
 fi
 log=$(mktemp)
-"$QUANTD_BIN" --host=127.0.0.1 --port=0 --metrics_port=-1 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"; [[ -n $cleanup_out ]] && rm -rf "$cleanup_out"' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done
-port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$log" | head -n1)
+source "$REPO/scripts/lib/quantd_server.sh"
+trap 'kill $QUANTD_PID 2>/dev/null; rm -f "$log"; [[ -n $cleanup_out ]] && rm -rf "$cleanup_out"' EXIT
+start_quantd "$QUANTD_BIN" "$log" --metrics_port=-1
+pid=$QUANTD_PID port=$QUANTD_PORT
 rc=0
 /usr/bin/python3 "$REPO/scripts/sweep/backend_nodes.py" --server=127.0.0.1:"$port" \
   --quantctl="$QUANTCTL_BIN" --out="$OUT" "$@" || rc=1
