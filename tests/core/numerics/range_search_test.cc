@@ -1,7 +1,8 @@
 // Tests of core/numerics/range_search and ChooseParamsOver: with the search
 // off, the searched quantizer is the reference quantizer; with it on, each
-// group's params are those a plain candidate-by-candidate search written here
-// picks, and the rounding error never exceeds min/max's.
+// group's integers are those of the range a plain candidate-by-candidate
+// search written here picks, its scale keeps the group's projection, and the
+// error stays below min/max's on heavy-tailed values.
 #include "core/numerics/range_search.h"
 
 #include <cmath>
@@ -245,12 +246,30 @@ TEST(QuantizeSearchedAndMeasureTest, EachGroupGetsItsSearchedRange) {
                                              spec)
                      : QuantizeTensor(v, l.shape, l.per_channel, l.axis, spec)),
                l.shape));
+    // Each group's integers are its searched range's; its stored scale keeps
+    // the projection: sum(x^2) / sum((q - z) x).
+    const QuantGrid grid = *GridFor(spec);
     for (size_t g = 0; g < groups.size(); ++g) {
-      const QuantParams want =
+      const QuantParams searched =
           ReferenceSearch(groups[g], spec, kMseRangeSearch);
-      EXPECT_EQ(got->q.params[g].scale, want.scale)
+      double xx = 0, qx = 0;
+      for (float x : groups[g]) {
+        const double q = QuantizeValue(x, searched, grid) - searched.zero_point;
+        xx += static_cast<double>(x) * x;
+        qx += q * x;
+      }
+      const float want = qx > 0 ? static_cast<float>(xx / qx) : searched.scale;
+      EXPECT_FLOAT_EQ(got->q.params[g].scale, want)
           << Name(l) << " group " << g;
-      EXPECT_EQ(got->q.params[g].zero_point, want.zero_point);
+      EXPECT_EQ(got->q.params[g].zero_point, searched.zero_point);
+      // Dequantized, the group keeps its energy along the originals.
+      double along = 0;
+      for (float x : groups[g]) {
+        along +=
+            static_cast<double>(x) *
+            DequantizeValue(QuantizeValue(x, searched, grid), got->q.params[g]);
+      }
+      EXPECT_NEAR(along, xx, 1e-5 * xx + 1e-12) << Name(l) << " group " << g;
     }
     EXPECT_LT(got->error.mse, minmax.mse) << Name(l);
   }
