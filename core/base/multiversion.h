@@ -24,4 +24,15 @@
 #define QUANTD_VECTOR_CLONES
 #endif
 
+// For a kernel whose clones must compute the same sums bit for bit: built
+// for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, picked at load time,
+// with fp-contract=off (no FMA in one clone and not in another).
+#if QUANTD_HAS_TARGET_CLONES
+#define QUANTD_EXACT_CLONES                                                    \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("O3", "fp-contract=off")))
+#else
+#define QUANTD_EXACT_CLONES
+#endif
+
 #endif  // QUANTD_CORE_BASE_MULTIVERSION_H_

@@ -13,17 +13,6 @@
 #include "core/base/multiversion.h"
 #include "core/base/status_macros.h"
 
-// The range search's error loop, built for x86-64-v4, v3 and the baseline
-// like the fused kernel, with fp-contract=off so that every clone computes
-// the same sums.
-#if QUANTD_HAS_TARGET_CLONES
-#define QUANTD_SEARCH_KERNEL                                                   \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
-                 optimize("O3", "fp-contract=off")))
-#else
-#define QUANTD_SEARCH_KERNEL
-#endif
-
 namespace quantd::numerics {
 namespace {
 
@@ -233,8 +222,8 @@ namespace {
 // (fp-contract=off: no FMA in one and not another) adds the same numbers
 // the same way.
 constexpr int kLanes = 8;
-QUANTD_SEARCH_KERNEL double SquaredError(const float* v, int64_t n, float scale,
-                                         float zero_point, float lo, float hi) {
+QUANTD_EXACT_CLONES double SquaredError(const float* v, int64_t n, float scale,
+                                        float zero_point, float lo, float hi) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23.
   double acc[kLanes] = {};
   const int64_t whole = n / kLanes * kLanes;

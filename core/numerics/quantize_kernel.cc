@@ -30,16 +30,9 @@
 #include "core/base/multiversion.h"
 #include "core/base/status_macros.h"
 
-// Built for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, picked at load
-// time: the library targets baseline x86-64. fp-contract=off keeps every
-// clone's sums identical (no FMA in one and not the other).
-#if QUANTD_HAS_TARGET_CLONES
-#define QUANTD_QUANT_KERNEL                                                    \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
-                 optimize("O3", "fp-contract=off")))
-#else
-#define QUANTD_QUANT_KERNEL
-#endif
+// The library targets baseline x86-64; the kernels are cloned for AVX-512
+// and AVX2 with identical sums in every clone (multiversion.h).
+#define QUANTD_QUANT_KERNEL QUANTD_EXACT_CLONES
 
 // Helpers of the multiversioned kernels, inlined into each clone. Vectors
 // pass by reference: by value they would change the ABI between clones.
