@@ -97,7 +97,7 @@ absl::StatusOr<quantd::v1::CalibrationResult> RunCalibrateJob(
   QUANTD_RETURN_IF_ERROR(graph::InlineLocalFunctions(&model));
   // Prepared exactly as Quantize prepares it (same folds, same names).
   QUANTD_RETURN_IF_ERROR(
-      graph::PrepareGraph(&model, passes::FullPrepareOptions()));
+      graph::PrepareGraph(&model, passes::FullPrepareOptions(&cancel)));
   QUANTD_RETURN_IF_ERROR(cancel.Check("validate"));
 
   // The session keeps the model (until a batch of graph inputs needs the

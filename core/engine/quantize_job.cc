@@ -383,7 +383,7 @@ absl::Status QuantizeJob::Parse(ModelUpload* upload) {
     // tensor names match).
     QUANTD_ASSIGN_OR_RETURN(
         graph::PrepareReport prepared,
-        graph::PrepareGraph(&model_, passes::FullPrepareOptions()));
+        graph::PrepareGraph(&model_, passes::FullPrepareOptions(&cancel_)));
     prepared.reordered_nodes += reordered;
     const std::string summary = prepared.Summary();
     if (!summary.empty()) result_.summary.add_validations("note: " + summary);

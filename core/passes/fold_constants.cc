@@ -100,11 +100,14 @@ bool FoldShape(const NodeProto& node, const std::vector<int64_t>& dims,
   return true;
 }
 
-// Runs `node` on constant inputs in a one-node model; false when the
-// executor cannot (the node then stays).
-bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
-              const absl::flat_hash_map<std::string, const TensorProto*>& k,
-              int64_t max_elements, std::vector<TensorProto>* outs) {
+// Runs `node` on constant inputs in a one-node model into `outs`. CANCELLED
+// when `cancel` stopped the run; any other error: the executor cannot run it
+// (the node then stays).
+absl::Status Evaluate(
+    const onnx::ModelProto& model, const NodeProto& node,
+    const absl::flat_hash_map<std::string, const TensorProto*>& k,
+    int64_t max_elements, const CancellationToken* cancel,
+    std::vector<TensorProto>* outs) {
   onnx::ModelProto mini;
   mini.set_ir_version(model.ir_version());
   *mini.mutable_opset_import() = model.opset_import();
@@ -122,28 +125,33 @@ bool Evaluate(const onnx::ModelProto& model, const NodeProto& node,
     g->add_output()->set_name(node.output(i));
     slots.push_back(i);
   }
-  absl::StatusOr<std::unique_ptr<executor::Executor>> exec =
-      executor::Executor::Create(mini);
-  if (!exec.ok()) return false;
+  QUANTD_ASSIGN_OR_RETURN(std::unique_ptr<executor::Executor> exec,
+                          executor::Executor::Create(mini));
   executor::Executor::RunOptions options;
   options.max_tensor_elements = max_elements;
-  absl::StatusOr<std::vector<executor::Tensor>> values =
-      (*exec)->Run({}, options);
-  if (!values.ok() || values->size() != slots.size()) return false;
+  options.cancel = cancel;
+  QUANTD_ASSIGN_OR_RETURN(std::vector<executor::Tensor> values,
+                          exec->Run({}, options));
+  if (values.size() != slots.size()) {
+    return absl::InternalError("the executor returned other outputs");
+  }
   outs->clear();
   for (size_t i = 0; i < slots.size(); ++i) {
-    outs->push_back((*values)[i].ToProto(node.output(slots[i])));
+    outs->push_back(values[i].ToProto(node.output(slots[i])));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 // Folds the nodes of `g` (the main graph when `types` is given, else a
 // body) whose inputs are all in `constants` (the enclosing graphs' fixed
 // values, by name), then the bodies of the nodes left, each seeing `g`'s
 // fixed values too. Adds to `inputs_of_folded` what the folded nodes read.
-int64_t FoldGraph(
+// CANCELLED once `cancel` (may be null) is set, checked before each node and
+// inside each run.
+absl::StatusOr<int64_t> FoldGraph(
     const onnx::ModelProto& model, GraphProto* g, bool main,
     absl::flat_hash_map<std::string, const TensorProto*> constants,
+    const CancellationToken* cancel,
     absl::flat_hash_set<std::string>* inputs_of_folded) {
   const int64_t ir = model.ir_version();
   const graph::GraphIndex index(*g);
@@ -164,6 +172,9 @@ int64_t FoldGraph(
   std::deque<TensorProto> folded_values;  // Stable addresses.
   absl::flat_hash_set<int> drop;
   for (int i = 0; i < g->node_size(); ++i) {
+    if (cancel != nullptr) {
+      QUANTD_RETURN_IF_ERROR(cancel->Check("constant folding"));
+    }
     const NodeProto& node = g->node(i);
     if (NeverFold(node)) continue;
     bool writes_output = false;
@@ -197,10 +208,13 @@ int64_t FoldGraph(
       // scalar to 2^31 elements took 16 GB to find out it was too big.
       const int64_t max_elements =
           static_cast<int64_t>(std::max<uint64_t>(kMaxFoldedBytes, in_bytes));
-      if (!all_constant ||
-          !Evaluate(model, node, constants, max_elements, &outs)) {
-        continue;
-      }
+      if (!all_constant) continue;
+      const absl::Status run =
+          Evaluate(model, node, constants, max_elements, cancel, &outs);
+      // A run the cancel stopped ends the fold; a node the executor cannot
+      // run stays.
+      if (absl::IsCancelled(run)) return run;
+      if (!run.ok()) continue;
       bool too_big = false;
       for (const auto& t : outs) {
         const uint64_t b = graph::DataBytes(t);
@@ -243,11 +257,16 @@ int64_t FoldGraph(
   for (auto& node : *g->mutable_node()) {
     for (auto& a : *node.mutable_attribute()) {
       if (a.has_g()) {
-        folded +=
-            FoldGraph(model, a.mutable_g(), false, constants, inputs_of_folded);
+        QUANTD_ASSIGN_OR_RETURN(
+            const int64_t n, FoldGraph(model, a.mutable_g(), false, constants,
+                                       cancel, inputs_of_folded));
+        folded += n;
       }
       for (auto& body : *a.mutable_graphs()) {
-        folded += FoldGraph(model, &body, false, constants, inputs_of_folded);
+        QUANTD_ASSIGN_OR_RETURN(
+            const int64_t n, FoldGraph(model, &body, false, constants, cancel,
+                                       inputs_of_folded));
+        folded += n;
       }
     }
   }
@@ -295,10 +314,12 @@ void DropFoldedInputs(const absl::flat_hash_set<std::string>& inputs_of_folded,
 
 }  // namespace
 
-absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model) {
+absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model,
+                                          const CancellationToken* cancel) {
   absl::flat_hash_set<std::string> inputs_of_folded;
-  const int64_t folded =
-      FoldGraph(*model, model->mutable_graph(), true, {}, &inputs_of_folded);
+  QUANTD_ASSIGN_OR_RETURN(const int64_t folded,
+                          FoldGraph(*model, model->mutable_graph(), true, {},
+                                    cancel, &inputs_of_folded));
   if (folded > 0) {
     DropFoldedInputs(inputs_of_folded, true, model->ir_version(),
                      model->mutable_graph());
@@ -319,12 +340,13 @@ absl::Status UpgradeOpsetForPrepare(onnx::ModelProto* model,
   return absl::OkStatus();
 }
 
-graph::PrepareOptions FullPrepareOptions() {
+graph::PrepareOptions FullPrepareOptions(const CancellationToken* cancel) {
   graph::PrepareOptions options;
   options.upgrade = UpgradeOpsetForPrepare;
-  options.fold_constants = [](onnx::ModelProto* model,
-                              graph::PrepareReport* report) -> absl::Status {
-    QUANTD_ASSIGN_OR_RETURN(int64_t n, FoldConstantNodes(model));
+  options.fold_constants = [cancel](
+                               onnx::ModelProto* model,
+                               graph::PrepareReport* report) -> absl::Status {
+    QUANTD_ASSIGN_OR_RETURN(int64_t n, FoldConstantNodes(model, cancel));
     report->folded_constant_nodes += n;
     return absl::OkStatus();
   };

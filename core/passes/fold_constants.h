@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "core/base/cancellation.h"
 #include "core/graph/prepare.h"
 #include "onnx/onnx_pb.h"
 
@@ -35,8 +36,12 @@ inline constexpr int64_t kMaxFoldGrowthBytes = 4096;
 // outputs over kMaxFoldedBytes (unless no larger than the inputs), outputs
 // more than kMaxFoldGrowthBytes larger than the inputs, and nodes the
 // executor cannot run. Initializers only folded nodes read are dropped.
-// Returns how many nodes were folded.
-absl::StatusOr<int64_t> FoldConstantNodes(onnx::ModelProto* model);
+// Returns how many nodes were folded. Once `cancel` (may be null) is set,
+// CANCELLED within a node (checked before each and by the executor inside
+// its run: a node's work can follow its input values, e.g. RoiAlign's
+// adaptive sampling); the model is then partly folded, to be discarded.
+absl::StatusOr<int64_t> FoldConstantNodes(
+    onnx::ModelProto* model, const CancellationToken* cancel = nullptr);
 
 // Upgrades a model whose default opset is in [7, 13) to 13 (ConvertOpset:
 // shape inference fills the ranks the converter needs, Softmax-like ops are
@@ -46,8 +51,10 @@ absl::Status UpgradeOpsetForPrepare(onnx::ModelProto* model,
                                     graph::PrepareReport* report);
 
 // PrepareOptions with every step on, the upgrade and constant folding
-// included: what Quantize and Calibrate both run.
-graph::PrepareOptions FullPrepareOptions();
+// included: what Quantize and Calibrate both run. Folding stops with
+// CANCELLED once `cancel` (may be null; must outlive the options) is set.
+graph::PrepareOptions FullPrepareOptions(
+    const CancellationToken* cancel = nullptr);
 
 }  // namespace quantd::passes
 

@@ -3,7 +3,8 @@
 // lifecycle_e2e_test; here the rest: a client cancelling mid-upload,
 // mid-calibration and mid-download, a client process killed with SIGKILL,
 // and deadlines expiring while the client stalls its upload, while core
-// calibrates and while the client does not read its download.
+// calibrates, while core folds constants and while the client does not read
+// its download.
 //
 // After each fault the server's own metrics prove the dead call let go:
 // quantd_inflight_jobs back to 0 (the core job ended), quantd_uploading_bytes
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +174,27 @@ class FaultE2eTest : public ::testing::Test {
   std::unique_ptr<quantd::v1::QuantizationService::Stub> stub_;
   std::string model_;
 };
+
+// Constant folding runs the executor on the model's constants before any
+// other stage, and a node's work can follow its input values: the deadline
+// must reach into the folded node's run (the job-ended line names it; a fold
+// that ran to its end would have been cancelled at the next stage instead).
+TEST_F(FaultE2eTest, ADeadlineStopsConstantFoldingInsideTheNode) {
+  model_ = LongFoldModel();
+  const std::string id = "fold-deadline";
+  grpc::ClientContext context;
+  Identify(&context, id, absl::Seconds(1));
+  auto stream = stub_->Quantize(&context);
+  ASSERT_TRUE(Upload(stream.get(), QuantizeConfigMessage(), model_.size()));
+  stream->WritesDone();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ExpectReleased(id, "DEADLINE_EXCEEDED");
+  const std::optional<std::string> ended = WaitForLine(
+      log_, {"quantd job-ended", "request_id=" + id + " "}, absl::Seconds(30));
+  ASSERT_TRUE(ended.has_value()) << ReadAll(log_);
+  EXPECT_THAT(*ended, HasSubstr("cancelled during RoiAlign"));
+  std::printf("fault fold-deadline: %s\n", ended->c_str());
+}
 
 TEST_F(FaultE2eTest, EveryFaultReleasesTheCallAndMemoryComesBack) {
   int faults = 0;

@@ -6,9 +6,13 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "core/base/cancellation.h"
 #include "core/executor/executor.h"
 #include "core/executor/npy.h"
 #include "core/executor/tensor.h"
@@ -116,6 +120,91 @@ TEST(FoldConstantNodes, LeavesGraphOutputsAndRandomOpsAlone) {
   ASSERT_TRUE(folded.ok()) << folded.status();
   EXPECT_EQ(*folded, 0);
   EXPECT_EQ(m.graph().node_size(), 3);
+}
+
+// A foldable chain (Neg -> Abs of a constant) before an Add that reads the
+// graph input.
+onnx::ModelProto FoldableChain() {
+  ModelBuilder b;
+  b.Input("x", {2}).Output("y");
+  b.Initializer("k", {2}, {1.0f, -2.0f});
+  b.Node("Neg", {"k"}, {"n"}, "neg");
+  b.Node("Abs", {"n"}, {"a"}, "abs");
+  b.Node("Add", {"x", "a"}, {"y"}, "add");
+  return b.Build();
+}
+
+TEST(FoldConstantNodes, ACancelledJobFoldsNothing) {
+  onnx::ModelProto m = FoldableChain();
+  CancellationToken cancel;
+  cancel.Cancel();
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m, &cancel);
+  EXPECT_EQ(folded.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(folded.status().message(), HasSubstr("constant folding"));
+  EXPECT_EQ(m.graph().node_size(), 3);
+  // Through the preparation Quantize and Calibrate run.
+  absl::StatusOr<graph::PrepareReport> r =
+      graph::PrepareGraph(&m, FullPrepareOptions(&cancel));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  // Not cancelled: the same chain folds.
+  CancellationToken live;
+  folded = FoldConstantNodes(&m, &live);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  EXPECT_EQ(*folded, 2);
+}
+
+// A node whose work follows its input values: RoiAlign with 1024 RoIs of
+// 2^20 samples each (2^30, the most one node may do) takes seconds to fold.
+// A cancel 50 ms in stops it inside the node's run; without the token
+// reaching the run the fold completes and returns OK.
+TEST(FoldConstantNodes, ACancelStopsALongFoldInsideTheNode) {
+  ModelBuilder b(16);
+  b.Input("x", {1024, 1, 1, 1}).Output("y");
+  b.Initializer("image", {1, 1, 64, 64}, Wave(64 * 64, 3));
+  std::vector<float> boxes;
+  for (int i = 0; i < 1024; ++i) boxes.insert(boxes.end(), {0, 0, 63, 63});
+  b.Initializer("rois", {1024, 4}, boxes);
+  onnx::ModelProto m = b.Build();
+  onnx::TensorProto index;
+  index.set_name("batch_index");
+  index.set_data_type(onnx::TensorProto::INT64);
+  index.add_dims(1024);
+  for (int i = 0; i < 1024; ++i) index.add_int64_data(0);
+  *m.mutable_graph()->add_initializer() = index;
+  onnx::NodeProto* roi = m.mutable_graph()->add_node();
+  roi->set_op_type("RoiAlign");
+  roi->set_name("roi");
+  roi->add_input("image");
+  roi->add_input("rois");
+  roi->add_input("batch_index");
+  roi->add_output("pooled");
+  for (const auto& [name, value] :
+       std::vector<std::pair<const char*, int64_t>>{{"output_height", 1},
+                                                    {"output_width", 1},
+                                                    {"sampling_ratio", 1024}}) {
+    onnx::AttributeProto* a = roi->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  onnx::NodeProto* add = m.mutable_graph()->add_node();
+  add->set_op_type("Add");
+  add->set_name("add");
+  add->add_input("x");
+  add->add_input("pooled");
+  add->add_output("y");
+
+  CancellationToken cancel;
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel.Cancel();
+  });
+  absl::StatusOr<int64_t> folded = FoldConstantNodes(&m, &cancel);
+  canceller.join();
+  EXPECT_EQ(folded.status().code(), absl::StatusCode::kCancelled)
+      << folded.status();
+  EXPECT_THAT(folded.status().message(), HasSubstr("RoiAlign"));
+  EXPECT_EQ(CountOps(m.graph(), "RoiAlign"), 1);
 }
 
 TEST(FoldConstantNodes, AValueTooBigToKeepIsNeverComputed) {
