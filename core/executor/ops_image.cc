@@ -270,6 +270,22 @@ void ResizeAxis(const T* in, T* out, int64_t outer, int64_t len, int64_t inner,
                 });
 }
 
+// The output length of an axis of length `in` resized by `scale`:
+// floor(scale * in), or rounded to nearest (`round`, the keep-aspect
+// policies). INVALID_ARGUMENT past 2^62 (inf and NaN included): the
+// double would not convert to int64.
+absl::StatusOr<int64_t> ScaledAxisLength(double scale, int axis, int64_t in,
+                                         bool round) {
+  const double length =
+      std::floor(scale * static_cast<double>(in) + (round ? 0.5 : 0.0));
+  if (!(length < 4611686018427387904.0)) {  // 2^62, and not inf or NaN.
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale ", scale, " makes axis ", axis, " of length ", in,
+                     " longer than 2^62"));
+  }
+  return static_cast<int64_t>(length);
+}
+
 class ResizeKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(NodeInfo& info) {
@@ -467,14 +483,10 @@ absl::Status ResizeKernel::Plan(const KernelContext& ctx,
         return absl::InvalidArgumentError(
             absl::StrCat("scales must be positive, got ", s));
       }
-      const double length = std::floor(s * static_cast<double>(in[axes[i]]));
-      if (!(length < 4611686018427387904.0)) {  // 2^62, and not inf or NaN.
-        return absl::InvalidArgumentError(
-            absl::StrCat("scale ", s, " makes axis ", axes[i], " of length ",
-                         in[axes[i]], " longer than 2^62"));
-      }
+      QUANTD_ASSIGN_OR_RETURN(
+          (*out)[axes[i]],
+          ScaledAxisLength(s, axes[i], in[axes[i]], /*round=*/false));
       (*scales)[axes[i]] = s;
-      (*out)[axes[i]] = static_cast<int64_t>(length);
     }
   } else {
     if (sizes.size() != na) {
@@ -501,9 +513,11 @@ absl::Status ResizeKernel::Plan(const KernelContext& ctx,
                                             : std::max(s, (*scales)[a]);
       }
       for (int a : axes) {
+        // not_smaller scales every axis by the largest ratio: another
+        // axis's size can make this one longer than int64.
+        QUANTD_ASSIGN_OR_RETURN((*out)[a],
+                                ScaledAxisLength(s, a, in[a], /*round=*/true));
         (*scales)[a] = s;
-        (*out)[a] = static_cast<int64_t>(
-            std::floor(s * static_cast<double>(in[a]) + 0.5));
       }
     }
   }

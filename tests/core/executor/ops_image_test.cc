@@ -207,6 +207,16 @@ TEST(OpsImageTest, ResizeOverflowingAndEmptyOutputs) {
   scaled.constant = {false, false, true, false};
   ExpectError(scaled.Run1(), absl::StatusCode::kInvalidArgument,
               "longer than 2^62");
+  // not_smaller scales every axis by the largest size ratio: a size near
+  // INT64_MAX on one axis made the other longer than int64 (fuzz finding
+  // 30: floor(s * in + 0.5) cast to int64).
+  OneNode keep("Resize", 18);
+  keep.inputs = {x, Tensor(), Tensor(),
+                 Tensor::FromVector<int64_t>({2}, {kMax, 1})};
+  keep.attrs.push_back(StrAttr("keep_aspect_ratio_policy", "not_smaller"));
+  keep.IntList("axes", {2, 3});
+  ExpectError(keep.Run1(), absl::StatusCode::kInvalidArgument,
+              "longer than 2^62");
   OneNode empty = ResizeNode(linear_aa, x, {1, 1, 0, 3});
   absl::StatusOr<Tensor> y = empty.Run1();
   ASSERT_TRUE(y.ok()) << y.status();
