@@ -10,7 +10,6 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -93,70 +92,6 @@ inline std::string MatMulChainModel(int dim, int layers) {
     previous = out;
   }
   add_value(graph->add_output(), "y");
-  return model.SerializeAsString();
-}
-
-// y = x + RoiAlign(image, rois, batch_index) with every RoiAlign input a
-// constant: 1024 RoIs of 2^20 samples each (2^30, the most one node may
-// do), which constant folding computes for seconds before the job can go
-// on. x is [1024, 1, 1, 1].
-inline std::string LongFoldModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(16);
-  onnx::GraphProto* graph = model.mutable_graph();
-  graph->set_name("long_fold");
-  auto add_value = [](onnx::ValueInfoProto* value, const std::string& name) {
-    value->set_name(name);
-    onnx::TypeProto::Tensor* type =
-        value->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : {1024, 1, 1, 1}) {
-      type->mutable_shape()->add_dim()->set_dim_value(d);
-    }
-  };
-  add_value(graph->add_input(), "x");
-  add_value(graph->add_output(), "y");
-  auto add_floats = [graph](const std::string& name,
-                            const std::vector<int64_t>& dims,
-                            const std::vector<float>& values) {
-    onnx::TensorProto* t = graph->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    for (float v : values) t->add_float_data(v);
-  };
-  std::vector<float> image(64 * 64);
-  for (size_t i = 0; i < image.size(); ++i) image[i] = 0.001f * (i % 97);
-  add_floats("image", {1, 1, 64, 64}, image);
-  std::vector<float> rois;
-  for (int i = 0; i < 1024; ++i) rois.insert(rois.end(), {0, 0, 63, 63});
-  add_floats("rois", {1024, 4}, rois);
-  onnx::TensorProto* index = graph->add_initializer();
-  index->set_name("batch_index");
-  index->set_data_type(onnx::TensorProto::INT64);
-  index->add_dims(1024);
-  for (int i = 0; i < 1024; ++i) index->add_int64_data(0);
-  onnx::NodeProto* roi = graph->add_node();
-  roi->set_op_type("RoiAlign");
-  roi->set_name("roi");
-  for (const char* in : {"image", "rois", "batch_index"}) roi->add_input(in);
-  roi->add_output("pooled");
-  for (const auto& [name, value] :
-       std::vector<std::pair<const char*, int64_t>>{{"output_height", 1},
-                                                    {"output_width", 1},
-                                                    {"sampling_ratio", 1024}}) {
-    onnx::AttributeProto* a = roi->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
-  }
-  onnx::NodeProto* add = graph->add_node();
-  add->set_op_type("Add");
-  add->set_name("add");
-  add->add_input("x");
-  add->add_input("pooled");
-  add->add_output("y");
   return model.SerializeAsString();
 }
 

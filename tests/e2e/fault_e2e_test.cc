@@ -32,6 +32,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "quantd/v1/quantization_service.grpc.pb.h"
+#include "tests/core/graph/test_models.h"
 #include "tests/e2e/e2e_models.h"
 #include "tests/support/background_process.h"
 #include "tests/support/sanitizers.h"
@@ -180,7 +181,7 @@ class FaultE2eTest : public ::testing::Test {
 // must reach into the folded node's run (the job-ended line names it; a fold
 // that ran to its end would have been cancelled at the next stage instead).
 TEST_F(FaultE2eTest, ADeadlineStopsConstantFoldingInsideTheNode) {
-  model_ = LongFoldModel();
+  model_ = LongFoldModel().SerializeAsString();
   const std::string id = "fold-deadline";
   grpc::ClientContext context;
   Identify(&context, id, absl::Seconds(1));

@@ -167,6 +167,31 @@ inline ModelBuilder ConvModel(int64_t c = 8, int64_t m = 16,
   return b;
 }
 
+// y = x + RoiAlign(image, rois, batch_index) with every RoiAlign input a
+// constant: 1024 RoIs of 2^20 samples each (2^30, the most one node may do),
+// which constant folding computes for seconds (7.5 s on one core) before a
+// job can go on. x is [1024, 1, 1, 1].
+inline onnx::ModelProto LongFoldModel() {
+  ModelBuilder b(16);
+  b.Input("x", {1024, 1, 1, 1}).Output("y", {1024, 1, 1, 1});
+  b.Initializer("image", {1, 1, 64, 64}, Wave(64 * 64, 3));
+  std::vector<float> boxes;
+  for (int i = 0; i < 1024; ++i) boxes.insert(boxes.end(), {0, 0, 63, 63});
+  b.Initializer("rois", {1024, 4}, boxes);
+  b.Node("RoiAlign", {"image", "rois", "batch_index"}, {"pooled"}, "roi")
+      .Attr("output_height", int64_t{1})
+      .Attr("output_width", int64_t{1})
+      .Attr("sampling_ratio", int64_t{1024});
+  b.Node("Add", {"x", "pooled"}, {"y"}, "add");
+  onnx::ModelProto m = b.Build();
+  onnx::TensorProto* index = m.mutable_graph()->add_initializer();
+  index->set_name("batch_index");
+  index->set_data_type(onnx::TensorProto::INT64);
+  index->add_dims(1024);
+  for (int i = 0; i < 1024; ++i) index->add_int64_data(0);
+  return m;
+}
+
 }  // namespace quantd::testing
 
 #endif  // QUANTD_TESTS_CORE_GRAPH_TEST_MODELS_H_

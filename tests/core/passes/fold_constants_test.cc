@@ -158,41 +158,7 @@ TEST(FoldConstantNodes, ACancelledJobFoldsNothing) {
 // A cancel 50 ms in stops it inside the node's run; without the token
 // reaching the run the fold completes and returns OK.
 TEST(FoldConstantNodes, ACancelStopsALongFoldInsideTheNode) {
-  ModelBuilder b(16);
-  b.Input("x", {1024, 1, 1, 1}).Output("y");
-  b.Initializer("image", {1, 1, 64, 64}, Wave(64 * 64, 3));
-  std::vector<float> boxes;
-  for (int i = 0; i < 1024; ++i) boxes.insert(boxes.end(), {0, 0, 63, 63});
-  b.Initializer("rois", {1024, 4}, boxes);
-  onnx::ModelProto m = b.Build();
-  onnx::TensorProto index;
-  index.set_name("batch_index");
-  index.set_data_type(onnx::TensorProto::INT64);
-  index.add_dims(1024);
-  for (int i = 0; i < 1024; ++i) index.add_int64_data(0);
-  *m.mutable_graph()->add_initializer() = index;
-  onnx::NodeProto* roi = m.mutable_graph()->add_node();
-  roi->set_op_type("RoiAlign");
-  roi->set_name("roi");
-  roi->add_input("image");
-  roi->add_input("rois");
-  roi->add_input("batch_index");
-  roi->add_output("pooled");
-  for (const auto& [name, value] :
-       std::vector<std::pair<const char*, int64_t>>{{"output_height", 1},
-                                                    {"output_width", 1},
-                                                    {"sampling_ratio", 1024}}) {
-    onnx::AttributeProto* a = roi->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
-  }
-  onnx::NodeProto* add = m.mutable_graph()->add_node();
-  add->set_op_type("Add");
-  add->set_name("add");
-  add->add_input("x");
-  add->add_input("pooled");
-  add->add_output("y");
+  onnx::ModelProto m = quantd::testing::LongFoldModel();
 
   CancellationToken cancel;
   std::thread canceller([&cancel] {
